@@ -1,0 +1,46 @@
+# trainprobe developer entry points. `make demo` and `make test` are all a
+# fresh machine needs: each creates ./.venv and installs what it uses.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+PROTOGEN := .venv-proto
+# torch goes in first and pinned: on these machines 2.13.0 is a local CPU build,
+# and the package's torch>=2.3 range then installs nothing more.
+TORCH_PIN ?= torch==2.13.0
+# The generator is pinned (and kept out of the runtime venv) so that the
+# committed gencode is reproducible and works with protobuf>=5.29.
+GRPC_TOOLS_PIN := grpcio-tools==1.71.0
+
+.PHONY: demo test lint proto bench gpu-test clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q $(TORCH_PIN)
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(PROTOGEN)/.installed:
+	$(PY) -m venv $(PROTOGEN)
+	$(PROTOGEN)/bin/python -m pip install -q $(GRPC_TOOLS_PIN)
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VPY) examples/demo.py
+
+test: $(VENV)/.installed $(PROTOGEN)/.installed
+	$(VENV)/bin/ruff check .
+	TRAINPROBE_PROTOC_PYTHON=$(PROTOGEN)/bin/python $(VPY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+proto: $(PROTOGEN)/.installed
+	$(PROTOGEN)/bin/python tools/gen_proto.py
+
+bench: $(VENV)/.installed
+	$(VPY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) $(PROTOGEN) build *.egg-info

@@ -1,0 +1,163 @@
+"""Who this training process is: job, rank, host, pid and Ray ids.
+
+Explicit arguments win; then the environment (torchrun's ``RANK`` and friends,
+``TRAINPROBE_JOB_ID``); then an initialized ``torch.distributed``; then Ray's
+runtime context when running inside Ray. Identity is resolved in the
+reporter thread at each connection attempt until a sidecar accepts it, so a
+hook created before ``init_process_group`` still ends up with the right rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RayIds:
+    job_id: str = ""
+    node_id: str = ""
+    actor_id: str = ""
+    worker_id: str = ""
+    run_name: str = ""
+
+
+@dataclass(frozen=True)
+class Identity:
+    job_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    ray: RayIds = field(default_factory=RayIds)
+    #: True when the rank was guessed (no argument, env or process group).
+    rank_guessed: bool = False
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return None
+
+
+def _dist_rank_world() -> tuple[int | None, int | None]:
+    # Never import torch here: the hook must not pay for it when unused.
+    dist_mod = sys.modules.get("torch.distributed")
+    if dist_mod is None:
+        return None, None
+    try:
+        if dist_mod.is_available() and dist_mod.is_initialized():
+            return int(dist_mod.get_rank()), int(dist_mod.get_world_size())
+    except Exception:
+        pass
+    return None, None
+
+
+def ray_ids() -> tuple[RayIds, dict[str, int]]:
+    """Ray ids of this process and, inside a Ray Train worker, its ranks.
+
+    Returns empty ids outside Ray. Only reads ``ray`` if it is already
+    imported, so a plain torchrun job never imports it.
+    """
+    ray_mod = sys.modules.get("ray")
+    ranks: dict[str, int] = {}
+    if ray_mod is None:
+        return RayIds(), ranks
+    try:
+        if not ray_mod.is_initialized():
+            return RayIds(), ranks
+        ctx = ray_mod.get_runtime_context()
+        ids = RayIds(
+            job_id=str(ctx.get_job_id() or ""),
+            node_id=str(ctx.get_node_id() or ""),
+            actor_id=str(ctx.get_actor_id() or ""),
+            worker_id=str(ctx.get_worker_id() or ""),
+        )
+    except Exception:
+        return RayIds(), ranks
+    train = sys.modules.get("ray.train")
+    if train is not None:
+        try:
+            tctx = train.get_context()
+            ranks = {
+                "rank": int(tctx.get_world_rank()),
+                "local_rank": int(tctx.get_local_rank()),
+                "world_size": int(tctx.get_world_size()),
+            }
+            run_name = ""
+            for getter in ("get_experiment_name", "get_run_name", "get_trial_name"):
+                fn = getattr(tctx, getter, None)
+                if fn is not None:
+                    try:
+                        run_name = str(fn() or "")
+                    except Exception:
+                        run_name = ""
+                    if run_name:
+                        break
+            ids = RayIds(ids.job_id, ids.node_id, ids.actor_id, ids.worker_id, run_name)
+        except Exception:
+            ranks = {}
+    return ids, ranks
+
+
+def resolve_identity(
+    job_id: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+) -> Identity:
+    """Resolve the identity from arguments, environment, torch and Ray."""
+    ray, ray_ranks = ray_ids()
+    dist_rank, dist_world = _dist_rank_world()
+    guessed = False
+    if rank is None:
+        rank = _env_int("RANK", "TRAINPROBE_RANK")
+        if rank is None:
+            rank = ray_ranks.get("rank", dist_rank)
+        if rank is None:
+            rank, guessed = 0, True
+    if world_size is None:
+        world_size = _env_int("WORLD_SIZE", "TRAINPROBE_WORLD_SIZE")
+        if world_size is None:
+            world_size = ray_ranks.get("world_size", dist_world)
+        if world_size is None:
+            world_size = 1
+    if local_rank is None:
+        local_rank = _env_int("LOCAL_RANK", "TRAINPROBE_LOCAL_RANK")
+        if local_rank is None:
+            local_rank = ray_ranks.get("local_rank", 0 if guessed else rank)
+    if not job_id:
+        job_id = os.environ.get("TRAINPROBE_JOB_ID") or _default_job_id(ray)
+    return Identity(
+        job_id=job_id,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        ray=ray,
+        rank_guessed=guessed,
+    )
+
+
+def _default_job_id(ray: RayIds) -> str:
+    if ray.run_name:
+        return ray.run_name
+    if ray.job_id:
+        return f"ray-{ray.job_id}"
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return run_id
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        # Every rank of a torch.distributed job shares its rendezvous address.
+        return f"{addr}:{port}"
+    return "default"

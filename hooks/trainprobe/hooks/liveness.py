@@ -1,0 +1,271 @@
+"""LivenessProbeHook: the one object a training loop holds."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from trainprobe.hooks.identity import resolve_identity
+from trainprobe.hooks.reporter import Reporter
+from trainprobe.hooks.stacks import format_all_stacks
+from trainprobe.hooks.steps import (
+    RING_MASK,
+    PhaseRecord,
+    PhaseTracker,
+    StepRing,
+    StepWindowReader,
+)
+from trainprobe.proto import (
+    DEFAULT_TARGET_ENV,
+    PROTOCOL_VERSION,
+    default_socket_path,
+    parse_endpoint,
+    probe_pb2,
+    ray_node_socket_path,
+)
+
+log = logging.getLogger("trainprobe.hooks")
+
+HOOK_VERSION = "0.1.0"
+#: A collector adds its fields to each report, in the reporter thread.
+Collector = Callable[[probe_pb2.Report], None]
+
+_live_hooks: weakref.WeakSet[LivenessProbeHook] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The child has no reporter thread and must never touch the parent's channel.
+    for hook in list(_live_hooks):
+        hook._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def resolve_target(target: str | None, ray_node_id: str = "") -> str:
+    """The sidecar address in gRPC syntax: argument, ``TRAINPROBE_TARGET``,
+    this Ray node's sidecar socket if it exists, else the default socket."""
+    text = target or os.environ.get(DEFAULT_TARGET_ENV, "")
+    if not text and ray_node_id:
+        node_sock = ray_node_socket_path(ray_node_id)
+        if node_sock.exists():
+            text = str(node_sock)
+    if not text:
+        text = str(default_socket_path())
+    return parse_endpoint(text).grpc_target
+
+
+class _Phase:
+    __slots__ = ("_hook", "_name", "_timeout_s", "_token")
+
+    def __init__(self, hook: LivenessProbeHook, name: str, timeout_s: float) -> None:
+        self._hook, self._name, self._timeout_s, self._token = hook, name, timeout_s, 0
+
+    def __enter__(self) -> _Phase:
+        self._token = self._hook._phases.enter(self._name, self._timeout_s)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hook._phases.exit(self._token)
+
+
+class LivenessProbeHook:
+    """Reports this training process's liveness to the node's sidecar.
+
+    Args:
+        target: sidecar address, ``unix:///abs/path`` or ``host:port``.
+            Defaults to ``$TRAINPROBE_TARGET``, then this Ray node's sidecar
+            socket, then the per-user socket ``<tmp>/trainprobe-<uid>/sidecar.sock``.
+        interval_ms: how often the background thread sends a report (10..60000).
+        job_id, rank, world_size, local_rank: identity; each defaults to the
+            environment (``TRAINPROBE_JOB_ID``, ``RANK``, ``WORLD_SIZE``,
+            ``LOCAL_RANK``), then ``torch.distributed`` or Ray Train.
+        token: bearer token for TCP sidecars; defaults to ``$TRAINPROBE_TOKEN``.
+        start: start the background thread now (tests may delay it).
+
+    :meth:`on_step_end` is the only call on the training thread's hot path: it
+    stores a timestamp and a counter and nothing else. All I/O happens in one
+    daemon thread; nothing the sidecar does can block or raise into training.
+    """
+
+    def __init__(
+        self,
+        target: str | None = None,
+        interval_ms: int = 1000,
+        job_id: str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        local_rank: int | None = None,
+        token: str | None = None,
+        start: bool = True,
+    ) -> None:
+        if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
+            raise ValueError(f"interval_ms must be an integer in 10..60000, got {interval_ms!r}")
+        self._ring = StepRing()
+        self._phases = PhaseTracker()
+        self._reader = StepWindowReader(self._ring)
+        self._collectors: list[Collector] = []
+        self._args = (job_id, rank, world_size, local_rank)
+        self._seq = 0
+        self._closed = False
+        self._forked = False
+        self._pid = os.getpid()
+        self.identity = resolve_identity(*self._args)
+        self.target = resolve_target(target, self.identity.ray.node_id)
+        self.interval_ms = interval_ms
+        self._reporter = Reporter(
+            target=self.target,
+            interval_s=interval_ms / 1000.0,
+            make_hello=self._make_hello,
+            make_report=self._make_report,
+            on_command=self._on_command,
+            token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
+        )
+        _live_hooks.add(self)
+        atexit.register(self.close)
+        if start:
+            self._reporter.start()
+
+    # -- training thread -------------------------------------------------------
+
+    def on_step_end(self, step: int | None = None) -> None:
+        """Mark a completed training step. About a microsecond; never blocks or raises.
+
+        ``step`` should be a Python int (a tensor is never read, so it cannot
+        force a device sync); by default steps are counted from 1.
+        """
+        t = time.monotonic_ns()
+        ring = self._ring
+        n = ring.n
+        ring.ends[n & RING_MASK] = t
+        ring.steps[n & RING_MASK] = n + 1 if step is None else step
+        ring.n = n + 1
+
+    def phase(self, name: str, timeout_s: float | None = None) -> contextlib.AbstractContextManager:
+        """Declare a long phase (checkpoint, eval, compile warm-up).
+
+        Inside it the stall rule does not apply; the phase is judged by its own
+        ``timeout_s`` instead (the sidecar's ``phase_timeout_s`` if None).
+        """
+        t = 0.0
+        if timeout_s is not None:
+            try:
+                t = float(timeout_s)
+            except (TypeError, ValueError):
+                t = 0.0
+            if not math.isfinite(t) or t < 0:
+                log.warning("trainprobe: phase %r: ignoring bad timeout_s=%r", name, timeout_s)
+                t = 0.0
+        return _Phase(self, str(name), t)
+
+    def add_collector(self, collector: Collector) -> None:
+        """Run ``collector(report)`` in the reporter thread before each report."""
+        self._collectors.append(collector)
+
+    def close(self) -> None:
+        """Send a clean Goodbye and stop the background thread (at most ~2 s)."""
+        if self._closed or self._forked or os.getpid() != self._pid:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        self._reporter.stop(timeout_s=2.0)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a sidecar has accepted this process's reports."""
+        return self._reporter.connected
+
+    def __enter__(self) -> LivenessProbeHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reporter thread -------------------------------------------------------
+
+    def _make_hello(self) -> probe_pb2.Hello:
+        ident = resolve_identity(*self._args)
+        self.identity = ident
+        if ident.rank_guessed:
+            log.debug("trainprobe: no rank found (RANK, torch.distributed, Ray Train); using 0")
+        return probe_pb2.Hello(
+            protocol_version=PROTOCOL_VERSION,
+            hook_version=HOOK_VERSION,
+            job_id=ident.job_id,
+            rank=ident.rank,
+            local_rank=ident.local_rank,
+            world_size=ident.world_size,
+            host=ident.host,
+            pid=ident.pid,
+            interval_ms=self.interval_ms,
+            ray=probe_pb2.RayIdentity(
+                job_id=ident.ray.job_id,
+                node_id=ident.ray.node_id,
+                actor_id=ident.ray.actor_id,
+                worker_id=ident.ray.worker_id,
+                trial_or_run_name=ident.ray.run_name,
+            ),
+        )
+
+    def _make_report(self) -> probe_pb2.Report:
+        active, finished = self._phases.snapshot()
+        win = self._reader.read(active, finished)
+        self._seq += 1
+        report = probe_pb2.Report(
+            seq=self._seq,
+            mono_ns=time.monotonic_ns(),
+            wall_ns=time.time_ns(),
+            has_step=win.last_step is not None,
+            last_step=win.last_step or 0,
+            last_step_mono_ns=win.last_step_ns,
+            total_steps=win.total_steps,
+            step_stats=probe_pb2.StepStats(count=win.count, sum_s=win.sum_s, max_s=win.max_s),
+            active_phases=[_phase_pb(p) for p in active],
+            finished_phases=[_phase_pb(p) for p in finished],
+            recent_steps=win.recent_steps,
+            recent_step_end_mono_ns=win.recent_ends_ns,
+            recent_step_s=win.recent_s,
+        )
+        for collector in self._collectors:
+            try:
+                collector(report)
+            except Exception:
+                log.debug("trainprobe: collector %r failed", collector, exc_info=True)
+        return report
+
+    def _on_command(self, command: probe_pb2.Command) -> probe_pb2.CommandResult | None:
+        kind = command.WhichOneof("kind")
+        if kind == "dump_stacks":
+            stacks = format_all_stacks(skip_thread_ids=frozenset({threading.get_ident()}))
+            return probe_pb2.CommandResult(
+                command_id=command.id, ok=True, python_stacks=stacks, method="in-process"
+            )
+        if kind == "abort":
+            self._abort(command.abort.reason, command.abort.grace_s)
+            return probe_pb2.CommandResult(command_id=command.id, ok=True, method="sigterm")
+        return probe_pb2.CommandResult(command_id=command.id, ok=False, error=f"unknown {kind}")
+
+    def _abort(self, reason: str, grace_s: float) -> None:
+        log.error("trainprobe: sidecar asked this process to abort: %s", reason)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+        def _hard_exit() -> None:
+            time.sleep(max(0.0, grace_s) or 5.0)
+            os._exit(134)
+
+        threading.Thread(target=_hard_exit, name="trainprobe-abort", daemon=True).start()
+
+
+def _phase_pb(p: PhaseRecord) -> probe_pb2.Phase:
+    return probe_pb2.Phase(
+        name=p.name, start_mono_ns=p.start_ns, timeout_s=p.timeout_s, end_mono_ns=p.end_ns
+    )

@@ -1,0 +1,277 @@
+"""The hook's one background thread: builds reports and streams them.
+
+Everything that can block or fail lives here, never on the training thread:
+the gRPC channel (created inside this thread, after any fork), reconnection
+with capped exponential backoff, a bounded buffer of reports built while the
+sidecar is away, and the commands the sidecar pushes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+
+import grpc
+
+from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, probe_pb2, probe_pb2_grpc
+
+log = logging.getLogger("trainprobe.hooks")
+
+#: Errors that will not go away by retrying quickly: back off to the cap.
+_PERMANENT = {
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter."""
+
+    def __init__(self, initial_s: float = 0.1, cap_s: float = 5.0) -> None:
+        self.initial_s = initial_s
+        self.cap_s = cap_s
+        self._next = initial_s
+
+    def reset(self) -> None:
+        self._next = self.initial_s
+
+    def next_delay(self, permanent: bool = False) -> float:
+        if permanent:
+            self._next = self.cap_s
+        delay = random.uniform(self._next / 2, self._next)
+        self._next = min(self.cap_s, self._next * 2)
+        return delay
+
+
+class Reporter:
+    """Streams reports to a sidecar from a daemon thread.
+
+    ``make_hello`` and ``make_report`` run in this thread. ``on_command``
+    handles a pushed command and returns the result to send back, or None.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        interval_s: float,
+        make_hello: Callable[[], probe_pb2.Hello],
+        make_report: Callable[[], probe_pb2.Report],
+        on_command: Callable[[probe_pb2.Command], probe_pb2.CommandResult | None],
+        token: str | None = None,
+        max_buffered: int = 64,
+        backoff_cap_s: float = 5.0,
+    ) -> None:
+        self.target = target
+        self.interval_s = interval_s
+        self._make_hello = make_hello
+        self._make_report = make_report
+        self._on_command = on_command
+        self._metadata = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+        self._buffer: collections.deque[probe_pb2.Report] = collections.deque(maxlen=max_buffered)
+        self._dropped = 0
+        self._backoff = Backoff(cap_s=backoff_cap_s)
+        self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._next_build = 0.0
+        self._outbox: asyncio.Queue[probe_pb2.WorkerMessage | None] | None = None
+        self._thread = threading.Thread(target=self._run, name="trainprobe-reporter", daemon=True)
+        self._warned = False
+        self.connected = False
+        self.sessions = 0
+        self.last_error = ""
+
+    # -- called from other threads -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Send what is buffered and a Goodbye, waiting at most ``timeout_s``."""
+        self._closing = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._poke)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        if self._outbox is not None:
+            self._outbox.put_nowait(None)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the reporter thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:  # never let the thread die silently
+            log.exception("trainprobe reporter stopped after an unexpected error")
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        while not self._closing:
+            permanent = False
+            try:
+                await self._session()
+            except grpc.aio.AioRpcError as err:
+                permanent = err.code() in _PERMANENT
+                self._note_failure(f"{err.code().name}: {err.details()}")
+            except (asyncio.TimeoutError, OSError) as err:
+                self._note_failure(f"{type(err).__name__}: {err}")
+            self.connected = False
+            if self._closing:
+                break
+            await self._idle(self._backoff.next_delay(permanent))
+
+    def _note_failure(self, reason: str) -> None:
+        self.last_error = reason
+        if not self._warned and not self._closing:
+            self._warned = True
+            log.warning(
+                "trainprobe: sidecar at %s not reachable (%s); training continues, "
+                "retrying in the background (reported once)",
+                self.target,
+                reason,
+            )
+
+    def _build(self) -> None:
+        report = self._make_report()
+        if len(self._buffer) == self._buffer.maxlen:
+            self._dropped += 1
+        self._buffer.append(report)
+
+    async def _idle(self, delay_s: float) -> None:
+        """Wait out a backoff, still building reports so no window is lost."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay_s
+        while not self._closing:
+            now = loop.time()
+            if now >= self._next_build:
+                self._build()
+                self._next_build = max(self._next_build + self.interval_s, now)
+            if now >= deadline:
+                return
+            await self._sleep(min(deadline, self._next_build) - now)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _session(self) -> None:
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0),
+        ]
+        async with grpc.aio.insecure_channel(self.target, options=options) as channel:
+            stub = probe_pb2_grpc.SidecarStub(channel)
+            call = stub.Connect(metadata=self._metadata)
+            write_timeout = max(5.0, 5 * self.interval_s)
+            await asyncio.wait_for(
+                call.write(probe_pb2.WorkerMessage(hello=self._make_hello())), write_timeout
+            )
+            self._outbox = asyncio.Queue()
+            reader = asyncio.ensure_future(self._read_commands(call))
+            try:
+                await self._write_loop(call, reader, write_timeout)
+            finally:
+                if not reader.done():
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                        await reader
+
+    async def _write_loop(
+        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, write_timeout: float
+    ) -> None:
+        assert self._outbox is not None
+        loop = asyncio.get_running_loop()
+        self._build()  # a fresh report right after Hello registers the worker at once
+        self._next_build = loop.time() + self.interval_s
+        first = True
+        while True:
+            while self._buffer:
+                report = self._buffer[0]
+                report.dropped_reports = self._dropped
+                await asyncio.wait_for(
+                    call.write(probe_pb2.WorkerMessage(report=report)), write_timeout
+                )
+                self._buffer.popleft()
+                if first:
+                    first = False
+                    self._on_connected()
+            if reader.done():
+                reader.result()  # raises the stream's error
+                return
+            if self._closing:
+                await self._say_goodbye(call, reader, write_timeout)
+                return
+            wait_s = self._next_build - loop.time()
+            if wait_s <= 0:
+                self._build()
+                self._next_build = max(self._next_build + self.interval_s, loop.time())
+                continue
+            try:
+                message = await asyncio.wait_for(self._outbox.get(), wait_s)
+            except asyncio.TimeoutError:
+                continue
+            if message is not None:  # None only wakes the loop up
+                await asyncio.wait_for(call.write(message), write_timeout)
+
+    def _on_connected(self) -> None:
+        self.connected = True
+        self.sessions += 1
+        self._backoff.reset()
+        self._dropped = 0
+        if self._warned:
+            log.warning("trainprobe: connected to sidecar at %s", self.target)
+            self._warned = False
+        else:
+            log.debug("trainprobe: connected to sidecar at %s", self.target)
+
+    async def _say_goodbye(
+        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, timeout_s: float
+    ) -> None:
+        self._build()
+        while self._buffer:
+            await asyncio.wait_for(
+                call.write(probe_pb2.WorkerMessage(report=self._buffer.popleft())), timeout_s
+            )
+        bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="close"))
+        await asyncio.wait_for(call.write(bye), timeout_s)
+        await call.done_writing()
+        with contextlib.suppress(asyncio.TimeoutError, grpc.aio.AioRpcError):
+            await asyncio.wait_for(asyncio.shield(reader), 1.0)
+
+    async def _read_commands(self, call: grpc.aio.StreamStreamCall) -> None:
+        assert self._outbox is not None
+        try:
+            async for command in call:
+                try:
+                    # Stack capture may take a while for many threads: off the loop.
+                    result = await asyncio.to_thread(self._on_command, command)
+                except Exception as err:  # a failing handler must not kill the stream
+                    result = probe_pb2.CommandResult(
+                        command_id=command.id, ok=False, error=str(err)
+                    )
+                if result is not None:
+                    self._outbox.put_nowait(probe_pb2.WorkerMessage(command_result=result))
+        finally:
+            self._outbox.put_nowait(None)

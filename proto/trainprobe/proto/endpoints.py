@@ -1,0 +1,105 @@
+"""Where a sidecar listens and how a hook finds it.
+
+Accepted forms (both ends):
+
+- ``unix:///abs/path.sock`` or a bare absolute path: a Unix socket;
+- ``tcp://host:port`` or ``host:port``: TCP (token required on the sidecar).
+
+The default is a per-user Unix socket in :func:`runtime_dir`. Under Ray, each
+node's sidecar listens on :func:`ray_node_socket_path`, so that hooks on that
+node find it with no configuration even when several Ray nodes share one
+file system (``ray.cluster_utils.Cluster``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Environment variable naming the hook's target.
+DEFAULT_TARGET_ENV = "TRAINPROBE_TARGET"
+#: Unix socket paths are limited to 107 bytes by sun_path.
+_MAX_UNIX_PATH = 107
+
+
+class EndpointError(ValueError):
+    """An address that is neither a Unix socket nor host:port."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A parsed address. ``kind`` is ``"unix"`` or ``"tcp"``."""
+
+    kind: str
+    path: str = ""
+    host: str = ""
+    port: int = 0
+
+    @property
+    def grpc_target(self) -> str:
+        """The address in gRPC's own syntax."""
+        if self.kind == "unix":
+            return f"unix://{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"unix://{self.path}" if self.kind == "unix" else f"tcp://{self.grpc_target}"
+
+
+def runtime_dir() -> Path:
+    """Per-user directory for sockets: ``$TRAINPROBE_RUNTIME_DIR`` or
+    ``<tmp>/trainprobe-<uid>``."""
+    explicit = os.environ.get("TRAINPROBE_RUNTIME_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(tempfile.gettempdir()) / f"trainprobe-{os.getuid()}"
+
+
+def default_socket_path() -> Path:
+    """The socket a stand-alone sidecar listens on when given no ``--listen``."""
+    return runtime_dir() / "sidecar.sock"
+
+
+def ray_node_socket_path(node_id: str) -> Path:
+    """The socket of the sidecar that serves Ray node ``node_id``."""
+    return runtime_dir() / f"ray-{node_id[:40]}.sock"
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """Parse an address; raise :class:`EndpointError` with the accepted forms."""
+    raw = text.strip()
+    if not raw:
+        raise EndpointError("empty address; use unix:///abs/path or host:port")
+    if raw.startswith("unix://"):
+        path = raw[len("unix://") :]
+        if not path.startswith("/"):
+            raise EndpointError(
+                f"{text!r}: a unix address needs an absolute path (unix:///abs/path)"
+            )
+        return _unix(path, text)
+    if raw.startswith("/"):
+        return _unix(raw, text)
+    rest = raw[len("tcp://") :] if raw.startswith("tcp://") else raw
+    host, sep, port_text = rest.rpartition(":")
+    if not sep or not host:
+        raise EndpointError(f"{text!r}: expected unix:///abs/path, tcp://host:port or host:port")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise EndpointError(f"{text!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise EndpointError(f"{text!r}: port must be in 0..65535")
+    return Endpoint(kind="tcp", host=host, port=port)
+
+
+def _unix(path: str, original: str) -> Endpoint:
+    if len(path.encode()) > _MAX_UNIX_PATH:
+        raise EndpointError(
+            f"{original!r}: unix socket paths are limited to {_MAX_UNIX_PATH} bytes; "
+            "set TRAINPROBE_RUNTIME_DIR to a shorter directory"
+        )
+    return Endpoint(kind="unix", path=path)

@@ -1,0 +1,325 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("hello", "report", "goodbye", "command_result")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    GOODBYE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_RESULT_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    report: Report
+    goodbye: Goodbye
+    command_result: CommandResult
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ...) -> None: ...
+
+class RayIdentity(_message.Message):
+    __slots__ = ("job_id", "node_id", "actor_id", "worker_id", "trial_or_run_name")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_OR_RUN_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_id: str
+    actor_id: str
+    worker_id: str
+    trial_or_run_name: str
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., trial_or_run_name: _Optional[str] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOOK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    RAY_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    hook_version: str
+    job_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    interval_ms: int
+    ray: RayIdentity
+    gpu_uuid: str
+    cuda_device: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class StepStats(_message.Message):
+    __slots__ = ("count", "sum_s", "max_s")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUM_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_S_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    sum_s: float
+    max_s: float
+    def __init__(self, count: _Optional[int] = ..., sum_s: _Optional[float] = ..., max_s: _Optional[float] = ...) -> None: ...
+
+class Phase(_message.Message):
+    __slots__ = ("name", "start_mono_ns", "timeout_s", "end_mono_ns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    START_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    END_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    start_mono_ns: int
+    timeout_s: float
+    end_mono_ns: int
+    def __init__(self, name: _Optional[str] = ..., start_mono_ns: _Optional[int] = ..., timeout_s: _Optional[float] = ..., end_mono_ns: _Optional[int] = ...) -> None: ...
+
+class GpuMemory(_message.Message):
+    __slots__ = ("device_index", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "has_nvml", "device_used_bytes", "device_total_bytes", "process_used_bytes")
+    DEVICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAS_NVML_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    device_index: int
+    allocated_bytes: int
+    reserved_bytes: int
+    peak_allocated_bytes: int
+    has_nvml: bool
+    device_used_bytes: int
+    device_total_bytes: int
+    process_used_bytes: int
+    def __init__(self, device_index: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., has_nvml: bool = ..., device_used_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ..., process_used_bytes: _Optional[int] = ...) -> None: ...
+
+class GroupSeq(_message.Message):
+    __slots__ = ("group", "issued", "completed", "oldest_inflight_start_mono_ns", "inflight_op", "inflight_seq")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_INFLIGHT_START_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_OP_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    issued: int
+    completed: int
+    oldest_inflight_start_mono_ns: int
+    inflight_op: str
+    inflight_seq: int
+    def __init__(self, group: _Optional[str] = ..., issued: _Optional[int] = ..., completed: _Optional[int] = ..., oldest_inflight_start_mono_ns: _Optional[int] = ..., inflight_op: _Optional[str] = ..., inflight_seq: _Optional[int] = ...) -> None: ...
+
+class CollectiveSample(_message.Message):
+    __slots__ = ("group", "seq", "op", "bytes", "start_mono_ns", "end_mono_ns", "step")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    START_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    END_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    seq: int
+    op: str
+    bytes: int
+    start_mono_ns: int
+    end_mono_ns: int
+    step: int
+    def __init__(self, group: _Optional[str] = ..., seq: _Optional[int] = ..., op: _Optional[str] = ..., bytes: _Optional[int] = ..., start_mono_ns: _Optional[int] = ..., end_mono_ns: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+
+class SyncStats(_message.Message):
+    __slots__ = ("count", "p50_s", "max_s", "bytes", "sum_s", "groups", "samples")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    P50_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SUM_S_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    p50_s: float
+    max_s: float
+    bytes: int
+    sum_s: float
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSeq]
+    samples: _containers.RepeatedCompositeFieldContainer[CollectiveSample]
+    def __init__(self, count: _Optional[int] = ..., p50_s: _Optional[float] = ..., max_s: _Optional[float] = ..., bytes: _Optional[int] = ..., sum_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[CollectiveSample, _Mapping]]] = ...) -> None: ...
+
+class Report(_message.Message):
+    __slots__ = ("seq", "mono_ns", "wall_ns", "has_step", "last_step", "last_step_mono_ns", "step_stats", "active_phases", "finished_phases", "dropped_reports", "recent_steps", "recent_step_end_mono_ns", "recent_step_s", "total_steps", "gpu_memory", "sync")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    WALL_NS_FIELD_NUMBER: _ClassVar[int]
+    HAS_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    STEP_STATS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_PHASES_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_PHASES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_STEPS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_STEP_END_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_STEP_S_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SYNC_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    mono_ns: int
+    wall_ns: int
+    has_step: bool
+    last_step: int
+    last_step_mono_ns: int
+    step_stats: StepStats
+    active_phases: _containers.RepeatedCompositeFieldContainer[Phase]
+    finished_phases: _containers.RepeatedCompositeFieldContainer[Phase]
+    dropped_reports: int
+    recent_steps: _containers.RepeatedScalarFieldContainer[int]
+    recent_step_end_mono_ns: _containers.RepeatedScalarFieldContainer[int]
+    recent_step_s: _containers.RepeatedScalarFieldContainer[float]
+    total_steps: int
+    gpu_memory: GpuMemory
+    sync: SyncStats
+    def __init__(self, seq: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., has_step: bool = ..., last_step: _Optional[int] = ..., last_step_mono_ns: _Optional[int] = ..., step_stats: _Optional[_Union[StepStats, _Mapping]] = ..., active_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., finished_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., recent_steps: _Optional[_Iterable[int]] = ..., recent_step_end_mono_ns: _Optional[_Iterable[int]] = ..., recent_step_s: _Optional[_Iterable[float]] = ..., total_steps: _Optional[int] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync: _Optional[_Union[SyncStats, _Mapping]] = ...) -> None: ...
+
+class CommandResult(_message.Message):
+    __slots__ = ("command_id", "ok", "error", "python_stacks", "flight_recorder_json", "method")
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_STACKS_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_RECORDER_JSON_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    command_id: int
+    ok: bool
+    error: str
+    python_stacks: str
+    flight_recorder_json: str
+    method: str
+    def __init__(self, command_id: _Optional[int] = ..., ok: bool = ..., error: _Optional[str] = ..., python_stacks: _Optional[str] = ..., flight_recorder_json: _Optional[str] = ..., method: _Optional[str] = ...) -> None: ...
+
+class Goodbye(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class DumpStacks(_message.Message):
+    __slots__ = ("include_flight_recorder",)
+    INCLUDE_FLIGHT_RECORDER_FIELD_NUMBER: _ClassVar[int]
+    include_flight_recorder: bool
+    def __init__(self, include_flight_recorder: bool = ...) -> None: ...
+
+class Abort(_message.Message):
+    __slots__ = ("reason", "grace_s")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    grace_s: float
+    def __init__(self, reason: _Optional[str] = ..., grace_s: _Optional[float] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("id", "dump_stacks", "abort")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
+    ABORT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    dump_stacks: DumpStacks
+    abort: Abort
+    def __init__(self, id: _Optional[int] = ..., dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    HAS_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    REPORT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    STALL_THRESHOLD_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SYNC_P50_S_FIELD_NUMBER: _ClassVar[int]
+    SYNC_MAX_S_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    RAY_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    has_step: bool
+    step: int
+    steps_per_s: float
+    report_age_s: float
+    phase: str
+    verdict: str
+    state: str
+    step_age_s: float
+    stall_threshold_s: float
+    gpu_memory: GpuMemory
+    sync_p50_s: float
+    sync_max_s: float
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSeq]
+    ray: RayIdentity
+    gpu_uuid: str
+    inflight_age_s: float
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("workers", "sidecar_version", "node")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    sidecar_version: str
+    node: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+
+class DiagnoseRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class DiagnoseReply(_message.Message):
+    __slots__ = ("job_id", "text", "json")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    text: str
+    json: str
+    def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...

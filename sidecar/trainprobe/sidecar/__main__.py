@@ -1,0 +1,7 @@
+"""``python -m trainprobe.sidecar``: the same as ``trainprobe-sidecar``."""
+
+import sys
+
+from trainprobe.sidecar.cli import main
+
+sys.exit(main())

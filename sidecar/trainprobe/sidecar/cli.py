@@ -1,0 +1,113 @@
+"""``trainprobe-sidecar``: run the per-node sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from trainprobe.sidecar.server import ListenError, Sidecar
+from trainprobe.sidecar.settings import (
+    OPTIONS,
+    Settings,
+    SettingsError,
+    defaults,
+    load_settings,
+)
+
+EPILOG = """\
+Every option can also be set in a TOML file (--config) or as TRAINPROBE_<NAME>
+in the environment; flags win over the environment, which wins over the file.
+Full reference: docs/CONFIG.md."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainprobe-sidecar",
+        description="Watch the training processes on this node: detect hung, unresponsive, "
+        "degraded and dead workers, and act on them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML settings file (env TRAINPROBE_CONFIG)"
+    )
+    dflt = defaults()
+    for opt in OPTIONS:
+        default = opt.default_text or dflt[opt.name]
+        help_text = f"{opt.doc} [default: {default}; env {opt.env}]"
+        if isinstance(dflt[opt.name], bool):
+            parser.add_argument(
+                opt.flag,
+                dest=opt.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        elif opt.repeatable:
+            parser.add_argument(
+                opt.flag,
+                dest=opt.name,
+                action="append",
+                default=None,
+                metavar="ADDR",
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                opt.flag, dest=opt.name, default=None, metavar="VALUE", help=help_text
+            )
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Parse flags into :class:`Settings`; exit 2 with a clear message on error."""
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    config = args.pop("config")
+    cli: dict[str, Any] = {k: v for k, v in args.items() if v is not None}
+    try:
+        return load_settings(config=config, cli=cli)
+    except SettingsError as err:
+        parser.exit(2, f"trainprobe-sidecar: error: {err}\n")
+    raise AssertionError  # unreachable
+
+
+async def serve(settings: Settings) -> None:
+    """Run a sidecar until SIGINT or SIGTERM."""
+    sidecar = Sidecar(settings)
+    await sidecar.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, sidecar.request_stop)
+    print(f"trainprobe-sidecar ready on {', '.join(sidecar.addresses)}", flush=True)
+    await sidecar.wait_stopped()
+    await sidecar.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if settings.ray_per_node:
+        from trainprobe.sidecar.ray import start_sidecars
+
+        placed = start_sidecars(settings)
+        print(f"trainprobe sidecars running on {len(placed)} Ray node(s)")
+        return 0
+    try:
+        asyncio.run(serve(settings))
+    except ListenError as err:
+        print(f"trainprobe-sidecar: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""From findings to incidents: edge-triggering and grouping.
+
+A rule that keeps firing for the same worker is one episode, not one incident
+per tick. An episode ends when its rule stops firing (the step advanced, the
+report came). New episodes of the same job, rule and verdict that start in the
+same tick are one incident: the ranks of a hung job stall together.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
+
+_ids = itertools.count(1)
+_PREFIX = f"{os.getpid():x}"
+
+
+@dataclass
+class Incident:
+    """One detection: the unit written to the incident log and exported."""
+
+    id: str
+    time: float
+    detected_at: float
+    job_id: str
+    rule: str
+    verdict: Verdict
+    ranks: list[int]
+    pids: list[int]
+    hosts: list[str]
+    evidence: dict[str, dict[str, object]]
+    #: Sidecar-clock time the trouble most likely began (the last step, report...).
+    onset_at: float
+    action: str = "observe"
+    action_reason: str = ""
+    dry_run: bool = False
+    #: Ranks the action targets (all ranks, or the culprits once diagnosed).
+    targets: list[int] = field(default_factory=list)
+    diagnosis: dict[str, object] | None = None
+
+    @property
+    def detection_latency_s(self) -> float:
+        return max(0.0, self.detected_at - self.onset_at)
+
+    def to_record(self) -> dict[str, object]:
+        """The JSON-ready object for the incident log."""
+        return {
+            "type": "incident",
+            "id": self.id,
+            "time": round(self.time, 6),
+            "job_id": self.job_id,
+            "rule": self.rule,
+            "verdict": self.verdict.value,
+            "ranks": self.ranks,
+            "pids": self.pids,
+            "hosts": self.hosts,
+            "action": self.action,
+            "action_reason": self.action_reason,
+            "dry_run": self.dry_run,
+            "targets": self.targets,
+            "detection_latency_s": round(self.detection_latency_s, 3),
+            "evidence": self.evidence,
+            "diagnosis": self.diagnosis,
+        }
+
+
+class EpisodeTracker:
+    """Remembers which (worker, rule) pairs are firing, to report only edges."""
+
+    def __init__(self) -> None:
+        self._active: set[tuple[WorkerKey, str]] = set()
+
+    def new_findings(self, findings: list[Finding]) -> list[Finding]:
+        current = {(f.key, f.rule) for f in findings}
+        fresh = [f for f in findings if (f.key, f.rule) not in self._active]
+        self._active = current
+        return fresh
+
+    def is_active(self, key: WorkerKey, rule: str) -> bool:
+        return (key, rule) in self._active
+
+
+def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
+    """When the trouble behind a finding most likely started."""
+    if state is None:
+        return now
+    ev = finding.evidence
+    for name in ("step_age_s", "report_age_s", "inflight_age_s", "elapsed_s"):
+        value = ev.get(name)
+        if isinstance(value, (int, float)):
+            limit = ev.get("timeout_s", ev.get("threshold_s", 0.0))
+            if finding.rule == "phase_overrun" and isinstance(limit, (int, float)):
+                return now - value + limit  # the phase became late at its deadline
+            return now - value
+    return now
+
+
+def group_incidents(
+    fresh: list[Finding],
+    states: dict[WorkerKey, WorkerState],
+    now: float,
+    wall_now: float,
+) -> list[Incident]:
+    """One incident per (job, rule, verdict) among the fresh findings."""
+    groups: dict[tuple[str, str, Verdict], list[Finding]] = {}
+    for f in fresh:
+        groups.setdefault((f.key.job_id, f.rule, f.verdict), []).append(f)
+    incidents = []
+    for (job, rule, verdict), fs in groups.items():
+        fs.sort(key=lambda f: f.key.rank)
+        hosts = sorted(
+            {states[f.key].hello.host for f in fs if f.key in states and states[f.key].hello.host}
+        )
+        incidents.append(
+            Incident(
+                id=f"{_PREFIX}-{next(_ids)}",
+                time=wall_now,
+                detected_at=now,
+                job_id=job,
+                rule=rule,
+                verdict=verdict,
+                ranks=[f.key.rank for f in fs],
+                pids=[f.pid for f in fs],
+                hosts=hosts,
+                evidence={str(f.key.rank): f.evidence for f in fs},
+                onset_at=min(onset_of(f, states.get(f.key), now) for f in fs),
+                targets=[f.key.rank for f in fs],
+            )
+        )
+    incidents.sort(key=lambda i: -i.verdict.severity)
+    return incidents

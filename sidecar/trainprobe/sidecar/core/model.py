@@ -1,0 +1,251 @@
+"""Plain data the rules work on: what a worker said, and what we know of it.
+
+Times named ``*_at`` are seconds on the sidecar's monotonic clock; times named
+``*_mono_ns`` are the worker's own clock, as received. :class:`WorkerState`
+maps the second onto the first (see :meth:`WorkerState.to_local`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class Verdict(str, enum.Enum):
+    OK = "OK"
+    DEGRADED = "DEGRADED"
+    UNRESPONSIVE = "UNRESPONSIVE"
+    HUNG = "HUNG"
+    DEAD = "DEAD"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+
+_SEVERITY = {
+    Verdict.OK: 0,
+    Verdict.DEGRADED: 1,
+    Verdict.UNRESPONSIVE: 2,
+    Verdict.HUNG: 3,
+    Verdict.DEAD: 4,
+}
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    job_id: str
+    rank: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/rank{self.rank}"
+
+
+@dataclass(frozen=True)
+class RayInfo:
+    job_id: str = ""
+    node_id: str = ""
+    actor_id: str = ""
+    worker_id: str = ""
+    run_name: str = ""
+
+
+@dataclass(frozen=True)
+class HelloData:
+    protocol_version: int
+    hook_version: str
+    job_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    interval_ms: int = 1000
+    ray: RayInfo = field(default_factory=RayInfo)
+    gpu_uuid: str = ""
+    cuda_device: int = -1
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> WorkerKey:
+        return WorkerKey(self.job_id, self.rank)
+
+
+@dataclass(frozen=True)
+class PhaseData:
+    name: str
+    start_mono_ns: int
+    timeout_s: float
+    end_mono_ns: int = 0
+
+
+@dataclass(frozen=True)
+class GpuMemoryData:
+    device_index: int = 0
+    allocated_bytes: int = 0
+    reserved_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    has_nvml: bool = False
+    device_used_bytes: int = 0
+    device_total_bytes: int = 0
+    process_used_bytes: int = 0
+
+    @property
+    def used_ratio(self) -> float | None:
+        if not self.has_nvml or self.device_total_bytes <= 0:
+            return None
+        return self.device_used_bytes / self.device_total_bytes
+
+
+@dataclass(frozen=True)
+class GroupSeqData:
+    group: str
+    issued: int
+    completed: int
+    oldest_inflight_start_mono_ns: int = 0
+    inflight_op: str = ""
+    inflight_seq: int = 0
+
+
+@dataclass(frozen=True)
+class CollectiveData:
+    group: str
+    seq: int
+    op: str
+    bytes: int
+    start_mono_ns: int
+    end_mono_ns: int
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class SyncData:
+    count: int = 0
+    p50_s: float = 0.0
+    max_s: float = 0.0
+    bytes: int = 0
+    sum_s: float = 0.0
+    groups: tuple[GroupSeqData, ...] = ()
+    samples: tuple[CollectiveData, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReportData:
+    seq: int
+    mono_ns: int
+    wall_ns: int
+    has_step: bool = False
+    last_step: int = 0
+    last_step_mono_ns: int = 0
+    total_steps: int = 0
+    step_count: int = 0
+    step_sum_s: float = 0.0
+    step_max_s: float = 0.0
+    active_phases: tuple[PhaseData, ...] = ()
+    finished_phases: tuple[PhaseData, ...] = ()
+    dropped_reports: int = 0
+    recent_steps: tuple[int, ...] = ()
+    recent_step_end_mono_ns: tuple[int, ...] = ()
+    recent_step_s: tuple[float, ...] = ()
+    gpu: GpuMemoryData | None = None
+    sync: SyncData | None = None
+
+
+@dataclass
+class ActivePhase:
+    name: str
+    started_at: float
+    timeout_s: float
+
+
+#: Reports kept for the clock-offset estimate and the step rate.
+_OFFSET_WINDOW = 16
+#: Step durations kept for threshold calibration.
+STEP_SAMPLE_WINDOW = 1000
+
+
+@dataclass
+class WorkerState:
+    """Everything the sidecar knows about one worker session."""
+
+    hello: HelloData
+    first_seen_at: float
+    connected: bool = True
+    #: Bumped when the same process opens a new stream; stale closes are ignored.
+    generation: int = 0
+    #: Whether the process is in this sidecar's PID namespace (it can signal it),
+    #: and its start time there, which guards against pid reuse.
+    local: bool = False
+    proc_start_ticks: int | None = None
+    #: "", "goodbye", "vanished" or "rejected".
+    ended: str = ""
+    ended_at: float = 0.0
+    pid_alive_at_end: bool | None = None
+    last_report_at: float = 0.0
+    last_report: ReportData | None = None
+    reports: int = 0
+    has_step: bool = False
+    last_step: int = 0
+    last_step_at: float = 0.0
+    total_steps: int = 0
+    last_phase_end_at: float = 0.0
+    active_phases: list[ActivePhase] = field(default_factory=list)
+    step_samples: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_SAMPLE_WINDOW))
+    #: (received_at, total_steps) of recent reports, for the step rate.
+    rate_points: deque[tuple[float, int]] = field(
+        default_factory=lambda: deque(maxlen=_OFFSET_WINDOW)
+    )
+    offsets: deque[float] = field(default_factory=lambda: deque(maxlen=_OFFSET_WINDOW))
+    #: Device memory used/total of recent reports (NVML), newest last.
+    gpu_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    verdict: Verdict = Verdict.OK
+    verdict_rule: str = ""
+    #: Set when trainprobe itself killed the process: its exit is expected.
+    killed_by_us: bool = False
+    #: Sidecar time of the oldest in-flight collective per group, mapped.
+    inflight_since: dict[str, float] = field(default_factory=dict)
+    #: Calibration cache: p99 of step_samples, refreshed on each report.
+    step_p99_s: float | None = None
+
+    @property
+    def key(self) -> WorkerKey:
+        return self.hello.key
+
+    @property
+    def offset_s(self) -> float:
+        # The smallest (receipt - send) seen is the least delayed: the best estimate.
+        return min(self.offsets) if self.offsets else 0.0
+
+    def to_local(self, worker_mono_ns: int) -> float:
+        """Map a worker monotonic timestamp onto the sidecar's clock (seconds)."""
+        return worker_mono_ns / 1e9 + self.offset_s
+
+    @property
+    def steps_per_s(self) -> float:
+        if len(self.rate_points) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self.rate_points[0], self.rate_points[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    @property
+    def phase_names(self) -> str:
+        return ",".join(p.name for p in self.active_phases)
+
+    def oldest_inflight(self) -> tuple[str, float] | None:
+        """(group, since) of the oldest collective in flight, if any."""
+        if not self.inflight_since:
+            return None
+        group = min(self.inflight_since, key=self.inflight_since.__getitem__)
+        return group, self.inflight_since[group]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule firing for one worker."""
+
+    key: WorkerKey
+    rule: str
+    verdict: Verdict
+    evidence: dict[str, object]
+    pid: int = 0

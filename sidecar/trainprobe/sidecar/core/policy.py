@@ -1,0 +1,73 @@
+"""Which action an incident gets, and the brake on repeated kills."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.model import Verdict
+
+#: Actions in increasing force. ``restart`` is a kill that asks the
+#: orchestrator (Ray) to bring the worker group back.
+ACTIONS = ("observe", "dump", "kill", "restart")
+DESTRUCTIVE = frozenset({"kill", "restart"})
+
+
+@dataclass(frozen=True)
+class ActionPolicy:
+    on_hung: str = "kill"
+    on_unresponsive: str = "kill"
+    on_degraded: str = "observe"
+    on_dead: str = "observe"
+    dry_run: bool = False
+    max_kills_per_hour: int = 10
+
+    def for_verdict(self, verdict: Verdict) -> str:
+        return {
+            Verdict.HUNG: self.on_hung,
+            Verdict.UNRESPONSIVE: self.on_unresponsive,
+            Verdict.DEGRADED: self.on_degraded,
+            Verdict.DEAD: self.on_dead,
+        }.get(verdict, "observe")
+
+
+class KillBudget:
+    """At most ``limit`` destructive actions per job in any hour.
+
+    One incident counts once however many ranks it kills: a bad threshold
+    then costs at most ``limit`` job restarts an hour, not a kill loop.
+    """
+
+    WINDOW_S = 3600.0
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._spent: dict[str, deque[float]] = {}
+
+    def remaining(self, job_id: str, now: float) -> int:
+        spent = self._spent.setdefault(job_id, deque())
+        while spent and now - spent[0] >= self.WINDOW_S:
+            spent.popleft()
+        return self.limit - len(spent)
+
+    def spend(self, job_id: str, now: float) -> bool:
+        if self.remaining(job_id, now) <= 0:
+            return False
+        self._spent[job_id].append(now)
+        return True
+
+
+def decide(incident: Incident, policy: ActionPolicy, budget: KillBudget, now: float) -> None:
+    """Set ``incident.action``, ``action_reason`` and ``dry_run`` in place."""
+    action = policy.for_verdict(incident.verdict)
+    reason = f"on_{incident.verdict.value.lower()}={action}"
+    if action in DESTRUCTIVE and not budget.spend(incident.job_id, now):
+        reason = (
+            f"{reason}, but job {incident.job_id!r} used its {budget.limit} kills this hour "
+            "(max_kills_per_hour): observing only"
+        )
+        action = "observe"
+    incident.action = action
+    incident.action_reason = reason
+    incident.dry_run = policy.dry_run

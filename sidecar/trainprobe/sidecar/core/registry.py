@@ -1,0 +1,154 @@
+"""The registry of worker sessions, keyed by (job, rank).
+
+Pure state transitions: a Hello opens or resumes a session, a report updates
+it, a stream end closes it. Every call takes ``now`` (sidecar monotonic
+seconds), so tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainprobe.sidecar.core.model import (
+    ActivePhase,
+    HelloData,
+    ReportData,
+    WorkerKey,
+    WorkerState,
+)
+from trainprobe.sidecar.core.thresholds import p99
+from trainprobe.sidecar.core.validate import validate_hello, validate_report
+
+#: Protocol versions this sidecar accepts.
+SUPPORTED_PROTOCOLS = range(1, 2)
+
+
+class RegistryError(Exception):
+    """A session that cannot be opened. ``code`` names the gRPC status to use."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Registry:
+    """All worker sessions this sidecar knows, live and recently ended."""
+
+    def __init__(self, forget_after_s: float = 600.0) -> None:
+        self._workers: dict[WorkerKey, WorkerState] = {}
+        self.forget_after_s = forget_after_s
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def __iter__(self) -> Iterator[WorkerState]:
+        return iter(list(self._workers.values()))
+
+    def get(self, key: WorkerKey) -> WorkerState | None:
+        return self._workers.get(key)
+
+    def jobs(self) -> dict[str, list[WorkerState]]:
+        out: dict[str, list[WorkerState]] = {}
+        for w in self._workers.values():
+            out.setdefault(w.hello.job_id, []).append(w)
+        return out
+
+    def open(self, hello: HelloData, now: float) -> WorkerState:
+        """Open a session, or resume the one this same process had.
+
+        Raises :class:`RegistryError` for an unsupported protocol, a bad
+        identity, or a rank another live process of the job already holds.
+        """
+        try:
+            validate_hello(hello, SUPPORTED_PROTOCOLS)
+        except ValueError as err:
+            code = "FAILED_PRECONDITION" if "protocol_version" in str(err) else "INVALID_ARGUMENT"
+            raise RegistryError(code, str(err)) from None
+        old = self._workers.get(hello.key)
+        same_process = (
+            old is not None and old.hello.pid == hello.pid and old.hello.host == hello.host
+        )
+        if old is not None and old.connected and not same_process:
+            raise RegistryError(
+                "ALREADY_EXISTS",
+                f"rank {hello.rank} of job {hello.job_id!r} is already reported by pid "
+                f"{old.hello.pid} on {old.hello.host}; set RANK/TRAINPROBE_JOB_ID or pass "
+                "rank=/job_id= to LivenessProbeHook",
+            )
+        if old is not None and same_process:
+            # The same process reconnecting (a blip, or its old stream is not yet
+            # seen closed): keep its history; the old stream's close is ignored.
+            old.hello = hello
+            old.connected, old.ended, old.pid_alive_at_end = True, "", None
+            old.generation += 1
+            return old
+        state = WorkerState(hello=hello, first_seen_at=now, last_report_at=now)
+        self._workers[hello.key] = state
+        return state
+
+    def apply(self, state: WorkerState, report: ReportData, now: float) -> None:
+        """Fold a report into its session. Raises ValidationError if absurd."""
+        validate_report(report)
+        state.offsets.append(now - report.mono_ns / 1e9)
+        state.last_report_at = now
+        state.last_report = report
+        state.reports += 1
+        if report.has_step and (not state.has_step or report.total_steps >= state.total_steps):
+            state.has_step = True
+            state.last_step = report.last_step
+            state.last_step_at = state.to_local(report.last_step_mono_ns)
+        state.total_steps = max(state.total_steps, report.total_steps)
+        state.rate_points.append((now, report.total_steps))
+        for phase in report.finished_phases:
+            state.last_phase_end_at = max(
+                state.last_phase_end_at, state.to_local(phase.end_mono_ns)
+            )
+        state.active_phases = [
+            ActivePhase(p.name, state.to_local(p.start_mono_ns), p.timeout_s)
+            for p in report.active_phases
+        ]
+        new_samples = [d for d in report.recent_step_s if d > 0]
+        if new_samples:
+            state.step_samples.extend(new_samples)
+            state.step_p99_s = p99(state.step_samples)
+        elif report.step_count and not report.recent_step_s:
+            # An old hook without per-step samples: the window max stands in.
+            state.step_samples.append(report.step_max_s)
+            state.step_p99_s = p99(state.step_samples)
+        if report.gpu is not None and report.gpu.used_ratio is not None:
+            state.gpu_ratios.append(report.gpu.used_ratio)
+        if report.sync is not None:
+            state.inflight_since = {
+                g.group: state.to_local(g.oldest_inflight_start_mono_ns)
+                for g in report.sync.groups
+                if g.oldest_inflight_start_mono_ns
+            }
+        else:
+            state.inflight_since = {}
+
+    def close(
+        self, state: WorkerState, generation: int, how: str, now: float, pid_alive: bool | None
+    ) -> bool:
+        """Mark a stream ended: ``goodbye``, ``vanished`` or ``rejected``.
+
+        Returns False (and changes nothing) if a newer stream of the same
+        process has taken the session over.
+        """
+        if state.generation != generation or self._workers.get(state.key) is not state:
+            return False
+        state.connected = False
+        state.ended = how
+        state.ended_at = now
+        state.pid_alive_at_end = pid_alive
+        return True
+
+    def forget_stale(self, now: float) -> list[WorkerState]:
+        """Drop ended sessions older than ``forget_after_s``."""
+        gone = [
+            w
+            for w in self._workers.values()
+            if not w.connected and now - max(w.ended_at, w.last_report_at) > self.forget_after_s
+        ]
+        for w in gone:
+            del self._workers[w.key]
+        return gone

@@ -1,0 +1,224 @@
+"""The rules: pure functions from worker state and the time to findings.
+
+| rule          | verdict      | fires when                                                   |
+|---------------|--------------|--------------------------------------------------------------|
+| heartbeat     | UNRESPONSIVE | no report for heartbeat_timeout_s (at least 3 intervals)      |
+| exit          | DEAD         | the stream ended without a Goodbye                           |
+| phase_overrun | HUNG         | a declared phase ran past its timeout                        |
+| startup       | HUNG         | no first step within startup_timeout_s, outside any phase    |
+| stall         | HUNG         | reports arrive but the step has not advanced for the stall   |
+|               |              | threshold, outside any phase                                 |
+| sync_inflight | HUNG         | the oldest in-flight collective is older than sync_timeout_s |
+| sync_latency  | DEGRADED     | a window's slowest gradient sync exceeded sync_latency_s     |
+| gpu_memory    | DEGRADED     | device memory used/total >= ratio for N reports in a row     |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
+from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    heartbeat_timeout_s: float = 10.0
+    stall: StallPolicy = field(default_factory=StallPolicy)
+    phase_timeout_s: float = 3600.0
+    gpu_memory_ratio: float = 0.95
+    gpu_memory_reports: int = 3
+    sync_latency_s: float = 5.0
+    sync_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the rules need to know about a worker's job as a whole.
+
+    Ranks of a job wait on each other: while rank 0 writes a checkpoint inside
+    a declared phase, the others sit in their next allreduce. So a phase held
+    by any rank covers every rank of the job, and the stall clock of every rank
+    restarts when the job's last phase ends.
+    """
+
+    threshold: StallThreshold
+    phase_holders: tuple[int, ...] = ()
+    last_phase_end_at: float = 0.0
+
+
+def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:
+    """The context of every job present in ``workers``."""
+    by_job: dict[str, list[WorkerState]] = {}
+    for w in workers:
+        by_job.setdefault(w.hello.job_id, []).append(w)
+    out = {}
+    for job, ws in by_job.items():
+        live = [w for w in ws if w.connected]
+        out[job] = JobContext(
+            threshold=stall_threshold(
+                policy, [len(w.step_samples) for w in ws], [w.step_p99_s for w in ws]
+            ),
+            phase_holders=tuple(sorted(w.hello.rank for w in live if w.active_phases)),
+            last_phase_end_at=max((w.last_phase_end_at for w in ws), default=0.0),
+        )
+    return out
+
+
+def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
+    """Every finding for every worker at time ``now``."""
+    workers = list(workers)
+    contexts = job_contexts(workers, cfg.stall)
+    out: list[Finding] = []
+    for w in workers:
+        out.extend(evaluate_worker(w, cfg, contexts[w.hello.job_id], now))
+    return out
+
+
+def _finding(w: WorkerState, rule: str, verdict: Verdict, **evidence: object) -> Finding:
+    return Finding(w.key, rule, verdict, evidence, w.hello.pid)
+
+
+def heartbeat_limit_s(w: WorkerState, cfg: RuleConfig) -> float:
+    return max(cfg.heartbeat_timeout_s, 3 * w.hello.interval_ms / 1000.0)
+
+
+def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> list[Finding]:
+    """Findings for one worker; at most one HUNG/UNRESPONSIVE among them."""
+    if w.killed_by_us or w.ended == "goodbye":
+        return []
+    out: list[Finding] = []
+    if w.ended == "vanished":
+        out.append(
+            _finding(
+                w,
+                "exit",
+                Verdict.DEAD,
+                pid_alive=w.pid_alive_at_end,
+                last_step=w.last_step if w.has_step else None,
+                report_age_s=round(now - w.last_report_at, 3),
+            )
+        )
+        if not w.pid_alive_at_end:
+            return out
+    report_age = now - w.last_report_at
+    limit = heartbeat_limit_s(w, cfg)
+    if report_age > limit:
+        out.append(
+            _finding(
+                w,
+                "heartbeat",
+                Verdict.UNRESPONSIVE,
+                report_age_s=round(report_age, 3),
+                timeout_s=limit,
+            )
+        )
+        return out  # every other rule needs fresh reports
+    if not w.connected:
+        return out
+    out.extend(_degraded(w, cfg))
+    if w.active_phases:
+        hung = _phase_overrun(w, cfg, now)
+    elif job.phase_holders:
+        hung = None  # another rank's declared phase covers this one's wait
+    else:
+        hung = _progress(w, cfg, job, now)
+    if hung is not None:
+        out.append(hung)
+    return out
+
+
+def _phase_overrun(w: WorkerState, cfg: RuleConfig, now: float) -> Finding | None:
+    for p in w.active_phases:
+        timeout = p.timeout_s or cfg.phase_timeout_s
+        elapsed = now - p.started_at
+        if elapsed > timeout:
+            return _finding(
+                w,
+                "phase_overrun",
+                Verdict.HUNG,
+                phase=p.name,
+                elapsed_s=round(elapsed, 3),
+                timeout_s=timeout,
+                declared=bool(p.timeout_s),
+            )
+    return None
+
+
+def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:
+    if not w.has_step:
+        elapsed = now - max(w.first_seen_at, job.last_phase_end_at)
+        if elapsed > cfg.stall.startup_timeout_s:
+            return _finding(
+                w,
+                "startup",
+                Verdict.HUNG,
+                elapsed_s=round(elapsed, 3),
+                timeout_s=cfg.stall.startup_timeout_s,
+            )
+        return None
+    # Collectives before the first step (rendezvous, data download barriers) are
+    # start-up, judged by the start-up timeout above.
+    inflight = w.oldest_inflight()
+    if inflight is not None:
+        group, since = inflight
+        age = now - max(since, job.last_phase_end_at)
+        if age > cfg.sync_timeout_s:
+            return _finding(
+                w,
+                "sync_inflight",
+                Verdict.HUNG,
+                group=group,
+                inflight_age_s=round(age, 3),
+                timeout_s=cfg.sync_timeout_s,
+                step=w.last_step,
+            )
+    threshold = job.threshold
+    step_age = now - max(w.last_step_at, job.last_phase_end_at)
+    if step_age > threshold.seconds:
+        return _finding(
+            w,
+            "stall",
+            Verdict.HUNG,
+            step=w.last_step,
+            step_age_s=round(step_age, 3),
+            threshold_s=round(threshold.seconds, 3),
+            basis=threshold.basis,
+            p99_step_s=None if threshold.p99_s is None else round(threshold.p99_s, 6),
+            samples=threshold.samples,
+        )
+    return None
+
+
+def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
+    out: list[Finding] = []
+    n = cfg.gpu_memory_reports
+    ratios = list(w.gpu_ratios)[-n:]
+    if len(ratios) == n and all(r >= cfg.gpu_memory_ratio for r in ratios):
+        gpu = w.last_report.gpu if w.last_report else None
+        out.append(
+            _finding(
+                w,
+                "gpu_memory",
+                Verdict.DEGRADED,
+                used_ratio=round(ratios[-1], 4),
+                ratio=cfg.gpu_memory_ratio,
+                reports=n,
+                used_bytes=gpu.device_used_bytes if gpu else None,
+                total_bytes=gpu.device_total_bytes if gpu else None,
+            )
+        )
+    sync = w.last_report.sync if w.last_report else None
+    if sync is not None and sync.count and sync.max_s > cfg.sync_latency_s:
+        out.append(
+            _finding(
+                w,
+                "sync_latency",
+                Verdict.DEGRADED,
+                max_sync_s=round(sync.max_s, 6),
+                p50_sync_s=round(sync.p50_s, 6),
+                threshold_s=cfg.sync_latency_s,
+            )
+        )
+    return out

@@ -1,0 +1,125 @@
+"""``trainprobe``: ask a running sidecar what it sees.
+
+trainprobe status [--target ADDR] [--job J] [--json]
+trainprobe diagnose --job J [--target ADDR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import grpc
+from google.protobuf import json_format
+
+from trainprobe.proto import (
+    AUTH_METADATA_KEY,
+    DEFAULT_TARGET_ENV,
+    EndpointError,
+    default_socket_path,
+    parse_endpoint,
+    probe_pb2,
+    probe_pb2_grpc,
+)
+
+
+def _target(text: str | None) -> str:
+    return parse_endpoint(
+        text or os.environ.get(DEFAULT_TARGET_ENV) or str(default_socket_path())
+    ).grpc_target
+
+
+def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, grpc.Channel]:
+    channel = grpc.insecure_channel(_target(args.target))
+    token = args.token or os.environ.get("TRAINPROBE_TOKEN")
+    metadata = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+    return probe_pb2_grpc.SidecarStub(channel), metadata, channel
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.1f}G" if n else "-"
+
+
+def format_status(reply: probe_pb2.StatusReply) -> str:
+    """The human table of ``trainprobe status``."""
+    head = (
+        f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
+        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50':>9} {'VERDICT':<12} STATE"
+    )
+    lines = [head]
+    for w in reply.workers:
+        gpu = "-"
+        if w.HasField("gpu_memory"):
+            g = w.gpu_memory
+            gpu = (
+                f"{_bytes(g.device_used_bytes)}/{_bytes(g.device_total_bytes)}"
+                if g.has_nvml
+                else _bytes(g.reserved_bytes)
+            )
+        step = str(w.step) if w.has_step else "-"
+        sync = f"{w.sync_p50_s * 1000:.1f}ms" if w.sync_p50_s else "-"
+        lines.append(
+            f"{w.job_id[:20]:<20} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
+            f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
+            f"{gpu:>13} {sync:>9} {w.verdict:<12} {w.state}"
+        )
+    if not reply.workers:
+        lines.append("(no workers have reported)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainprobe", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
+        ("diagnose", "the current culprit analysis of a job"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument(
+            "--target",
+            help=f"sidecar address (default ${DEFAULT_TARGET_ENV} or the per-user socket)",
+        )
+        p.add_argument("--token", help="bearer token for TCP sidecars (default $TRAINPROBE_TOKEN)")
+        p.add_argument("--job", default="", required=name == "diagnose", help="job id")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
+    args = parser.parse_args(argv)
+    try:
+        stub, metadata, channel = _stub(args)
+    except EndpointError as err:
+        print(f"trainprobe: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "status":
+            reply = stub.GetStatus(
+                probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
+            )
+            if args.json:
+                print(json.dumps(json_format.MessageToDict(reply), indent=2))
+            else:
+                print(format_status(reply))
+        else:
+            diag = stub.Diagnose(
+                probe_pb2.DiagnoseRequest(job_id=args.job),
+                timeout=args.timeout_s,
+                metadata=metadata,
+            )
+            print(diag.json if args.json else diag.text)
+    except grpc.RpcError as err:
+        print(
+            f"trainprobe: error: sidecar at {_target(args.target)}: {err.code().name}: "
+            f"{err.details()}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

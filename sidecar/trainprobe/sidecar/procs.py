@@ -1,0 +1,101 @@
+"""Process facts and signals, for workers in this sidecar's PID namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if unknown.
+
+    Together with the pid this names one process for its whole life, so a
+    kill never hits a process that merely reused the number.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class KillOutcome:
+    pid: int
+    method: str = "signal"
+    signals: list[str] = field(default_factory=list)
+    exited: bool = False
+    seconds: float = 0.0
+    error: str = ""
+
+    def to_record(self) -> dict[str, object]:
+        return asdict(self)
+
+
+async def terminate(
+    pid: int, grace_s: float, start_ticks: int | None = None, poll_s: float = 0.02
+) -> KillOutcome:
+    """SIGCONT + SIGTERM, then SIGKILL after ``grace_s``; wait for the exit.
+
+    SIGCONT first so that a stopped process can run its SIGTERM handler.
+    """
+    out = KillOutcome(pid=pid)
+    t0 = time.monotonic()
+    if start_ticks is not None and proc_start_ticks(pid) not in (None, start_ticks):
+        out.error = "pid was reused by another process; not signalled"
+        out.exited = True
+        return out
+    if not pid_alive(pid):
+        out.exited = True
+        return out
+    try:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            os.kill(pid, sig)
+            out.signals.append(sig.name)
+        if not await _wait_gone(pid, grace_s, poll_s):
+            os.kill(pid, signal.SIGKILL)
+            out.signals.append("SIGKILL")
+            await _wait_gone(pid, 10.0, poll_s)
+    except ProcessLookupError:
+        pass
+    except PermissionError as err:
+        out.error = f"not permitted to signal pid {pid}: {err}"
+    out.exited = not pid_alive(pid)
+    out.seconds = round(time.monotonic() - t0, 3)
+    return out
+
+
+async def _wait_gone(pid: int, timeout_s: float, poll_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(poll_s)
+    return True

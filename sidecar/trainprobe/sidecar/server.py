@@ -1,0 +1,294 @@
+"""Assembles a sidecar from its settings and serves it on grpc.aio.
+
+Unix listeners are protected by file permissions (socket 0600, directory
+0700). TCP listeners live on a second server whose interceptor checks the
+bearer token, since an interceptor cannot tell which port a call came in on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint, probe_pb2
+from trainprobe.sidecar.actions import Actions, Killer, SignalKiller
+from trainprobe.sidecar.convert import status_pb
+from trainprobe.sidecar.core.policy import ActionPolicy
+from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.rules import RuleConfig
+from trainprobe.sidecar.core.thresholds import StallPolicy
+from trainprobe.sidecar.engine import Engine
+from trainprobe.sidecar.incident_log import IncidentLog
+from trainprobe.sidecar.servicer import Commander, SidecarServicer
+from trainprobe.sidecar.settings import Settings
+
+log = logging.getLogger("trainprobe.sidecar")
+SIDECAR_VERSION = "0.1.0"
+_SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class ListenError(RuntimeError):
+    """A listen address that cannot be served."""
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
+            log.warning("rejected UNAUTHENTICATED call from %s", context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
+
+        async def deny_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+            await deny(None, context)
+
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
+
+    async def intercept_service(
+        self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == AUTH_METADATA_KEY:
+                got = value.encode() if isinstance(value, str) else value
+                if hmac.compare_digest(got, self._expected):
+                    return await continuation(handler_call_details)
+        return (
+            self._deny_stream
+            if handler_call_details.method.endswith("/Connect")
+            else (self._deny_unary)
+        )
+
+
+def rule_config(s: Settings) -> RuleConfig:
+    return RuleConfig(
+        heartbeat_timeout_s=s.heartbeat_timeout_s,
+        stall=StallPolicy(
+            timeout_s=s.stall_timeout_s,
+            floor_s=s.stall_floor_s,
+            p99_factor=s.stall_p99_factor,
+            warmup_steps=s.stall_warmup_steps,
+            startup_timeout_s=s.startup_timeout_s,
+        ),
+        phase_timeout_s=s.phase_timeout_s,
+        gpu_memory_ratio=s.gpu_memory_ratio,
+        gpu_memory_reports=s.gpu_memory_reports,
+        sync_latency_s=s.sync_latency_s,
+        sync_timeout_s=s.sync_timeout_s,
+    )
+
+
+def action_policy(s: Settings) -> ActionPolicy:
+    return ActionPolicy(
+        on_hung=s.on_hung,
+        on_unresponsive=s.on_unresponsive,
+        on_degraded=s.on_degraded,
+        dry_run=s.dry_run,
+        max_kills_per_hour=s.max_kills_per_hour,
+    )
+
+
+def _prepare_unix(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(0.5)
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale socket of a sidecar that died
+        else:
+            raise ListenError(f"another sidecar is already listening on {path}")
+        finally:
+            probe.close()
+
+
+class Sidecar:
+    """A running sidecar: registry, rules tick, servers. Use within one loop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        killer: Killer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.registry = Registry()
+        self.commander = Commander()
+        self.incident_log = IncidentLog(settings.incident_log_path)
+        self.actions = Actions(
+            self.registry,
+            self.commander,
+            self.incident_log,
+            killer or SignalKiller(self.commander),
+            kill_grace_s=settings.kill_grace_s,
+        )
+        self.engine = Engine(
+            self.registry,
+            rule_config(settings),
+            action_policy(settings),
+            self.incident_log,
+            self.actions,
+            clock=clock,
+        )
+        self.servicer = SidecarServicer(self.registry, self.commander, self.status, clock=clock)
+        self.addresses: list[str] = []
+        self._servers: list[grpc.aio.Server] = []
+        self._stop = asyncio.Event()
+        self._engine_task: asyncio.Task[None] | None = None
+        self._unix_paths: list[Path] = []
+
+    def status(self, job_id: str = "") -> probe_pb2.StatusReply:
+        now = self.clock()
+        thresholds: dict[str, float] = {}
+        rows = []
+        for w in sorted(self.registry, key=lambda w: (w.hello.job_id, w.hello.rank)):
+            if job_id and w.hello.job_id != job_id:
+                continue
+            job = w.hello.job_id
+            if job not in thresholds:
+                thresholds[job] = self.engine.stall_threshold_s(job)
+            rows.append(status_pb(w, now, thresholds[job]))
+        return probe_pb2.StatusReply(
+            workers=rows, sidecar_version=SIDECAR_VERSION, node=socket.gethostname()
+        )
+
+    async def start(self) -> None:
+        plain = grpc.aio.server(options=_SERVER_OPTIONS)
+        plain.add_generic_rpc_handlers((self.servicer.handler(),))
+        secured: grpc.aio.Server | None = None
+        for text in self.settings.listen_addresses:
+            ep = parse_endpoint(text)
+            if ep.kind == "unix":
+                path = Path(ep.path)
+                _prepare_unix(path)
+                plain.add_insecure_port(ep.grpc_target)
+                self._unix_paths.append(path)
+                self.addresses.append(str(ep))
+                continue
+            if not self.settings.token and not self.settings.insecure:
+                raise ListenError(f"{ep}: TCP needs a token (or insecure=True)")
+            server = plain
+            if self.settings.token:
+                if secured is None:
+                    secured = grpc.aio.server(
+                        options=_SERVER_OPTIONS,
+                        interceptors=[TokenInterceptor(self.settings.token)],
+                    )
+                    secured.add_generic_rpc_handlers((self.servicer.handler(),))
+                server = secured
+            try:
+                port = server.add_insecure_port(ep.grpc_target)
+            except RuntimeError as err:
+                raise ListenError(f"cannot listen on {ep}: {err}") from None
+            self.addresses.append(f"tcp://{ep.host}:{port}")
+        self._servers = [s for s in (plain, secured) if s is not None]
+        for server in self._servers:
+            await server.start()
+        for path in self._unix_paths:
+            os.chmod(path, 0o600)
+        self._engine_task = asyncio.ensure_future(
+            self.engine.run(self.settings.tick_interval_ms / 1000.0, self._stop)
+        )
+        log.info(
+            "trainprobe sidecar %s listening on %s", SIDECAR_VERSION, ", ".join(self.addresses)
+        )
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        self._stop.set()
+        if self._engine_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._engine_task
+        await asyncio.gather(*(s.stop(grace_s) for s in self._servers))
+        await self.engine.drain(timeout_s=grace_s + self.settings.kill_grace_s)
+        for path in self._unix_paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self.incident_log.flush()
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+
+class SidecarThread:
+    """A sidecar on its own loop in a background thread (tests, benchmarks, Ray)."""
+
+    def __init__(self, settings: Settings, killer: Killer | None = None) -> None:
+        self.settings = settings
+        self._killer = killer
+        self.sidecar: Sidecar | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="trainprobe-sidecar", daemon=True)
+
+    def start(self, timeout_s: float = 10.0) -> SidecarThread:
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError("sidecar did not start in time")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        async def main() -> None:
+            try:
+                self.loop = asyncio.get_running_loop()
+                self.sidecar = Sidecar(self.settings, killer=self._killer)
+                await self.sidecar.start()
+            except BaseException as err:
+                self._error = err
+                self._ready.set()
+                return
+            self._ready.set()
+            await self.sidecar.wait_stopped()
+            await self.sidecar.stop()
+
+        asyncio.run(main())
+
+    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """Run ``fn`` on the sidecar's loop and return its result."""
+        assert self.loop is not None
+
+        async def wrapper() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(timeout_s)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.loop is not None and self.sidecar is not None:
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self.sidecar.request_stop)
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> SidecarThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
