@@ -109,11 +109,14 @@ class SidecarProcess:
             str(self.state_dir),
             *self.flags,
         ]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(**self.env), cwd=self.workdir
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env(**self.env),
+                cwd=self.workdir,
+            )
         wait_for(
             lambda: "ready on" in self.log_text() or self.proc.poll() is not None,
             timeout_s,
