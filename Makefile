@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 # committed gencode is reproducible and works with protobuf>=5.29.
 GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 
-.PHONY: demo test lint proto bench gpu-test clean
+.PHONY: demo test lint proto docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,9 @@ lint: $(VENV)/.installed
 
 proto: $(PROTOGEN)/.installed
 	$(PROTOGEN)/bin/python tools/gen_proto.py
+
+docs: $(VENV)/.installed
+	$(VPY) -c "from trainprobe.sidecar.settings import render_markdown as r; open('docs/CONFIG.md', 'w').write(r())"
 
 bench: $(VENV)/.installed
 	$(VPY) bench/run_all.py

@@ -109,6 +109,7 @@ class SidecarProcess:
             str(self.state_dir),
             *self.flags,
         ]
+        offset = len(self.log_text())  # a restart appends to the same log
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd,
@@ -118,7 +119,7 @@ class SidecarProcess:
                 cwd=self.workdir,
             )
         wait_for(
-            lambda: "ready on" in self.log_text() or self.proc.poll() is not None,
+            lambda: "ready on" in self.log_text()[offset:] or self.proc.poll() is not None,
             timeout_s,
             what="sidecar start",
         )

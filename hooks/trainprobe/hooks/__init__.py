@@ -8,6 +8,8 @@ Public API:
 - :func:`resolve_identity`: how the hook finds job, rank and Ray ids.
 """
 
+# First: gRPC must be imported with its fork handlers off (see _grpc_fork).
+from trainprobe.hooks import _grpc_fork  # noqa: F401
 from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
 
