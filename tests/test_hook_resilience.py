@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 import time
@@ -14,14 +15,16 @@ from tests.support import PYTHON, REPO, SidecarProcess, child_env, short_tmpdir,
 LOOP = REPO / "tests" / "workers" / "loop.py"
 
 
-def start_loop(workdir: Path, target: str, steps: int, step_s: float, *extra: str):
+def start_loop(
+    workdir: Path, target: str, steps: int, step_s: float, *extra: str, env: dict | None = None
+):
     progress = workdir / "progress.txt"
     log = open(workdir / "loop.log", "wb")  # noqa: SIM115 - closed by the caller via proc.wait
     proc = subprocess.Popen(
         [PYTHON, str(LOOP), str(steps), str(step_s), str(progress), *extra],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=child_env(TRAINPROBE_TARGET=target),
+        env=child_env(TRAINPROBE_TARGET=target, **(env or {})),
     )
     return proc, progress, workdir / "loop.log"
 
@@ -30,7 +33,7 @@ def steps_and_gaps(progress: Path) -> tuple[int, float, float]:
     lines = progress.read_text().split("\n")
     times = [float(x.split()[2]) for x in lines if x.startswith("step ")]
     in_hook = float(next(x for x in lines if x.startswith("done")).split()[1])
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     return len(times), max(gaps), in_hook
 
 
