@@ -77,7 +77,7 @@ def test_bad_values_name_the_key_and_range(raw: dict, message: str) -> None:
 def test_unknown_toml_key_is_an_error(tmp_path: Path) -> None:
     cfg = tmp_path / "t.toml"
     cfg.write_text("stall_timeout = 3\n")
-    with pytest.raises(SettingsError, match="stall_timeout: unknown setting.*stall_timeout_s"):
+    with pytest.raises(SettingsError, match=r"stall_timeout: unknown setting.*stall_timeout_s"):
         load_settings(config=cfg, env={})
 
 
