@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.support import Workers, short_tmpdir, sidecar, wait_for
@@ -34,3 +36,115 @@ def test_rank_sleeping_in_step_is_detected_and_killed() -> None:
         killed = [w.pids[r] for r in inc["targets"]]
         assert all(codes[w.pids.index(pid)] is not None for pid in killed)
         assert w.max_step() < 400
+
+
+def test_sigstopped_rank_is_unresponsive_and_killed() -> None:
+    """SIGSTOP freezes the reporter thread too: no reports, so the heartbeat rule fires."""
+    with (
+        sidecar("--heartbeat-timeout-s", "3", "--stall-timeout-s", "600") as sc,
+        Workers(
+            2,
+            sc.target,
+            short_tmpdir(),
+            job_id="stop2",
+            args=[
+                "--steps",
+                "400",
+                "--step-s",
+                "0.02",
+                "--hang-rank",
+                "1",
+                "--hang-at",
+                "10",
+                "--hang-mode",
+                "stop",
+            ],
+        ) as w,
+    ):
+        inc = sc.wait_incident(lambda r: r["rule"] == "heartbeat", timeout_s=60)
+        assert inc["verdict"] == "UNRESPONSIVE" and inc["ranks"] == [1]
+        assert inc["pids"] == [w.pids[1]]
+        assert 3.0 <= inc["detection_latency_s"] < 3.0 + 0.5 + 0.2  # + one report interval
+        action = wait_for(lambda: sc.incidents("action"), 30, what="kill")[0]
+        outcome = action["outcomes"]["1"]
+        assert outcome["exited"] and outcome["signals"][:2] == ["SIGCONT", "SIGTERM"]
+        assert w.wait(30)[1] is not None  # the stopped process is really gone
+
+
+def test_killed_rank_is_dead_at_once() -> None:
+    """A rank that vanishes (here: os._exit mid-step) is DEAD within a tick, not after a timeout."""
+    with (
+        sidecar("--heartbeat-timeout-s", "30", "--stall-timeout-s", "600") as sc,
+        Workers(
+            2,
+            sc.target,
+            short_tmpdir(),
+            job_id="exit2",
+            args=[
+                "--steps",
+                "400",
+                "--step-s",
+                "0.02",
+                "--hang-rank",
+                "0",
+                "--hang-at",
+                "10",
+                "--hang-mode",
+                "exit",
+            ],
+        ),
+    ):
+        inc = sc.wait_incident(lambda r: r["rule"] == "exit", timeout_s=60)
+        assert inc["verdict"] == "DEAD" and inc["ranks"] == [0]
+        assert inc["evidence"]["0"]["pid_alive"] is False
+        assert inc["action"] == "observe"
+        assert inc["detection_latency_s"] < 1.5  # seen when the stream broke, not by a timeout
+
+
+def test_long_declared_checkpoint_is_never_killed() -> None:
+    """Rank 0 checkpoints for 8 s inside hook.phase(); the stall limit is 3 s."""
+    with (
+        sidecar("--stall-timeout-s", "3", "--heartbeat-timeout-s", "5") as sc,
+        Workers(
+            4,
+            sc.target,
+            short_tmpdir(),
+            job_id="ckpt",
+            args=[
+                "--steps",
+                "40",
+                "--step-s",
+                "0.02",
+                "--ckpt-every",
+                "15",
+                "--ckpt-s",
+                "8",
+                "--ckpt-rank",
+                "0",
+            ],
+        ) as w,
+    ):
+        codes = w.wait(150)
+        assert codes == [0, 0, 0, 0], [w.log_text(r)[-2000:] for r in range(4)]
+        assert len(w.events("checkpoint")) == 2 and w.max_step() == 40
+        assert sc.incidents() == [], sc.incidents()
+
+
+def test_dry_run_reports_but_does_not_kill() -> None:
+    with (
+        sidecar("--stall-timeout-s", "2", "--dry-run") as sc,
+        Workers(
+            2,
+            sc.target,
+            short_tmpdir(),
+            job_id="dry",
+            args=["--steps", "400", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "8"],
+        ) as w,
+    ):
+        inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
+        assert inc["dry_run"] is True and inc["action"] == "kill"
+        action = wait_for(lambda: sc.incidents("action"), 20, what="dry-run record")[0]
+        assert action["dry_run"] is True
+        time.sleep(1.0)
+        assert all(p.poll() is None for p in w.procs)  # nobody was signalled
+        assert "dry run: would kill" in sc.log_text()
