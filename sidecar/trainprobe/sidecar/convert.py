@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.model import (
     CollectiveData,
@@ -45,17 +48,13 @@ def _phase(p: probe_pb2.Phase) -> PhaseData:
     return PhaseData(p.name, p.start_mono_ns, p.timeout_s, p.end_mono_ns)
 
 
+def _fields(cls: Any, msg: Any) -> dict[str, Any]:
+    """The values of ``msg`` for every field of dataclass ``cls`` (same names)."""
+    return {f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)}
+
+
 def _gpu(g: probe_pb2.GpuMemory) -> GpuMemoryData:
-    return GpuMemoryData(
-        device_index=g.device_index,
-        allocated_bytes=g.allocated_bytes,
-        reserved_bytes=g.reserved_bytes,
-        peak_allocated_bytes=g.peak_allocated_bytes,
-        has_nvml=g.has_nvml,
-        device_used_bytes=g.device_used_bytes,
-        device_total_bytes=g.device_total_bytes,
-        process_used_bytes=g.process_used_bytes,
-    )
+    return GpuMemoryData(**_fields(GpuMemoryData, g))
 
 
 def _sync(s: probe_pb2.SyncStats) -> SyncData:
@@ -65,21 +64,8 @@ def _sync(s: probe_pb2.SyncStats) -> SyncData:
         max_s=s.max_s,
         bytes=s.bytes,
         sum_s=s.sum_s,
-        groups=tuple(
-            GroupSeqData(
-                g.group,
-                g.issued,
-                g.completed,
-                g.oldest_inflight_start_mono_ns,
-                g.inflight_op,
-                g.inflight_seq,
-            )
-            for g in s.groups
-        ),
-        samples=tuple(
-            CollectiveData(c.group, c.seq, c.op, c.bytes, c.start_mono_ns, c.end_mono_ns, c.step)
-            for c in s.samples
-        ),
+        groups=tuple(GroupSeqData(**_fields(GroupSeqData, g)) for g in s.groups),
+        samples=tuple(CollectiveData(**_fields(CollectiveData, c)) for c in s.samples),
     )
 
 
@@ -107,18 +93,7 @@ def report_from_pb(m: probe_pb2.Report) -> ReportData:
 
 
 def _gpu_pb(g: GpuMemoryData | None) -> probe_pb2.GpuMemory | None:
-    if g is None:
-        return None
-    return probe_pb2.GpuMemory(
-        device_index=g.device_index,
-        allocated_bytes=g.allocated_bytes,
-        reserved_bytes=g.reserved_bytes,
-        peak_allocated_bytes=g.peak_allocated_bytes,
-        has_nvml=g.has_nvml,
-        device_used_bytes=g.device_used_bytes,
-        device_total_bytes=g.device_total_bytes,
-        process_used_bytes=g.process_used_bytes,
-    )
+    return None if g is None else probe_pb2.GpuMemory(**dataclasses.asdict(g))
 
 
 def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2.WorkerStatus:
@@ -146,17 +121,7 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
         gpu_memory=_gpu_pb(rep.gpu if rep else None),
         sync_p50_s=sync.p50_s if sync else 0.0,
         sync_max_s=sync.max_s if sync else 0.0,
-        groups=[
-            probe_pb2.GroupSeq(
-                group=g.group,
-                issued=g.issued,
-                completed=g.completed,
-                oldest_inflight_start_mono_ns=g.oldest_inflight_start_mono_ns,
-                inflight_op=g.inflight_op,
-                inflight_seq=g.inflight_seq,
-            )
-            for g in (sync.groups if sync else ())
-        ],
+        groups=[probe_pb2.GroupSeq(**dataclasses.asdict(g)) for g in (sync.groups if sync else ())],
         ray=probe_pb2.RayIdentity(
             job_id=h.ray.job_id,
             node_id=h.ray.node_id,
