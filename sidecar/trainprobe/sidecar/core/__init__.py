@@ -4,6 +4,7 @@ Nothing here imports gRPC, Ray or OpenTelemetry, and every function takes the
 current time as an argument, so the whole decision path is unit-testable.
 """
 
+from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
 from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
 from trainprobe.sidecar.core.model import (
     CollectiveData,
@@ -22,6 +23,7 @@ from trainprobe.sidecar.core.model import (
 from trainprobe.sidecar.core.policy import ACTIONS, ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
 from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
+from trainprobe.sidecar.core.summary import summarize
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, p99, stall_threshold
 from trainprobe.sidecar.core.validate import ValidationError, validate_hello, validate_report
 
@@ -30,15 +32,18 @@ __all__ = [
     "SUPPORTED_PROTOCOLS",
     "ActionPolicy",
     "CollectiveData",
+    "Diagnosis",
     "EpisodeTracker",
     "Finding",
     "GpuMemoryData",
+    "GroupProgress",
     "GroupSeqData",
     "HelloData",
     "Incident",
     "JobContext",
     "KillBudget",
     "PhaseData",
+    "RankSummary",
     "RayInfo",
     "Registry",
     "RegistryError",
@@ -51,12 +56,14 @@ __all__ = [
     "Verdict",
     "WorkerKey",
     "WorkerState",
+    "analyze",
     "decide",
     "evaluate",
     "group_incidents",
     "job_contexts",
     "p99",
     "stall_threshold",
+    "summarize",
     "validate_hello",
     "validate_report",
 ]

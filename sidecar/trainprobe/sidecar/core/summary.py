@@ -1,0 +1,44 @@
+"""Turn a worker's full state into the compact :class:`RankSummary`."""
+
+from __future__ import annotations
+
+from trainprobe.sidecar.core.culprit import GroupProgress, RankSummary
+from trainprobe.sidecar.core.model import WorkerState
+
+
+def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSummary:
+    """What other sidecars (and the culprit analysis) need to know of ``w`` at ``now``."""
+    report_age = max(0.0, now - w.last_report_at)
+    groups: tuple[GroupProgress, ...] = ()
+    sync = w.last_report.sync if w.last_report is not None else None
+    if sync is not None:
+        groups = tuple(
+            GroupProgress(
+                group=g.group,
+                issued=g.issued,
+                completed=g.completed,
+                inflight_age_s=(
+                    max(0.0, now - w.inflight_since[g.group])
+                    if g.group in w.inflight_since
+                    else None
+                ),
+                inflight_op=g.inflight_op,
+                inflight_seq=g.inflight_seq,
+            )
+            for g in sync.groups
+        )
+    return RankSummary(
+        rank=w.hello.rank,
+        world_size=w.hello.world_size,
+        host=w.hello.host,
+        pid=w.hello.pid,
+        reporting=w.connected and report_age <= heartbeat_limit_s,
+        ended=w.ended,
+        report_age_s=round(report_age, 3),
+        has_step=w.has_step,
+        step=w.last_step,
+        step_age_s=round(max(0.0, now - w.last_step_at), 3) if w.has_step else 0.0,
+        phases=tuple(p.name for p in w.active_phases),
+        groups=groups,
+        verdict=w.verdict.value,
+    )

@@ -1,0 +1,182 @@
+"""Culprit analysis from hand-made job states."""
+
+from __future__ import annotations
+
+from trainprobe.sidecar.core.culprit import (
+    ALL_IN_FLIGHT,
+    HEALTHY,
+    INCONCLUSIVE,
+    MISMATCH,
+    STRAGGLER,
+    UNRESPONSIVE,
+    GroupProgress,
+    RankSummary,
+    analyze,
+)
+
+
+def waiting(
+    rank: int, seq: int = 42, op: str = "allreduce", world: int = 4, age: float = 6.0, **kw: object
+) -> RankSummary:
+    g = GroupProgress(
+        "default",
+        issued=seq,
+        completed=seq - 1,
+        inflight_age_s=age,
+        inflight_op=op,
+        inflight_seq=seq,
+    )
+    return RankSummary(
+        rank=rank,
+        world_size=world,
+        host=f"node{rank // 2}",
+        pid=100 + rank,
+        has_step=True,
+        step=10,
+        step_age_s=6.5,
+        groups=(g,),
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def idle(rank: int, issued: int = 41, world: int = 4, **kw: object) -> RankSummary:
+    g = GroupProgress("default", issued=issued, completed=issued)
+    return RankSummary(
+        rank=rank,
+        world_size=world,
+        host=f"node{rank // 2}",
+        pid=100 + rank,
+        has_step=True,
+        step=10,
+        step_age_s=6.5,
+        groups=(g,),
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def test_rank_outside_the_collective_is_the_straggler() -> None:
+    d = analyze([waiting(0), waiting(1), idle(2), waiting(3)])
+    assert d.kind == STRAGGLER and d.culprits == (2,) and d.waiting == (0, 1, 3)
+    assert d.confidence >= 0.9 and d.conclusive
+    assert "rank 2 on node1 never entered allreduce #42" in d.summary
+    assert "not in any collective" in d.summary
+    assert d.to_record()["evidence"]["seq"] == 42
+
+
+def test_a_rank_at_a_lower_sequence_in_an_older_wait_is_behind_too() -> None:
+    older = GroupProgress(
+        "default",
+        issued=40,
+        completed=39,
+        inflight_age_s=1.0,
+        inflight_op="allreduce",
+        inflight_seq=40,
+    )
+    other = GroupProgress("side", issued=3, completed=3)
+    lagging = RankSummary(rank=1, world_size=3, has_step=True, step=9, groups=(other, older))
+    d = analyze([waiting(0, world=3), lagging, waiting(2, world=3)])
+    assert d.culprits == (1,)
+
+
+def test_different_op_at_the_same_sequence_is_a_mismatch() -> None:
+    d = analyze([waiting(0), waiting(1, op="broadcast"), waiting(2), waiting(3)])
+    assert d.kind == MISMATCH and d.culprits == (1,) and d.conclusive
+    assert "rank 1: broadcast #42" in d.summary
+
+
+def test_an_even_split_names_no_culprit() -> None:
+    d = analyze([waiting(0), waiting(1), waiting(2, seq=43), waiting(3, seq=43)])
+    assert d.kind == MISMATCH and d.culprits == () and not d.conclusive
+    assert d.confidence < 0.5
+
+
+def test_everyone_in_the_same_collective_points_at_the_network() -> None:
+    d = analyze([waiting(r) for r in range(4)])
+    assert d.kind == ALL_IN_FLIGHT and d.culprits == () and d.waiting == (0, 1, 2, 3)
+    assert "network" in d.summary
+
+
+def test_silent_rank_is_unresponsive_and_waiting_ranks_are_not_blamed() -> None:
+    stopped = idle(3, reporting=False, report_age_s=12.0)
+    d = analyze([waiting(0), waiting(1), waiting(2), stopped])
+    assert d.kind == UNRESPONSIVE and d.culprits == (3,) and d.waiting == (0, 1, 2)
+    assert d.confidence >= 0.9 and "sent no report for 12.0s" in d.summary
+
+
+def test_a_rank_that_never_reported_is_named() -> None:
+    d = analyze([waiting(0), waiting(1), waiting(2)])
+    assert d.kind == UNRESPONSIVE and d.culprits == (3,)
+    assert "rank 3 never reported" in d.summary and d.evidence["missing"] == [3]
+
+
+def test_vanished_rank() -> None:
+    gone = idle(1, world=2, reporting=False, ended="vanished")
+    d = analyze([waiting(0, world=2), gone])
+    assert d.culprits == (1,) and "is gone" in d.summary
+
+
+def test_all_silent_is_low_confidence() -> None:
+    d = analyze([idle(r, world=2, reporting=False) for r in range(2)])
+    assert d.kind == UNRESPONSIVE and d.confidence < 0.5
+
+
+def test_rank_without_collective_data_is_behind_the_frontier() -> None:
+    bare = RankSummary(rank=2, world_size=3, has_step=True, step=10)
+    d = analyze([waiting(0, world=3), waiting(1, world=3), bare])
+    assert d.kind == STRAGGLER and d.culprits == (2,)
+    assert "never used 'default'" in d.summary
+
+
+def test_a_rank_inside_a_declared_phase_is_not_a_culprit() -> None:
+    ckpt = idle(0, phases=("checkpoint",))
+    d = analyze([ckpt, waiting(1), waiting(2), waiting(3)])
+    assert 0 not in d.culprits and not d.conclusive
+
+
+def test_without_collectives_steps_decide_or_nothing_does() -> None:
+    def stepped(rank: int, step: int) -> RankSummary:
+        return RankSummary(rank=rank, world_size=3, has_step=True, step=step)
+
+    d = analyze([stepped(0, 50), stepped(1, 49), stepped(2, 50)])
+    assert d.kind == STRAGGLER and d.culprits == (1,) and d.confidence < 0.9
+    d = analyze([stepped(r, 50) for r in range(3)])
+    assert d.kind == INCONCLUSIVE and d.culprits == ()
+    assert analyze([RankSummary(rank=0, world_size=1)]).kind == INCONCLUSIVE
+
+
+def test_finished_ranks_are_ignored() -> None:
+    assert analyze([idle(0, world=1, ended="goodbye")]).kind == HEALTHY
+    d = analyze([waiting(0, world=2), idle(1, world=2, ended="goodbye", reporting=False)])
+    assert d.kind == ALL_IN_FLIGHT  # the finished rank is not "silent"
+
+
+def test_waiting_ranks_are_never_blamed() -> None:
+    """Whatever the mix, a rank in flight at the majority's collective is not a culprit."""
+    import itertools
+
+    kinds = [
+        lambda r: waiting(r),
+        lambda r: idle(r),
+        lambda r: waiting(r, op="barrier"),
+        lambda r: idle(r, reporting=False),
+        lambda r: waiting(r, seq=41),
+    ]
+    for combo in itertools.product(range(len(kinds)), repeat=4):
+        ranks = [kinds[k](r) for r, k in enumerate(combo)]
+        d = analyze(ranks)
+        majority = d.evidence.get("majority") or (
+            {"seq": d.evidence.get("seq"), "op": d.evidence.get("op")}
+            if "seq" in d.evidence
+            else None
+        )
+        if majority is None:
+            continue
+        for r in ranks:
+            g = r.group("default")
+            if (
+                r.reporting
+                and g
+                and g.inflight_age_s is not None
+                and (g.inflight_seq, g.inflight_op) == (majority["seq"], majority["op"])
+            ):
+                assert r.rank not in d.culprits, (combo, d)
