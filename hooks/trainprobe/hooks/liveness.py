@@ -129,6 +129,12 @@ class LivenessProbeHook:
             on_command=self._on_command,
             token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
         )
+        if any(not h._closed and h._pid == self._pid for h in _live_hooks):
+            log.warning(
+                "trainprobe: another LivenessProbeHook is already active in this process; "
+                "create one per process and share it (both would report as rank %d)",
+                self.identity.rank,
+            )
         _live_hooks.add(self)
         atexit.register(self.close)
         if start:

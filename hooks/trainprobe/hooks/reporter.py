@@ -86,6 +86,7 @@ class Reporter:
         self._outbox: asyncio.Queue[probe_pb2.WorkerMessage | None] | None = None
         self._thread = threading.Thread(target=self._run, name="trainprobe-reporter", daemon=True)
         self._warned = False
+        self._build_failed = False
         self.connected = False
         self.sessions = 0
         self.last_error = ""
@@ -152,7 +153,14 @@ class Reporter:
             )
 
     def _build(self) -> None:
-        report = self._make_report()
+        try:
+            report = self._make_report()
+        except Exception:
+            # A report we cannot build is skipped; the thread and training go on.
+            if not self._build_failed:
+                self._build_failed = True
+                log.exception("trainprobe: could not build a report (reported once)")
+            return
         if len(self._buffer) == self._buffer.maxlen:
             self._dropped += 1
         self._buffer.append(report)

@@ -90,17 +90,25 @@ class StepWindow:
     recent_s: list[float] = field(default_factory=list)
 
 
+_MAX_STEP = 2**63 - 1
+
+
 def _as_int(value: object, fallback: int) -> int:
-    # Only real integers are read: int() on a CUDA tensor would sync the device.
-    if type(value) is int:
-        return value
-    index = getattr(value, "__index__", None)
-    if index is not None and not hasattr(value, "device"):
+    """The step as a wire-safe int, else ``fallback`` (the call count).
+
+    Only real integers are read: int() on a CUDA tensor would sync the device.
+    Negative or out-of-range steps would be rejected by the sidecar, so they
+    fall back too.
+    """
+    if type(value) is not int:
+        index = getattr(value, "__index__", None)
+        if index is None or hasattr(value, "device"):
+            return fallback
         try:
-            return int(index())
+            value = int(index())
         except Exception:
             return fallback
-    return fallback
+    return value if 0 <= value <= _MAX_STEP else fallback
 
 
 def _overlaps(start_ns: int, end_ns: int, phases: Iterable[PhaseRecord]) -> bool:
