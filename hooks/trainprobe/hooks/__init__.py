@@ -6,20 +6,26 @@ Public API:
   :meth:`~LivenessProbeHook.on_step_end` each step and wrap long phases in
   :meth:`~LivenessProbeHook.phase`.
 - :func:`resolve_identity`: how the hook finds job, rank and Ray ids.
+- :func:`report_checkpoint`: under Ray Train, write and ``ray.train.report`` a
+  checkpoint inside ``hook.phase("checkpoint")`` (imports Ray only when called).
 """
 
 # First: gRPC must be imported with its fork handlers off (see _grpc_fork).
 from trainprobe.hooks import _grpc_fork  # noqa: F401
 from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
+from trainprobe.hooks.ray_handle import HandleRegistration
+from trainprobe.hooks.ray_train import report_checkpoint
 
 __version__ = HOOK_VERSION
 
 __all__ = [
     "HOOK_VERSION",
+    "HandleRegistration",
     "Identity",
     "LivenessProbeHook",
     "RayIds",
+    "report_checkpoint",
     "resolve_identity",
     "resolve_target",
 ]

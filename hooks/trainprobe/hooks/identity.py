@@ -2,9 +2,13 @@
 
 Explicit arguments win; then the environment (torchrun's ``RANK`` and friends,
 ``TRAINPROBE_JOB_ID``); then an initialized ``torch.distributed``; then Ray's
-runtime context when running inside Ray. Identity is resolved in the
+runtime context when running inside Ray. Identity is resolved again in the
 reporter thread at each connection attempt until a sidecar accepts it, so a
 hook created before ``init_process_group`` still ends up with the right rank.
+
+Ray ids and Ray Train ranks are read once, by :func:`ray_ids` in the thread
+that creates the hook (inside ``train_func``, where Ray Train's context is
+sure to exist), and handed to later resolutions as ``ray_info``.
 """
 
 from __future__ import annotations
@@ -108,14 +112,23 @@ def ray_ids() -> tuple[RayIds, dict[str, int]]:
     return ids, ranks
 
 
+#: What :func:`ray_ids` returns: the ids, and the Ray Train ranks if any.
+RayCapture = tuple[RayIds, dict[str, int]]
+
+
 def resolve_identity(
     job_id: str | None = None,
     rank: int | None = None,
     world_size: int | None = None,
     local_rank: int | None = None,
+    ray_info: RayCapture | None = None,
 ) -> Identity:
-    """Resolve the identity from arguments, environment, torch and Ray."""
-    ray, ray_ranks = ray_ids()
+    """Resolve the identity from arguments, environment, torch and Ray.
+
+    ``ray_info`` is a :func:`ray_ids` result captured earlier; when None the
+    Ray runtime context is read now.
+    """
+    ray, ray_ranks = ray_info if ray_info is not None else ray_ids()
     dist_rank, dist_world = _dist_rank_world()
     guessed = False
     if rank is None:

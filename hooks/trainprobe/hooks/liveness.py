@@ -13,7 +13,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from trainprobe.hooks.identity import resolve_identity
+from trainprobe.hooks.identity import ray_ids, resolve_identity
+from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.reporter import Reporter
 from trainprobe.hooks.stacks import format_all_stacks
 from trainprobe.hooks.steps import (
@@ -52,11 +53,15 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def resolve_target(target: str | None, ray_node_id: str = "") -> str:
     """The sidecar address in gRPC syntax: argument, ``TRAINPROBE_TARGET``,
-    this Ray node's sidecar socket if it exists, else the default socket."""
+    this Ray node's sidecar socket if it exists, else the default socket.
+
+    Under Ray, when neither socket exists yet, the node's socket wins: a
+    per-node sidecar started after the hook then still finds it.
+    """
     text = target or os.environ.get(DEFAULT_TARGET_ENV, "")
     if not text and ray_node_id:
         node_sock = ray_node_socket_path(ray_node_id)
-        if node_sock.exists():
+        if node_sock.exists() or not default_socket_path().exists():
             text = str(node_sock)
     if not text:
         text = str(default_socket_path())
@@ -118,9 +123,19 @@ class LivenessProbeHook:
         self._closed = False
         self._forked = False
         self._pid = os.getpid()
-        self.identity = resolve_identity(*self._args)
+        # Ray ids and Ray Train ranks are read here, in the thread that builds
+        # the hook (train_func), and reused by the reporter thread.
+        self._ray = ray_ids()
+        self.identity = resolve_identity(*self._args, ray_info=self._ray)
         self.target = resolve_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
+        ray = self.identity.ray
+        #: Under a Ray actor: hands our handle to the node's sidecar (kill by id).
+        self.ray_handle = (
+            HandleRegistration(ray.node_id, ray.actor_id, self._pid)
+            if ray.actor_id and ray.node_id
+            else None
+        )
         self._reporter = Reporter(
             target=self.target,
             interval_s=interval_ms / 1000.0,
@@ -128,6 +143,7 @@ class LivenessProbeHook:
             make_report=self._make_report,
             on_command=self._on_command,
             token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
+            on_connected=self.ray_handle.poke if self.ray_handle is not None else None,
         )
         if any(not h._closed and h._pid == self._pid for h in _live_hooks):
             log.warning(
@@ -139,6 +155,8 @@ class LivenessProbeHook:
         atexit.register(self.close)
         if start:
             self._reporter.start()
+            if self.ray_handle is not None:
+                self.ray_handle.start()
 
     # -- training thread -------------------------------------------------------
 
@@ -183,6 +201,8 @@ class LivenessProbeHook:
         self._closed = True
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
+        if self.ray_handle is not None:
+            self.ray_handle.stop()
         self._reporter.stop(timeout_s=2.0)
 
     @property
@@ -199,7 +219,9 @@ class LivenessProbeHook:
     # -- reporter thread -------------------------------------------------------
 
     def _make_hello(self) -> probe_pb2.Hello:
-        ident = resolve_identity(*self._args)
+        if not self._ray[0].job_id:  # Ray may have been initialized after the hook
+            self._ray = ray_ids()
+        ident = resolve_identity(*self._args, ray_info=self._ray)
         self.identity = ident
         if ident.rank_guessed:
             log.debug("trainprobe: no rank found (RANK, torch.distributed, Ray Train); using 0")

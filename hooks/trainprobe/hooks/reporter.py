@@ -57,6 +57,8 @@ class Reporter:
 
     ``make_hello`` and ``make_report`` run in this thread. ``on_command``
     handles a pushed command and returns the result to send back, or None.
+    ``on_connected`` runs in this thread each time a sidecar accepts a new
+    session; it must return at once.
     """
 
     def __init__(
@@ -69,12 +71,14 @@ class Reporter:
         token: str | None = None,
         max_buffered: int = 64,
         backoff_cap_s: float = 5.0,
+        on_connected: Callable[[], None] | None = None,
     ) -> None:
         self.target = target
         self.interval_s = interval_s
         self._make_hello = make_hello
         self._make_report = make_report
         self._on_command = on_command
+        self._on_connected_cb = on_connected
         self._metadata = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
         self._buffer: collections.deque[probe_pb2.Report] = collections.deque(maxlen=max_buffered)
         self._dropped = 0
@@ -253,6 +257,11 @@ class Reporter:
             self._warned = False
         else:
             log.debug("trainprobe: connected to sidecar at %s", self.target)
+        if self._on_connected_cb is not None:
+            try:
+                self._on_connected_cb()
+            except Exception:
+                log.debug("trainprobe: on_connected callback failed", exc_info=True)
 
     async def _say_goodbye(
         self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, timeout_s: float

@@ -8,10 +8,12 @@ protocol version and how a target address is written and resolved.
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 from trainprobe.proto.endpoints import (
     DEFAULT_TARGET_ENV,
+    RAY_NAMESPACE,
     Endpoint,
     EndpointError,
     default_socket_path,
     parse_endpoint,
+    ray_node_actor_name,
     ray_node_socket_path,
     runtime_dir,
 )
@@ -30,12 +32,14 @@ __all__ = [
     "DEFAULT_TARGET_ENV",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
+    "RAY_NAMESPACE",
     "Endpoint",
     "EndpointError",
     "default_socket_path",
     "parse_endpoint",
     "probe_pb2",
     "probe_pb2_grpc",
+    "ray_node_actor_name",
     "ray_node_socket_path",
     "runtime_dir",
 ]

@@ -68,6 +68,21 @@ def ray_node_socket_path(node_id: str) -> Path:
     return runtime_dir() / f"ray-{node_id[:40]}.sock"
 
 
+#: Ray namespace of every actor trainprobe creates.
+RAY_NAMESPACE = "trainprobe"
+
+
+def ray_node_actor_name(node_id: str) -> str:
+    """Name of the Ray actor that stands for the sidecar of node ``node_id``.
+
+    It is the per-node sidecar itself (``--ray-per-node``), or the small handle
+    registry a stand-alone sidecar with ``--ray-address`` creates. Hooks in Ray
+    actors hand their own handle to it, so that the sidecar can ``ray.kill``
+    them by actor id.
+    """
+    return f"trainprobe-sidecar-{node_id}"
+
+
 def parse_endpoint(text: str) -> Endpoint:
     """Parse an address; raise :class:`EndpointError` with the accepted forms."""
     raw = text.strip()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import WorkerKey, WorkerState
+from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
+from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.incident_log import IncidentLog
 from trainprobe.sidecar.procs import KillOutcome, terminate
@@ -28,8 +31,17 @@ DUMP_TIMEOUT_S = 2.0
 
 class Killer(Protocol):
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
-        """Make the worker's process go away; describe what was done."""
+        """Make the worker's process go away; describe what was done.
+
+        The record has at least ``pid``, ``method``, ``exited`` and ``error``.
+        A killer may also have ``start()`` and ``close()``; the sidecar calls
+        them when it starts and stops.
+        """
         ...
+
+
+#: Builds a killer once the sidecar's command channel exists.
+KillerFactory = Callable[[Commander], Killer]
 
 
 class SignalKiller:
@@ -52,6 +64,44 @@ class SignalKiller:
         return out.to_record()
 
 
+def default_killer(ray_address: str | None, ray_timeout_s: float, commander: Commander) -> Killer:
+    """Signals, or Ray first when ``ray_address`` is set (Ray is imported lazily)."""
+    if not ray_address:
+        return SignalKiller(commander)
+    from trainprobe.sidecar.ray.killer import RayKiller
+    from trainprobe.sidecar.ray.link import RayLink
+
+    link = RayLink(ray_address, timeout_s=ray_timeout_s)
+    return RayKiller(link, SignalKiller(commander), timeout_s=ray_timeout_s)
+
+
+class RecoveryLog:
+    """Report listener: logs a ``recovery`` record when a killed rank's replacement
+    completes its first step (see :class:`~trainprobe.sidecar.core.recovery.RecoveryWatch`)."""
+
+    def __init__(
+        self, watch: RecoveryWatch, incident_log: IncidentLog, clock: Callable[[], float]
+    ) -> None:
+        self.watch = watch
+        self.incident_log = incident_log
+        self._clock = clock
+
+    def __call__(self, state: WorkerState, report: ReportData) -> None:
+        record = self.watch.on_report(state, report, self._clock())
+        if record is None:
+            return
+        log.warning(
+            "incident %s: rank %s of job %s is back (pid %s) at step %s, %ss after the kill",
+            record["incident_id"],
+            record["rank"],
+            record["job_id"],
+            record["new_pid"],
+            record["first_step"],
+            record["resumed_after_s"],
+        )
+        self.incident_log.write(record)
+
+
 class Actions:
     """Runs the action an incident was given."""
 
@@ -62,12 +112,17 @@ class Actions:
         incident_log: IncidentLog,
         killer: Killer,
         kill_grace_s: float = 5.0,
+        recovery: RecoveryWatch | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self.commander = commander
         self.incident_log = incident_log
         self.killer = killer
         self.kill_grace_s = kill_grace_s
+        #: Told about every killed rank, to report when a replacement resumes.
+        self.recovery = recovery
+        self._clock = clock
 
     def _targets(self, incident: Incident) -> list[WorkerState]:
         states = []
@@ -135,10 +190,14 @@ class Actions:
             return_exceptions=True,
         )
         records = {}
+        killed_at = self._clock()
         for t, o in zip(targets, outcomes, strict=False):
             records[str(t.hello.rank)] = (
                 {"pid": t.hello.pid, "error": repr(o)} if isinstance(o, BaseException) else o
             )
+            if self.recovery is not None and isinstance(o, dict) and o.get("exited"):
+                method = str(o.get("method", ""))
+                self.recovery.expect(incident.id, t.key, t.hello.pid, killed_at, method)
         ok = all(isinstance(o, dict) and o.get("exited") and not o.get("error") for o in outcomes)
         log.warning(
             "incident %s: %s ranks %s -> %s",

@@ -79,10 +79,10 @@ async def terminate(
         for sig in (signal.SIGCONT, signal.SIGTERM):
             os.kill(pid, sig)
             out.signals.append(sig.name)
-        if not await _wait_gone(pid, grace_s, poll_s):
+        if not await wait_gone(pid, grace_s, poll_s):
             os.kill(pid, signal.SIGKILL)
             out.signals.append("SIGKILL")
-            await _wait_gone(pid, 10.0, poll_s)
+            await wait_gone(pid, 10.0, poll_s)
     except ProcessLookupError:
         pass
     except PermissionError as err:
@@ -92,7 +92,8 @@ async def terminate(
     return out
 
 
-async def _wait_gone(pid: int, timeout_s: float, poll_s: float) -> bool:
+async def wait_gone(pid: int, timeout_s: float, poll_s: float = 0.02) -> bool:
+    """Wait until ``pid`` no longer runs; False if it still does after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while pid_alive(pid):
         if time.monotonic() >= deadline:

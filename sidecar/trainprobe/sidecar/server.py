@@ -23,9 +23,16 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint, probe_pb2
-from trainprobe.sidecar.actions import Actions, Killer, SignalKiller
+from trainprobe.sidecar.actions import (
+    Actions,
+    Killer,
+    KillerFactory,
+    RecoveryLog,
+    default_killer,
+)
 from trainprobe.sidecar.convert import status_pb
 from trainprobe.sidecar.core.policy import ActionPolicy
+from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig
 from trainprobe.sidecar.core.thresholds import StallPolicy
@@ -133,18 +140,29 @@ class Sidecar:
         settings: Settings,
         killer: Killer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        killer_factory: KillerFactory | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.registry = Registry()
         self.commander = Commander()
         self.incident_log = IncidentLog(settings.incident_log_path)
+        if killer is None:
+            killer = (
+                killer_factory(self.commander)
+                if killer_factory is not None
+                else default_killer(settings.ray_address, settings.ray_timeout_s, self.commander)
+            )
+        self.killer = killer
+        self.recovery = RecoveryWatch()
         self.actions = Actions(
             self.registry,
             self.commander,
             self.incident_log,
-            killer or SignalKiller(self.commander),
+            killer,
             kill_grace_s=settings.kill_grace_s,
+            recovery=self.recovery,
+            clock=clock,
         )
         self.engine = Engine(
             self.registry,
@@ -155,6 +173,7 @@ class Sidecar:
             clock=clock,
         )
         self.servicer = SidecarServicer(self.registry, self.commander, self.status, clock=clock)
+        self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []
         self._stop = asyncio.Event()
@@ -177,6 +196,9 @@ class Sidecar:
         )
 
     async def start(self) -> None:
+        starter = getattr(self.killer, "start", None)
+        if callable(starter):
+            starter()  # e.g. RayKiller connects to Ray in the background
         plain = grpc.aio.server(options=_SERVER_OPTIONS)
         plain.add_generic_rpc_handlers((self.servicer.handler(),))
         secured: grpc.aio.Server | None = None
@@ -227,6 +249,10 @@ class Sidecar:
         for path in self._unix_paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        closer = getattr(self.killer, "close", None)
+        if callable(closer):
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(closer), 10.0)
         self.incident_log.flush()
 
     async def wait_stopped(self) -> None:
@@ -239,9 +265,15 @@ class Sidecar:
 class SidecarThread:
     """A sidecar on its own loop in a background thread (tests, benchmarks, Ray)."""
 
-    def __init__(self, settings: Settings, killer: Killer | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        killer: Killer | None = None,
+        killer_factory: KillerFactory | None = None,
+    ) -> None:
         self.settings = settings
         self._killer = killer
+        self._killer_factory = killer_factory
         self.sidecar: Sidecar | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -260,7 +292,9 @@ class SidecarThread:
         async def main() -> None:
             try:
                 self.loop = asyncio.get_running_loop()
-                self.sidecar = Sidecar(self.settings, killer=self._killer)
+                self.sidecar = Sidecar(
+                    self.settings, killer=self._killer, killer_factory=self._killer_factory
+                )
                 await self.sidecar.start()
             except BaseException as err:
                 self._error = err

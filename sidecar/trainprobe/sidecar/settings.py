@@ -200,6 +200,7 @@ class Settings:
     max_kills_per_hour: int = 10
     # integrations
     ray_address: str | None = None
+    ray_timeout_s: float = 10.0
     ray_per_node: bool = False
     otlp_endpoint: str | None = None
     trace_every_n_steps: int = 100
@@ -330,9 +331,16 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "ray_address",
         _optional_text,
-        "Ray cluster to act through ('auto' finds the local one); none = signal pids.",
+        "Ray cluster to kill Ray actors through ('auto' finds the local one); none = signal pids.",
         _I,
         default_text="none",
+    ),
+    Option(
+        "ray_timeout_s",
+        _seconds(0.1, 600),
+        "Longest wait for Ray (connect, kill, actor state) before a kill falls back "
+        "to signalling the pid.",
+        _I,
     ),
     Option("ray_per_node", _boolean, "Start one sidecar actor on every Ray node and exit.", _I),
     Option(

@@ -21,6 +21,13 @@ from trainprobe.sidecar.core.model import (
     WorkerState,
 )
 from trainprobe.sidecar.core.policy import ACTIONS, ActionPolicy, KillBudget, decide
+from trainprobe.sidecar.core.ray_kill import (
+    RayKillPlan,
+    actor_summary,
+    kill_settled,
+    plan_ray_kill,
+)
+from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
 from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
 from trainprobe.sidecar.core.summary import summarize
@@ -45,6 +52,8 @@ __all__ = [
     "PhaseData",
     "RankSummary",
     "RayInfo",
+    "RayKillPlan",
+    "RecoveryWatch",
     "Registry",
     "RegistryError",
     "ReportData",
@@ -56,12 +65,15 @@ __all__ = [
     "Verdict",
     "WorkerKey",
     "WorkerState",
+    "actor_summary",
     "analyze",
     "decide",
     "evaluate",
     "group_incidents",
     "job_contexts",
+    "kill_settled",
     "p99",
+    "plan_ray_kill",
     "stall_threshold",
     "summarize",
     "validate_hello",

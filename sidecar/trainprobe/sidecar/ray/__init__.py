@@ -1,0 +1,44 @@
+"""trainprobe on Ray: one sidecar per node, and kills that go through Ray.
+
+Public API:
+
+- :func:`start_sidecars`, :func:`stop_sidecars`, :func:`list_sidecars`: a
+  detached, node-pinned sidecar actor on every alive node
+  (``trainprobe-sidecar --ray-per-node`` calls :func:`start_sidecars`).
+- :func:`node_sidecar`: the actor handle of one node's sidecar
+  (``info``, ``status``, ``incidents``, ``shutdown``).
+- :class:`RayKiller`: kills a worker's actor by id through Ray and falls back
+  to signalling its pid; :class:`RayLink` is its line to Ray.
+
+Nothing here imports Ray until it is used.
+"""
+
+from trainprobe.sidecar.ray.handles import HandleRegistry, HandleStore
+from trainprobe.sidecar.ray.killer import RayKiller
+from trainprobe.sidecar.ray.link import RayLink, RayUnavailable
+from trainprobe.sidecar.ray.naming import settings_for_node
+from trainprobe.sidecar.ray.node_actor import NodeSidecar
+from trainprobe.sidecar.ray.placement import (
+    NodeSidecarInfo,
+    alive_node_ids,
+    list_sidecars,
+    node_sidecar,
+    start_sidecars,
+    stop_sidecars,
+)
+
+__all__ = [
+    "HandleRegistry",
+    "HandleStore",
+    "NodeSidecar",
+    "NodeSidecarInfo",
+    "RayKiller",
+    "RayLink",
+    "RayUnavailable",
+    "alive_node_ids",
+    "list_sidecars",
+    "node_sidecar",
+    "settings_for_node",
+    "start_sidecars",
+    "stop_sidecars",
+]

@@ -1,0 +1,149 @@
+"""RayKiller: kill a worker's Ray actor by id, check it is gone, fall back to its pid.
+
+What the action record of one rank holds after a kill through Ray:
+
+- ``method: "ray.kill"``, ``actor_id``, ``no_restart`` (False for ``restart``);
+- ``pid_gone``: the worker's pid no longer runs (True/False), or None when the
+  pid is outside this sidecar's PID namespace. A process that is gone has
+  released its GPU memory; one that ``ray.kill`` did not end is signalled
+  (``escalated`` lists the signals);
+- ``actor_state``, ``death_cause``, ``actor_pid``: what Ray's State API says
+  afterwards (for example ``DEAD`` / ``RAY_KILL: ...``).
+
+When Ray cannot be used (not reachable in ``ray_timeout_s``, no handle was
+registered for the actor, the call failed), the record is the fallback
+killer's (signals), plus ``fallback: "signal"`` and ``ray_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainprobe.sidecar.actions import Killer
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.ray_kill import (
+    RayKillPlan,
+    actor_summary,
+    kill_settled,
+    plan_ray_kill,
+)
+from trainprobe.sidecar.procs import pid_alive, terminate, wait_gone
+from trainprobe.sidecar.ray.link import RayLink
+
+log = logging.getLogger("trainprobe.sidecar")
+
+
+class RayKiller:
+    """A :class:`~trainprobe.sidecar.actions.Killer` that goes through Ray."""
+
+    def __init__(
+        self, link: RayLink, fallback: Killer, timeout_s: float = 10.0, poll_s: float = 0.1
+    ) -> None:
+        self.link = link
+        self.fallback = fallback
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="trainprobe-ray")
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(
+            loop.run_in_executor(self._pool, fn, *args), self.timeout_s + 1.0
+        )
+
+    async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
+        plan = plan_ray_kill(state.hello.ray, restart, ray_configured=True)
+        if plan.route != "ray":
+            record = await self.fallback.kill(state, grace_s, restart)
+            record["route"] = plan.reason
+            return record
+        t0 = time.monotonic()
+        try:
+            await self._call(self.link.wait_ready, self.timeout_s)
+            await self._call(self.link.kill, plan.actor_id, plan.no_restart)
+        except Exception as err:
+            return await self._fall_back(state, grace_s, restart, plan, err)
+        record: dict[str, object] = {
+            "pid": state.hello.pid,
+            "method": "ray.kill",
+            "actor_id": plan.actor_id,
+            "no_restart": plan.no_restart,
+            "signals": [],
+            "error": "",
+        }
+        record.update(await self._verify(state, plan, grace_s))
+        record["seconds"] = round(time.monotonic() - t0, 3)
+        return record
+
+    async def _fall_back(
+        self,
+        state: WorkerState,
+        grace_s: float,
+        restart: bool,
+        plan: RayKillPlan,
+        err: BaseException,
+    ) -> dict[str, object]:
+        reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        log.warning(
+            "cannot kill actor %s of %s through Ray (%s); signalling pid %d instead",
+            plan.actor_id,
+            state.key,
+            reason,
+            state.hello.pid,
+        )
+        record = await self.fallback.kill(state, grace_s, restart)
+        record.update(fallback="signal", ray_error=reason, actor_id=plan.actor_id)
+        return record
+
+    async def _verify(
+        self, state: WorkerState, plan: RayKillPlan, grace_s: float
+    ) -> dict[str, object]:
+        pid = state.hello.pid
+        out: dict[str, object] = {}
+        if state.local:
+            gone = await wait_gone(pid, grace_s + self.timeout_s)
+            if not gone:
+                # ray.kill returned but the process lives on (a zombie worker
+                # keeps its GPU memory): end it ourselves.
+                outcome = await terminate(pid, 0.0, state.proc_start_ticks)
+                out["escalated"] = outcome.signals
+                gone = not pid_alive(pid)
+            out["pid_gone"] = gone
+        else:
+            out["pid_gone"] = None  # not in our PID namespace: Ray's word is all we have
+        summary = await self._settled_summary(plan.actor_id, pid)
+        out.update(summary)
+        out["exited"] = bool(out["pid_gone"]) if state.local else kill_settled(summary, pid)
+        if not out["exited"]:
+            out["error"] = f"pid {pid} still runs after ray.kill and SIGKILL"
+        return out
+
+    async def _settled_summary(self, actor_id: str, old_pid: int) -> dict[str, object]:
+        """Poll the State API until the kill shows (or ``timeout_s`` passes)."""
+        deadline = time.monotonic() + self.timeout_s
+        summary: dict[str, object] = actor_summary(None)
+        while True:
+            try:
+                summary = actor_summary(await self._call(self.link.actor_state, actor_id))
+            except Exception as err:
+                summary = {**actor_summary(None), "state_error": f"{type(err).__name__}: {err}"}
+            if kill_settled(summary, old_pid) or time.monotonic() >= deadline:
+                return summary
+            await asyncio.sleep(self.poll_s)
+
+    def start(self) -> None:
+        """Start connecting to Ray in the background (a stand-alone sidecar)."""
+        self.link.start()
+
+    def close(self) -> None:
+        """Disconnect from Ray (if the link connected it) and stop the threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.link.close()
+        except Exception:
+            log.debug("closing the Ray link failed", exc_info=True)

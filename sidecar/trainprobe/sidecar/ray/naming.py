@@ -1,0 +1,53 @@
+"""Names, namespace and per-node settings of trainprobe's Ray actors.
+
+One place for them, so that other Ray actors (a job-level coordinator, say)
+can be added next to the per-node sidecars without guessing conventions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket_path
+from trainprobe.sidecar.settings import Settings
+
+#: Every node actor's name starts with this.
+NODE_ACTOR_PREFIX = ray_node_actor_name("")
+
+__all__ = [
+    "NODE_ACTOR_PREFIX",
+    "RAY_NAMESPACE",
+    "is_node_actor_name",
+    "node_incident_log",
+    "ray_node_actor_name",
+    "settings_for_node",
+]
+
+
+def is_node_actor_name(name: str) -> bool:
+    return name.startswith(NODE_ACTOR_PREFIX) and len(name) > len(NODE_ACTOR_PREFIX)
+
+
+def node_incident_log(path: Path, node_id: str) -> Path:
+    """``incidents.jsonl`` -> ``incidents-<node id prefix>.jsonl``.
+
+    Several Ray nodes can share one file system (``ray.cluster_utils.Cluster``,
+    NFS homes): each node's sidecar writes its own log.
+    """
+    return path.with_name(f"{path.stem}-{node_id[:12]}{path.suffix}")
+
+
+def settings_for_node(settings: Settings, node_id: str) -> Settings:
+    """The settings of the sidecar that serves ``node_id``, computed on that node.
+
+    It listens on the node's socket (where the hooks there look first) and
+    acts through the Ray connection of the actor it runs in.
+    """
+    return dataclasses.replace(
+        settings,
+        listen=(f"unix://{ray_node_socket_path(node_id)}",),
+        incident_log=node_incident_log(settings.incident_log_path, node_id),
+        ray_address=None,
+        ray_per_node=False,
+    )
