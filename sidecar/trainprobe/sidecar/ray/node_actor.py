@@ -16,8 +16,6 @@ import socket
 import time
 from typing import Any
 
-from google.protobuf import json_format
-
 from trainprobe.sidecar.actions import SignalKiller
 from trainprobe.sidecar.ray.handles import HandleHolder, HandleStore
 from trainprobe.sidecar.ray.killer import RayKiller
@@ -26,6 +24,20 @@ from trainprobe.sidecar.ray.naming import settings_for_node
 from trainprobe.sidecar.server import SidecarThread
 from trainprobe.sidecar.servicer import Commander
 from trainprobe.sidecar.settings import Settings
+
+
+def _as_dict(msg: Any) -> dict[str, Any]:
+    """A message as plain Python values (MessageToDict would turn int64 into str)."""
+    out: dict[str, Any] = {}
+    for field in msg.DESCRIPTOR.fields:
+        value = getattr(msg, field.name)
+        if field.message_type is None:
+            out[field.name] = list(value) if field.is_repeated else value
+        elif field.is_repeated:
+            out[field.name] = [_as_dict(v) for v in value]
+        else:
+            out[field.name] = _as_dict(value)
+    return out
 
 
 class NodeSidecar(HandleHolder):
@@ -70,12 +82,7 @@ class NodeSidecar(HandleHolder):
         sidecar = self._thread.sidecar
         assert sidecar is not None
         reply = self._thread.call(lambda: sidecar.status(job_id))
-        return [
-            json_format.MessageToDict(
-                w, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-            )
-            for w in reply.workers
-        ]
+        return [_as_dict(w) for w in reply.workers]
 
     def incidents(self) -> list[dict[str, Any]]:
         """The most recent incident, action and recovery records, oldest first."""

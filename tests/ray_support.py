@@ -1,0 +1,84 @@
+"""Helpers for the tests that start a real local Ray.
+
+Ray worker processes inherit the environment of the raylet, which inherits
+the driver's at ``ray.init``: :func:`ray_environment` puts this checkout (and
+``examples/``) on PYTHONPATH there, and gives every Ray test its own short
+``TRAINPROBE_RUNTIME_DIR``, so that the per-node sockets of concurrent test
+runs never meet.
+
+Token authentication: Ray 2.60 turns it on by default for a local cluster
+and keeps the token in ``~/.ray/auth_token``. We set ``RAY_AUTH_MODE=token``
+and a fresh ``RAY_AUTH_TOKEN`` explicitly, so the tests always exercise the
+authenticated path (also where a developer disabled it) and never read or
+write the home directory's token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.support import REPO, free_port, short_tmpdir
+
+EXAMPLES = REPO / "examples"
+
+
+@contextlib.contextmanager
+def ray_environment() -> Iterator[Path]:
+    """Set the environment a Ray test needs; restore it afterwards. Yields a work dir."""
+    saved = dict(os.environ)
+    workdir = short_tmpdir("tpray-")
+    roots = [str(REPO / d) for d in ("proto", "hooks", "sidecar")] + [str(EXAMPLES)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ["TRAINPROBE_RUNTIME_DIR"] = str(workdir / "run")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["RAY_DEDUP_LOGS"] = "0"
+    try:
+        yield workdir
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def init_local_ray(num_cpus: int = 2) -> Any:
+    """``ray.init`` a fresh local cluster (with the dashboard: the State API needs it)."""
+    import ray
+
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=True,
+        dashboard_port=free_port(),
+        log_to_driver=False,
+    )
+    return ray
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+def kill_leftovers(pids: list[int]) -> None:
+    """SIGKILL processes a failed test may have left running."""
+    for pid in pids:
+        if pid_running(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,116 @@
+"""A stand-alone sidecar (the real CLI process, as in a KubeRay pod) with
+``--ray-address``: kills a hung Ray actor through Ray, and falls back to
+signalling its pid when Ray cannot be reached. Real local Ray, real hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.ray_support import init_local_ray, pid_running, ray_environment
+from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+class Hanger:
+    """A Ray actor that trains a little, then hangs inside a step."""
+
+    def __init__(self, target: str, job_id: str) -> None:
+        import os
+
+        from trainprobe.hooks import LivenessProbeHook
+
+        self.pid = os.getpid()
+        self.hook = LivenessProbeHook(target=target, job_id=job_id, rank=0, interval_ms=100)
+
+    def ids(self) -> dict[str, Any]:
+        return {"pid": self.pid, "actor_id": self.hook.identity.ray.actor_id}
+
+    def handle_registered(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.hook.ray_handle.registered and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.hook.ray_handle.registered
+
+    def run(self, steps: int) -> None:
+        for i in range(1, steps + 1):
+            self.hook.on_step_end(i)
+            time.sleep(0.05)
+        time.sleep(3600)  # the hang
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[SimpleNamespace]:
+    with ray_environment():
+        ray = init_local_ray(num_cpus=2)
+        try:
+            yield SimpleNamespace(ray=ray, gcs=ray.get_runtime_context().gcs_address)
+        finally:
+            ray.shutdown()
+
+
+def _hang_one(ray: Any, sc: SidecarProcess, job_id: str) -> tuple[Any, dict[str, Any], Any]:
+    actor = ray.remote(num_cpus=0)(Hanger).options(max_concurrency=2).remote(sc.target, job_id)
+    ids = ray.get(actor.ids.remote())
+    return actor, ids, actor.run.remote(steps=40)
+
+
+def test_standalone_sidecar_kills_a_hung_actor_through_ray(local_ray: SimpleNamespace) -> None:
+    ray = local_ray.ray
+    flags = ["--ray-address", local_ray.gcs, "--stall-timeout-s", "2", "--kill-grace-s", "2"]
+    with SidecarProcess(short_tmpdir(), *flags) as sc:
+        wait_for(lambda: "connected to Ray" in sc.log_text(), 60, what="sidecar joins Ray")
+        actor, ids, run = _hang_one(ray, sc, "standalone")
+        try:
+            # The hook handed its handle to the registry the sidecar created.
+            assert ray.get(actor.handle_registered.remote(30))
+            inc = sc.wait_incident(lambda r: r["job_id"] == "standalone", timeout_s=60)
+            assert (inc["rule"], inc["verdict"], inc["action"]) == ("stall", "HUNG", "kill")
+            assert 2.0 <= inc["detection_latency_s"] < 3.0
+            action = wait_for(lambda: sc.incidents("action"), 30, what="action record")[0]
+            out = action["outcomes"]["0"]
+            assert action["ok"] is True
+            assert out["method"] == "ray.kill" and out["actor_id"] == ids["actor_id"]
+            assert out["no_restart"] is True
+            assert out["pid"] == ids["pid"] and out["pid_gone"] is True
+            assert out["actor_state"] == "DEAD" and out["death_cause"].startswith("RAY_KILL")
+            assert "fallback" not in out
+            assert not pid_running(ids["pid"])
+            with pytest.raises(ray.exceptions.ActorDiedError):
+                ray.get(run, timeout=30)
+        finally:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+
+def test_unreachable_ray_falls_back_to_signalling_the_pid(local_ray: SimpleNamespace) -> None:
+    ray = local_ray.ray
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+    flags = ["--ray-address", closed, "--stall-timeout-s", "2", "--kill-grace-s", "2"]
+    with SidecarProcess(short_tmpdir(), *flags, env={"TRAINPROBE_RAY_TIMEOUT_S": "2"}) as sc:
+        actor, ids, run = _hang_one(ray, sc, "fallback")
+        try:
+            inc = sc.wait_incident(lambda r: r["job_id"] == "fallback", timeout_s=60)
+            action = wait_for(lambda: sc.incidents("action"), 30, what="action record")[0]
+            assert action["incident_id"] == inc["id"]
+            out = action["outcomes"]["0"]
+            assert out["fallback"] == "signal"
+            assert "not reachable" in out["ray_error"] and closed in out["ray_error"]
+            assert out["actor_id"] == ids["actor_id"]
+            assert out["method"] == "signal" and out["signals"][:2] == ["SIGCONT", "SIGTERM"]
+            assert out["exited"] is True and not pid_running(ids["pid"])
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(run, timeout=30)
+        finally:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        assert "cannot kill actor" in sc.log_text()
+    assert not Path(sc.socket).exists()

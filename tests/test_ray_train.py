@@ -1,0 +1,150 @@
+"""Ray Train end to end: a real local Ray, the per-node sidecar actor, a real
+TorchTrainer with 2 CPU (gloo) workers. Nothing is faked.
+
+Both tests share one Ray instance and one sidecar (module fixture); each run
+has its own RunConfig name, which is the job id the hooks report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.ray_support import EXAMPLES, init_local_ray, pid_running, ray_environment
+from tests.support import read_jsonl
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STALL_S = 3.0
+STEPS = 25
+CKPT_EVERY = 5
+HANG_AT = 13  # after the checkpoint of step 10
+
+
+def _train_job() -> Any:
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import ray_train_job
+
+    return ray_train_job
+
+
+@pytest.fixture(scope="module")
+def ray_node() -> Iterator[SimpleNamespace]:
+    with ray_environment() as workdir:
+        ray = init_local_ray(num_cpus=2)
+        from trainprobe.sidecar import load_settings
+        from trainprobe.sidecar.ray import start_sidecars, stop_sidecars
+
+        try:
+            settings = load_settings(
+                env={},
+                cli={
+                    "stall_timeout_s": str(STALL_S),
+                    "on_hung": "restart",
+                    "kill_grace_s": "2",
+                    "state_dir": str(workdir / "state"),
+                },
+            )
+            (placed,) = start_sidecars(settings)
+            assert placed.error == "" and placed.kind == "node-sidecar"
+            yield SimpleNamespace(ray=ray, workdir=workdir, sidecar=placed, job=_train_job())
+        finally:
+            with contextlib.suppress(Exception):
+                stop_sidecars()
+            ray.shutdown()
+
+
+def _records(node: SimpleNamespace, job_id: str) -> list[dict[str, Any]]:
+    return [r for r in read_jsonl(Path(node.sidecar.incident_log)) if r.get("job_id") == job_id]
+
+
+def test_hung_worker_is_killed_through_ray_and_training_resumes(ray_node: SimpleNamespace) -> None:
+    job, workdir = ray_node.job, ray_node.workdir
+    progress = workdir / "hang.jsonl"
+    trainer = job.make_trainer(
+        {
+            "steps": STEPS,
+            "ckpt_every": CKPT_EVERY,
+            "hang_rank": 1,
+            "hang_at": HANG_AT,
+            "progress": str(progress),
+        },
+        storage_path=str(workdir / "storage"),
+        name="tp-hang",
+        max_failures=1,
+    )
+    result = trainer.fit()
+    assert result.error is None
+    assert result.metrics["step"] == STEPS
+
+    # Every step ran on both ranks, over two attempts; the second one resumed
+    # from the checkpoint of step 10. Every hook reported the run name as job.
+    stepped = {(e["rank"], e["step"]) for e in job.read_events(progress, "step")}
+    assert stepped == {(r, s) for r in (0, 1) for s in range(1, STEPS + 1)}
+    starts = job.read_events(progress, "start")
+    first = {e["rank"]: e for e in starts if e["restored_step"] == 0}
+    second = {e["rank"]: e for e in starts if e["restored_step"] == 10}
+    assert len(starts) == 4 and set(first) == set(second) == {0, 1}
+    assert {e["job_id"] for e in starts} == {"tp-hang"}
+    assert all(e["target"] == ray_node.sidecar.socket for e in starts)
+    (hang,) = job.read_events(progress, "hang")
+
+    records = _records(ray_node, "tp-hang")
+    incidents = [r for r in records if r["type"] == "incident"]
+    assert len(incidents) == 1, records
+    inc = incidents[0]
+    assert (inc["rule"], inc["verdict"], inc["action"]) == ("stall", "HUNG", "restart")
+    assert 1 in inc["ranks"]
+    assert STALL_S <= inc["detection_latency_s"] < STALL_S + 1.0
+
+    (action,) = [r for r in records if r["type"] == "action"]
+    assert action["incident_id"] == inc["id"] and action["ok"] is True
+    for rank in inc["targets"]:
+        out = action["outcomes"][str(rank)]
+        assert out["method"] == "ray.kill"
+        assert out["actor_id"] == first[rank]["actor_id"]
+        assert out["no_restart"] is False  # restart: Ray Train brings the group back
+        assert out["pid"] == first[rank]["pid"] and out["pid_gone"] is True
+        assert out["actor_state"] == "DEAD"
+        assert "ray.kill" in out["death_cause"]
+        assert not pid_running(out["pid"])
+    assert not pid_running(hang["pid"])
+
+    recoveries = {r["rank"]: r for r in records if r["type"] == "recovery"}
+    assert set(recoveries) == set(inc["targets"])
+    for rank, rec in recoveries.items():
+        assert rec["incident_id"] == inc["id"]
+        assert rec["new_pid"] == second[rank]["pid"]
+        assert rec["first_step"] == 11
+        assert 0 < rec["reconnected_after_s"] <= rec["resumed_after_s"]
+
+
+def test_healthy_run_ends_without_incident(ray_node: SimpleNamespace) -> None:
+    import ray
+
+    from trainprobe.sidecar.ray import node_sidecar
+
+    job, workdir = ray_node.job, ray_node.workdir
+    progress = workdir / "healthy.jsonl"
+    trainer = job.make_trainer(
+        {"steps": 15, "ckpt_every": CKPT_EVERY, "progress": str(progress)},
+        storage_path=str(workdir / "storage"),
+        name="tp-healthy",
+    )
+    result = trainer.fit()
+    assert result.error is None and result.metrics["step"] == 15
+    # The sidecar watched both ranks to the end, and they said goodbye...
+    rows = ray.get(node_sidecar(ray_node.sidecar.node_id).status.remote("tp-healthy"))
+    assert sorted((w["rank"], w["step"], w["state"]) for w in rows) == [
+        (0, 15, "goodbye"),
+        (1, 15, "goodbye"),
+    ]
+    # ...so there is nothing in the incident log for this job.
+    assert _records(ray_node, "tp-healthy") == []
