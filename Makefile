@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 # committed gencode is reproducible and works with protobuf>=5.29.
 GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 
-.PHONY: demo test lint proto docs bench clean
+.PHONY: demo demo-gloo test lint proto docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,7 +25,13 @@ $(PROTOGEN)/.installed:
 	$(PROTOGEN)/bin/python -m pip install -q $(GRPC_TOOLS_PIN)
 	touch $@
 
+# The Ray Train story on an embedded local Ray: a rank hangs, trainprobe kills
+# it through Ray, Ray Train resumes from the checkpoint (about 1.5 min).
 demo: $(VENV)/.installed
+	$(VPY) examples/ray_demo.py
+
+# The same hang with plain torch.distributed (gloo) processes and signals.
+demo-gloo: $(VENV)/.installed
 	$(VPY) examples/demo.py
 
 test: $(VENV)/.installed $(PROTOGEN)/.installed
