@@ -114,3 +114,40 @@ def test_unreachable_ray_falls_back_to_signalling_the_pid(local_ray: SimpleNames
                 ray.kill(actor)
         assert "cannot kill actor" in sc.log_text()
     assert not Path(sc.socket).exists()
+
+
+def test_cli_ray_per_node_places_one_sidecar_per_node_idempotently(
+    local_ray: SimpleNamespace,
+) -> None:
+    import subprocess
+
+    from tests.support import PYTHON, child_env
+    from trainprobe.proto import RAY_NAMESPACE
+    from trainprobe.sidecar.ray import list_sidecars, stop_sidecars
+
+    ray = local_ray.ray
+
+    def ours() -> list[Any]:
+        return [
+            a
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == RAY_NAMESPACE
+        ]
+
+    # The stand-alone sidecars above owned a registry actor each; it dies with them.
+    wait_for(lambda: not ours(), 30, what="registries of stopped sidecars gone")
+    state_dir = short_tmpdir()
+    cmd = [PYTHON, "-m", "trainprobe.sidecar", "--ray-per-node"]
+    cmd += ["--ray-address", local_ray.gcs, "--state-dir", str(state_dir)]
+    try:
+        first = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120)
+        assert first.returncode == 0, first.stderr
+        assert "started on unix://" in first.stdout
+        assert "running on 1 of 1 Ray node(s)" in first.stdout
+        second = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0 and "already running" in second.stdout
+        (info,) = list_sidecars()
+        assert info.kind == "node-sidecar" and Path(info.socket.removeprefix("unix://")).exists()
+    finally:
+        stop_sidecars()
+    assert not ours()

@@ -99,8 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainprobe.sidecar.ray import start_sidecars
 
         placed = start_sidecars(settings)
-        print(f"trainprobe sidecars running on {len(placed)} Ray node(s)")
-        return 0
+        for p in placed:
+            what = p.error or f"{'started' if p.created else 'already running'} on {p.socket}"
+            print(f"Ray node {p.node_id}: {what}")
+        ok = [p for p in placed if not p.error]
+        print(f"trainprobe sidecars running on {len(ok)} of {len(placed)} Ray node(s)")
+        return 0 if len(ok) == len(placed) else 1
     try:
         asyncio.run(serve(settings))
     except ListenError as err:
