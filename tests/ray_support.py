@@ -8,7 +8,7 @@ runs never meet.
 
 Token authentication: Ray 2.60 turns it on by default for a local cluster
 and keeps the token in ``~/.ray/auth_token``. We set ``RAY_AUTH_MODE=token``
-and a fresh ``RAY_AUTH_TOKEN`` explicitly, so the tests always exercise the
+and a fresh ``RAY_AUTH_TOKEN`` (one per test process) explicitly, so the tests always exercise the
 authenticated path (also where a developer disabled it) and never read or
 write the home directory's token.
 """
@@ -26,6 +26,9 @@ from typing import Any
 from tests.support import REPO, free_port, short_tmpdir
 
 EXAMPLES = REPO / "examples"
+#: One token for every cluster this test process starts: Ray's client caches
+#: the token it first read for the life of the process.
+RAY_TEST_TOKEN = secrets.token_hex(32)
 
 
 @contextlib.contextmanager
@@ -38,7 +41,7 @@ def ray_environment() -> Iterator[Path]:
         os.pathsep
     )
     os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ["RAY_AUTH_TOKEN"] = RAY_TEST_TOKEN
     os.environ["TRAINPROBE_RUNTIME_DIR"] = str(workdir / "run")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["RAY_DEDUP_LOGS"] = "0"
