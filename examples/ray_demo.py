@@ -102,6 +102,9 @@ class RankView:
 
     def note_records(self, records: list[dict[str, Any]]) -> None:
         for r in records:
+            if r["type"] == "incident":  # the verdict may last one tick before the kill
+                for pid in r["pids"]:
+                    self.worst[int(pid)] = r["verdict"]
             for o in r.get("outcomes", {}).values() if r["type"] == "action" else ():
                 via = "via Ray" if o.get("method") == "ray.kill" else "by signal"
                 self.killed[int(o.get("pid", 0))] = f"killed {via}"

@@ -146,5 +146,8 @@ def test_healthy_run_ends_without_incident(ray_node: SimpleNamespace) -> None:
         (0, 15, "goodbye"),
         (1, 15, "goodbye"),
     ]
+    # Identity from Ray Train alone: ranks, world size, the Ray ids.
+    assert {(w["local_rank"], w["world_size"]) for w in rows} == {(0, 2), (1, 2)}
+    assert all(w["ray"]["actor_id"] and w["ray"]["trial_or_run_name"] for w in rows)
     # ...so there is nothing in the incident log for this job.
     assert _records(ray_node, "tp-healthy") == []

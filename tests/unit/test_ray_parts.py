@@ -7,12 +7,13 @@ in test_ray_train.py, test_ray_per_node.py and test_ray_standalone.py.
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, short_tmpdir
+from tests.support import PYTHON, child_env, free_port, short_tmpdir
 from trainprobe.hooks import HandleRegistration, resolve_target
 from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket_path
 from trainprobe.sidecar import SettingsError, load_settings
@@ -209,3 +210,37 @@ def test_a_hook_under_ray_prefers_its_node_socket(monkeypatch: pytest.MonkeyPatc
             assert resolve_target(None, NODE) == f"unix://{node_sock}"
     monkeypatch.setenv("TRAINPROBE_TARGET", "unix:///explicit.sock")
     assert resolve_target(None, NODE) == "unix:///explicit.sock"
+
+
+def test_nothing_imports_ray_until_it_is_used() -> None:
+    code = (
+        "import sys\n"
+        "import trainprobe.hooks, trainprobe.sidecar, trainprobe.sidecar.ray\n"
+        "from trainprobe.sidecar import Sidecar, load_settings\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    out = subprocess.run(
+        [PYTHON, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_ray_installed_a_ray_link_reports_it_instead_of_failing() -> None:
+    # The GPU machines have no Ray: stand in for that by blocking the import.
+    code = (
+        "import sys, socket\n"
+        "sys.modules['ray'] = None\n"
+        "from trainprobe.sidecar.ray import RayLink, RayUnavailable\n"
+        "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n"
+        "link = RayLink(f'127.0.0.1:{srv.getsockname()[1]}', timeout_s=1.0)\n"
+        "try:\n"
+        "    link.wait_ready(5.0)\n"
+        "except RayUnavailable as err:\n"
+        "    print('unavailable:', err)\n"
+    )
+    out = subprocess.run(
+        [PYTHON, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("unavailable:") and "ray is not installed" in out.stdout
