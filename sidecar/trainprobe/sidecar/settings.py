@@ -317,7 +317,13 @@ OPTIONS: tuple[Option, ...] = (
         "HUNG when a collective has been in flight this long outside a phase.",
         _R,
     ),
-    Option("on_hung", _choice(*ACTION_CHOICES), "Action for HUNG verdicts.", _A),
+    Option(
+        "on_hung",
+        _choice(*ACTION_CHOICES),
+        "Action for HUNG verdicts. restart = kill so that the orchestrator starts the "
+        "worker again (Ray Train: the worker group, from the latest checkpoint).",
+        _A,
+    ),
     Option("on_unresponsive", _choice(*ACTION_CHOICES), "Action for UNRESPONSIVE verdicts.", _A),
     Option("on_degraded", _choice("observe", "dump"), "Action for DEGRADED verdicts.", _A),
     Option("dry_run", _boolean, "Log every action instead of doing it.", _A),
