@@ -5,6 +5,9 @@ Public API:
 - :class:`LivenessProbeHook`: register one per training process; call
   :meth:`~LivenessProbeHook.on_step_end` each step and wrap long phases in
   :meth:`~LivenessProbeHook.phase`.
+- :meth:`LivenessProbeHook.watch_ddp` and :meth:`LivenessProbeHook.collective`:
+  gradient-sync latency and per-group collective sequence numbers;
+  :func:`group_label` names a process group the way reports do.
 - :func:`resolve_identity`: how the hook finds job, rank and Ray ids.
 - :func:`report_checkpoint`: under Ray Train, write and ``ray.train.report`` a
   checkpoint inside ``hook.phase("checkpoint")`` (imports Ray only when called).
@@ -16,15 +19,18 @@ from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
+from trainprobe.hooks.sync import Collective, group_label
 
 __version__ = HOOK_VERSION
 
 __all__ = [
     "HOOK_VERSION",
+    "Collective",
     "HandleRegistration",
     "Identity",
     "LivenessProbeHook",
     "RayIds",
+    "group_label",
     "report_checkpoint",
     "resolve_identity",
     "resolve_target",

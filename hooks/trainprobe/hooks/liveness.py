@@ -8,11 +8,15 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 
+from trainprobe.hooks import ddp
+from trainprobe.hooks.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
+from trainprobe.hooks.gpu import GpuMonitor
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.reporter import Reporter
@@ -24,6 +28,7 @@ from trainprobe.hooks.steps import (
     StepRing,
     StepWindowReader,
 )
+from trainprobe.hooks.sync import Collective, SyncLedger, sync_stats_pb
 from trainprobe.proto import (
     DEFAULT_TARGET_ENV,
     PROTOCOL_VERSION,
@@ -94,6 +99,9 @@ class LivenessProbeHook:
             environment (``TRAINPROBE_JOB_ID``, ``RANK``, ``WORLD_SIZE``,
             ``LOCAL_RANK``), then ``torch.distributed`` or Ray Train.
         token: bearer token for TCP sidecars; defaults to ``$TRAINPROBE_TOKEN``.
+        cuda_device: the CUDA device this process trains on, for GPU memory
+            figures; by default the current device if CUDA is already
+            initialized, else learned later (see :class:`~trainprobe.hooks.gpu.GpuMonitor`).
         start: start the background thread now (tests may delay it).
 
     :meth:`on_step_end` is the only call on the training thread's hot path: it
@@ -110,6 +118,7 @@ class LivenessProbeHook:
         world_size: int | None = None,
         local_rank: int | None = None,
         token: str | None = None,
+        cuda_device: int | None = None,
         start: bool = True,
     ) -> None:
         if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
@@ -117,7 +126,13 @@ class LivenessProbeHook:
         self._ring = StepRing()
         self._phases = PhaseTracker()
         self._reader = StepWindowReader(self._ring)
-        self._collectors: list[Collector] = []
+        if cuda_device is None and cuda_in_use():
+            # Only the training thread knows its current device; remember it.
+            cuda_device = sys.modules["torch"].cuda.current_device()
+        self._gpu = GpuMonitor(cuda_device)
+        self._sync = SyncLedger(self._ring)
+        self._event_pools = EventPools()
+        self._collectors: list[Collector] = [self._gpu.collect, self._collect_sync]
         self._args = (job_id, rank, world_size, local_rank)
         self._seq = 0
         self._closed = False
@@ -190,6 +205,52 @@ class LivenessProbeHook:
                 t = 0.0
         return _Phase(self, str(name), t)
 
+    def watch_ddp(
+        self, model: object, comm_hook: ddp.CommHook | None = None, state: object = None
+    ) -> bool:
+        """Time every gradient bucket of a DDP model and number it in its group.
+
+        Registers a comm hook that does exactly DDP's default allreduce
+        (gradients stay bit-identical) or, given ``comm_hook``, wraps that hook
+        and registers it with ``state``. DDP allows one hook per model: if one
+        is already registered this logs why nothing can be measured and
+        returns False; training is never affected. Call before the first
+        backward. Returns True when the model is watched.
+        """
+        try:
+            watched = ddp.watch_ddp(self._sync, self._event_pools, model, comm_hook, state)
+            if watched and self._gpu.device is None:
+                self._gpu.device = ddp.model_device(model)
+            return watched
+        except Exception:
+            log.warning("trainprobe: watch_ddp failed; sync not measured", exc_info=True)
+            return False
+
+    def wrap_comm_hook(self, comm_hook: ddp.CommHook, group: object = None) -> ddp.CommHook:
+        """``comm_hook``, timed and counted in ``group`` (None = world).
+
+        For frameworks that register the DDP comm hook themselves; otherwise
+        prefer :meth:`watch_ddp`.
+        """
+        return ddp.wrap_comm_hook(self._sync.group(group), comm_hook, self._event_pools)
+
+    def collective(self, name: str, group: object = None, nbytes: int = 0) -> Collective:
+        """``with hook.collective("name", group):`` around a collective issued outside DDP.
+
+        It gets the next sequence number of ``group`` (None = the world group,
+        a ProcessGroup, or a label), and its latency and in-flight age are
+        reported like a DDP bucket's. On NCCL groups it is timed with CUDA
+        events, without synchronizing. Never raises.
+        """
+        try:
+            ledger = self._sync.group(group)
+            if ledger.on_cuda is None and cuda_in_use():
+                ledger.on_cuda = group_runs_on_cuda(group)
+            pools = self._event_pools if ledger.on_cuda else None
+        except Exception:
+            ledger, pools = self._sync.group("other"), None
+        return Collective(ledger, str(name), int(nbytes), pools)
+
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
         self._collectors.append(collector)
@@ -223,6 +284,7 @@ class LivenessProbeHook:
             self._ray = ray_ids()
         ident = resolve_identity(*self._args, ray_info=self._ray)
         self.identity = ident
+        gpu_uuid, cuda_device = self._gpu.identity()
         if ident.rank_guessed:
             log.debug("trainprobe: no rank found (RANK, torch.distributed, Ray Train); using 0")
         return probe_pb2.Hello(
@@ -235,6 +297,8 @@ class LivenessProbeHook:
             host=ident.host,
             pid=ident.pid,
             interval_ms=self.interval_ms,
+            gpu_uuid=gpu_uuid,
+            cuda_device=cuda_device,
             ray=probe_pb2.RayIdentity(
                 job_id=ident.ray.job_id,
                 node_id=ident.ray.node_id,
@@ -269,6 +333,11 @@ class LivenessProbeHook:
             except Exception:
                 log.debug("trainprobe: collector %r failed", collector, exc_info=True)
         return report
+
+    def _collect_sync(self, report: probe_pb2.Report) -> None:
+        window = self._sync.collect()
+        if window is not None:
+            report.sync.CopyFrom(sync_stats_pb(window))
 
     def _on_command(self, command: probe_pb2.Command) -> probe_pb2.CommandResult | None:
         kind = command.WhichOneof("kind")

@@ -91,7 +91,7 @@ class Phase(_message.Message):
     def __init__(self, name: _Optional[str] = ..., start_mono_ns: _Optional[int] = ..., timeout_s: _Optional[float] = ..., end_mono_ns: _Optional[int] = ...) -> None: ...
 
 class GpuMemory(_message.Message):
-    __slots__ = ("device_index", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "has_nvml", "device_used_bytes", "device_total_bytes", "process_used_bytes")
+    __slots__ = ("device_index", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "has_nvml", "device_used_bytes", "device_total_bytes", "process_used_bytes", "device_uuid")
     DEVICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
     RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class GpuMemory(_message.Message):
     DEVICE_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEVICE_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     PROCESS_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
     device_index: int
     allocated_bytes: int
     reserved_bytes: int
@@ -108,7 +109,8 @@ class GpuMemory(_message.Message):
     device_used_bytes: int
     device_total_bytes: int
     process_used_bytes: int
-    def __init__(self, device_index: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., has_nvml: bool = ..., device_used_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ..., process_used_bytes: _Optional[int] = ...) -> None: ...
+    device_uuid: str
+    def __init__(self, device_index: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., has_nvml: bool = ..., device_used_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ..., process_used_bytes: _Optional[int] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class GroupSeq(_message.Message):
     __slots__ = ("group", "issued", "completed", "oldest_inflight_start_mono_ns", "inflight_op", "inflight_seq")

@@ -100,7 +100,10 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
     """One row of ``trainprobe status``."""
     h = w.hello
     rep = w.last_report
+    # Counters from the latest report; latencies from the latest window that
+    # had any (a quiet window says nothing about how fast syncs are).
     sync = rep.sync if rep else None
+    window = w.sync_window
     inflight = w.oldest_inflight()
     return probe_pb2.WorkerStatus(
         job_id=h.job_id,
@@ -118,9 +121,9 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
         state="connected" if w.connected else (w.ended or "disconnected"),
         step_age_s=max(0.0, now - w.last_step_at) if w.has_step else 0.0,
         stall_threshold_s=stall_threshold_s,
-        gpu_memory=_gpu_pb(rep.gpu if rep else None),
-        sync_p50_s=sync.p50_s if sync else 0.0,
-        sync_max_s=sync.max_s if sync else 0.0,
+        gpu_memory=_gpu_pb(w.gpu),
+        sync_p50_s=window.p50_s if window else 0.0,
+        sync_max_s=window.max_s if window else 0.0,
         groups=[probe_pb2.GroupSeq(**dataclasses.asdict(g)) for g in (sync.groups if sync else ())],
         ray=probe_pb2.RayIdentity(
             job_id=h.ray.job_id,
@@ -129,6 +132,6 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
             worker_id=h.ray.worker_id,
             trial_or_run_name=h.ray.run_name,
         ),
-        gpu_uuid=h.gpu_uuid,
+        gpu_uuid=w.gpu_uuid,
         inflight_age_s=max(0.0, now - inflight[1]) if inflight else 0.0,
     )

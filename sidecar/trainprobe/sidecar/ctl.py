@@ -43,11 +43,20 @@ def _bytes(n: int) -> str:
     return f"{n / 2**30:.1f}G" if n else "-"
 
 
+def _sync_text(w: probe_pb2.WorkerStatus) -> str:
+    if w.inflight_age_s >= 1.0:
+        # A collective stuck for seconds matters more than past latencies.
+        return f"wait {w.inflight_age_s:.0f}s"
+    if not w.sync_max_s:
+        return "-"
+    return f"{w.sync_p50_s * 1000:.1f}/{w.sync_max_s * 1000:.1f}ms"
+
+
 def format_status(reply: probe_pb2.StatusReply) -> str:
     """The human table of ``trainprobe status``."""
     head = (
         f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
-        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50':>9} {'VERDICT':<12} STATE"
+        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
     )
     lines = [head]
     for w in reply.workers:
@@ -60,11 +69,11 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
                 else _bytes(g.reserved_bytes)
             )
         step = str(w.step) if w.has_step else "-"
-        sync = f"{w.sync_p50_s * 1000:.1f}ms" if w.sync_p50_s else "-"
+        sync = _sync_text(w)
         lines.append(
             f"{w.job_id[:20]:<20} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
-            f"{gpu:>13} {sync:>9} {w.verdict:<12} {w.state}"
+            f"{gpu:>13} {sync:>14} {w.verdict:<12} {w.state}"
         )
     if not reply.workers:
         lines.append("(no workers have reported)")
@@ -99,7 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
             )
             if args.json:
-                print(json.dumps(json_format.MessageToDict(reply), indent=2))
+                # Zeros included: "completed": 0 is a sequence number, not an absence.
+                as_dict = json_format.MessageToDict(
+                    reply, always_print_fields_with_no_presence=True
+                )
+                print(json.dumps(as_dict, indent=2))
             else:
                 print(format_status(reply))
         else:

@@ -302,7 +302,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "gpu_memory_reports",
         _integer(1, 1000),
-        "Consecutive reports over gpu_memory_ratio that make a gpu_memory finding.",
+        "Consecutive NVML samples (hooks take one a second at most) at or over "
+        "gpu_memory_ratio that make a gpu_memory finding.",
         _R,
     ),
     Option(

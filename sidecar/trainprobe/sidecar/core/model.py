@@ -90,6 +90,7 @@ class GpuMemoryData:
     device_used_bytes: int = 0
     device_total_bytes: int = 0
     process_used_bytes: int = 0
+    device_uuid: str = ""
 
     @property
     def used_ratio(self) -> float | None:
@@ -197,8 +198,13 @@ class WorkerState:
         default_factory=lambda: deque(maxlen=_OFFSET_WINDOW)
     )
     offsets: deque[float] = field(default_factory=lambda: deque(maxlen=_OFFSET_WINDOW))
-    #: Device memory used/total of recent reports (NVML), newest last.
+    #: Device memory used/total of recent NVML samples, newest last.
     gpu_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    #: The latest GPU figures: the allocator's from the last report that had
+    #: any, NVML's from the last report that carried a sample.
+    gpu: GpuMemoryData | None = None
+    #: The last report window in which collectives finished.
+    sync_window: SyncData | None = None
     verdict: Verdict = Verdict.OK
     verdict_rule: str = ""
     #: Set when trainprobe itself killed the process: its exit is expected.
@@ -227,6 +233,11 @@ class WorkerState:
             return 0.0
         (t0, s0), (t1, s1) = self.rate_points[0], self.rate_points[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    @property
+    def gpu_uuid(self) -> str:
+        """The worker's GPU: from Hello, else from its memory reports."""
+        return self.hello.gpu_uuid or (self.gpu.device_uuid if self.gpu else "")
 
     @property
     def phase_names(self) -> str:

@@ -8,9 +8,11 @@ seconds), so tests drive time by hand.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from trainprobe.sidecar.core.model import (
     ActivePhase,
+    GpuMemoryData,
     HelloData,
     ReportData,
     WorkerKey,
@@ -115,9 +117,11 @@ class Registry:
             # An old hook without per-step samples: the window max stands in.
             state.step_samples.append(report.step_max_s)
             state.step_p99_s = p99(state.step_samples)
-        if report.gpu is not None and report.gpu.used_ratio is not None:
-            state.gpu_ratios.append(report.gpu.used_ratio)
+        if report.gpu is not None:
+            _fold_gpu(state, report.gpu)
         if report.sync is not None:
+            if report.sync.count:
+                state.sync_window = report.sync
             state.inflight_since = {
                 g.group: state.to_local(g.oldest_inflight_start_mono_ns)
                 for g in report.sync.groups
@@ -152,3 +156,27 @@ class Registry:
         for w in gone:
             del self._workers[w.key]
         return gone
+
+
+def _fold_gpu(state: WorkerState, gpu: GpuMemoryData) -> None:
+    """Keep the newest allocator figures and the newest NVML sample.
+
+    NVML is sampled at most once a second, so a report may carry allocator
+    figures only; the gpu_memory rule counts NVML samples, not reports.
+    """
+    ratio = gpu.used_ratio
+    if ratio is not None:
+        state.gpu_ratios.append(ratio)
+        state.gpu = gpu
+        return
+    prev = state.gpu
+    if prev is not None and prev.has_nvml:
+        gpu = replace(
+            gpu,
+            has_nvml=True,
+            device_used_bytes=prev.device_used_bytes,
+            device_total_bytes=prev.device_total_bytes,
+            process_used_bytes=prev.process_used_bytes,
+            device_uuid=gpu.device_uuid or prev.device_uuid,
+        )
+    state.gpu = gpu

@@ -10,7 +10,7 @@
 |               |              | threshold, outside any phase                                 |
 | sync_inflight | HUNG         | the oldest in-flight collective is older than sync_timeout_s |
 | sync_latency  | DEGRADED     | a window's slowest gradient sync exceeded sync_latency_s     |
-| gpu_memory    | DEGRADED     | device memory used/total >= ratio for N reports in a row     |
+| gpu_memory    | DEGRADED     | device memory used/total >= ratio in N NVML samples in a row |
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
+from trainprobe.sidecar.core.model import Finding, GroupSeqData, Verdict, WorkerState
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
 
 
@@ -165,6 +165,7 @@ def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> F
         group, since = inflight
         age = now - max(since, job.last_phase_end_at)
         if age > cfg.sync_timeout_s:
+            seq = _inflight_seq(w, group)
             return _finding(
                 w,
                 "sync_inflight",
@@ -173,6 +174,9 @@ def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> F
                 inflight_age_s=round(age, 3),
                 timeout_s=cfg.sync_timeout_s,
                 step=w.last_step,
+                op=seq.inflight_op if seq else None,
+                seq=seq.inflight_seq if seq else None,
+                completed=seq.completed if seq else None,
             )
     threshold = job.threshold
     step_age = now - max(w.last_step_at, job.last_phase_end_at)
@@ -191,12 +195,17 @@ def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> F
     return None
 
 
+def _inflight_seq(w: WorkerState, group: str) -> GroupSeqData | None:
+    sync = w.last_report.sync if w.last_report else None
+    return next((g for g in sync.groups if g.group == group), None) if sync else None
+
+
 def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
     out: list[Finding] = []
     n = cfg.gpu_memory_reports
     ratios = list(w.gpu_ratios)[-n:]
     if len(ratios) == n and all(r >= cfg.gpu_memory_ratio for r in ratios):
-        gpu = w.last_report.gpu if w.last_report else None
+        gpu = w.gpu
         out.append(
             _finding(
                 w,
@@ -207,10 +216,15 @@ def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
                 reports=n,
                 used_bytes=gpu.device_used_bytes if gpu else None,
                 total_bytes=gpu.device_total_bytes if gpu else None,
+                reserved_bytes=gpu.reserved_bytes if gpu else None,
+                gpu_uuid=w.gpu_uuid or None,
             )
         )
+    # The latest window only: once a window passes without a slow sync the
+    # episode ends, and the next slow one is a new incident.
     sync = w.last_report.sync if w.last_report else None
     if sync is not None and sync.count and sync.max_s > cfg.sync_latency_s:
+        slowest = max(sync.samples, key=lambda c: c.end_mono_ns - c.start_mono_ns, default=None)
         out.append(
             _finding(
                 w,
@@ -219,6 +233,10 @@ def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
                 max_sync_s=round(sync.max_s, 6),
                 p50_sync_s=round(sync.p50_s, 6),
                 threshold_s=cfg.sync_latency_s,
+                collectives=sync.count,
+                group=slowest.group if slowest else None,
+                op=slowest.op if slowest else None,
+                seq=slowest.seq if slowest else None,
             )
         )
     return out

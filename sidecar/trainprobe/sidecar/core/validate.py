@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import math
 
-from trainprobe.sidecar.core.model import HelloData, PhaseData, ReportData
+from trainprobe.sidecar.core.model import (
+    GpuMemoryData,
+    HelloData,
+    PhaseData,
+    ReportData,
+    SyncData,
+)
 
 MAX_ID_LEN = 256
 MAX_PHASES = 64
 MAX_RECENT = 4096
 MAX_GROUPS = 256
+MAX_SAMPLES = 256
 MAX_WORLD_SIZE = 1 << 20
 #: A step or collective lasting longer than a year is a unit bug, not training.
 MAX_DURATION_S = 365 * 86400.0
@@ -106,17 +113,51 @@ def validate_report(r: ReportData) -> None:
     for d in r.recent_step_s:
         _duration("recent_step_s", d)
     if r.gpu is not None:
-        g = r.gpu
+        _gpu(r.gpu)
+    if r.sync is not None:
+        _sync(r.sync)
+
+
+def _gpu(g: GpuMemoryData) -> None:
+    _check(g.device_index >= 0, f"gpu_memory.device_index={g.device_index}: must be >= 0")
+    _text("gpu_memory.device_uuid", g.device_uuid)
+    if g.has_nvml:
+        _check(g.device_total_bytes > 0, "gpu_memory.device_total_bytes must be > 0 with NVML")
         _check(
-            g.device_used_bytes <= g.device_total_bytes or not g.has_nvml,
+            g.device_used_bytes <= g.device_total_bytes,
             "gpu_memory.device_used_bytes exceeds device_total_bytes",
         )
-    if r.sync is not None:
-        s = r.sync
-        _duration("sync.p50_s", s.p50_s)
-        _duration("sync.max_s", s.max_s)
-        _duration("sync.sum_s", s.sum_s)
-        _check(len(s.groups) <= MAX_GROUPS, f"more than {MAX_GROUPS} process groups")
-        for g in s.groups:
-            _text("sync.groups.group", g.group)
-            _check(g.completed <= g.issued, f"group {g.group!r}: completed > issued")
+        _check(
+            g.process_used_bytes <= g.device_total_bytes,
+            "gpu_memory.process_used_bytes exceeds device_total_bytes",
+        )
+
+
+def _sync(s: SyncData) -> None:
+    _duration("sync.p50_s", s.p50_s)
+    _duration("sync.max_s", s.max_s)
+    _duration("sync.sum_s", s.sum_s)
+    _check(s.p50_s <= s.max_s, "sync.p50_s exceeds sync.max_s")
+    _check(len(s.groups) <= MAX_GROUPS, f"more than {MAX_GROUPS} process groups")
+    _check(len(s.samples) <= MAX_SAMPLES, f"{len(s.samples)} sync samples; at most {MAX_SAMPLES}")
+    seen: set[str] = set()
+    for g in s.groups:
+        _text("sync.groups.group", g.group, required=True)
+        _text("sync.groups.inflight_op", g.inflight_op)
+        _check(g.group not in seen, f"group {g.group!r} appears twice")
+        seen.add(g.group)
+        _check(g.completed <= g.issued, f"group {g.group!r}: completed > issued")
+        _check(g.inflight_seq <= g.issued, f"group {g.group!r}: inflight_seq > issued")
+        # Not compared with the report's mono_ns: the hook stamps the report
+        # before its collectors run, so a collective may start in between.
+        _check(
+            g.oldest_inflight_start_mono_ns >= 0,
+            f"group {g.group!r}: oldest_inflight_start_mono_ns must be >= 0",
+        )
+    for c in s.samples:
+        _text("sync.samples.group", c.group)
+        _text("sync.samples.op", c.op)
+        _check(
+            0 < c.start_mono_ns <= c.end_mono_ns,
+            f"sync sample {c.group!r}#{c.seq}: end_mono_ns before start_mono_ns",
+        )

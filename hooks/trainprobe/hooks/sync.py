@@ -1,0 +1,337 @@
+"""Collective accounting: per-group sequence numbers, in-flight ages, latencies.
+
+Two sides share each :class:`GroupLedger` without a lock:
+
+- The issuing side (the training thread, or autograd's thread for DDP
+  buckets) calls :meth:`GroupLedger.issue`: it takes the next sequence number,
+  builds a small record and appends it to a bounded deque. Completion is one
+  store of the host clock into that record, or, on CUDA, an event recorded on
+  the stream after the collective.
+- The reporter thread calls :meth:`SyncLedger.collect`: it drains the deques,
+  decides which records finished (host time, or ``event.query()`` then
+  ``elapsed_time``, neither of which waits for the device) and turns them into
+  a window of statistics and per-group counters.
+
+Under the GIL, ``deque.append``/``popleft``, ``next(itertools.count)`` and a
+list item store are atomic, so neither side ever waits for the other. Nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trainprobe.proto import probe_pb2
+
+#: Records a group may hold between two reports; older ones are dropped and
+#: counted as completed (a reporter that fell this far behind is not
+#: watching a hang: a hung group issues nothing new).
+MAX_PENDING = 4096
+#: At most this many groups are tracked, the last one, "other", shared by the rest.
+MAX_GROUPS = 256
+#: Finished collectives a report carries individually (the window's slowest).
+MAX_SAMPLES = 16
+
+# A record is a plain list, not an object: building one costs ~80 ns instead of
+# ~350 ns for a slotted class, and the DDP comm hook budget is 2 us per bucket.
+SEQ, OP, NBYTES, START_NS, END_NS, STEP, EVENTS = range(7)
+#: ``EVENTS`` holds None (host-timed) or ``(start_event, end_event, pool)``.
+Record = list
+
+
+class StepSource(Protocol):
+    """Anything with ``n``, the number of completed steps (a ``StepRing``)."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class GroupCounters:
+    """Issued/completed counters of one group and its oldest in-flight collective."""
+
+    name: str
+    issued: int
+    completed: int
+    oldest_start_ns: int = 0
+    oldest_op: str = ""
+    oldest_seq: int = 0
+
+
+@dataclass(frozen=True)
+class FinishedOp:
+    group: str
+    seq: int
+    op: str
+    nbytes: int
+    start_ns: int
+    duration_s: float
+    step: int
+
+
+@dataclass
+class SyncWindow:
+    """Collectives finished since the previous window, and every group's counters."""
+
+    durations_s: list[float] = field(default_factory=list)
+    nbytes: int = 0
+    groups: list[GroupCounters] = field(default_factory=list)
+    samples: list[FinishedOp] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.durations_s)
+
+    @property
+    def p50_s(self) -> float:
+        return statistics.median(self.durations_s) if self.durations_s else 0.0
+
+    @property
+    def max_s(self) -> float:
+        return max(self.durations_s, default=0.0)
+
+    @property
+    def sum_s(self) -> float:
+        return sum(self.durations_s)
+
+
+class GroupLedger:
+    """One process group's collectives, in the order this process issued them."""
+
+    def __init__(self, name: str, steps: StepSource, max_pending: int = MAX_PENDING) -> None:
+        self.name = name
+        self._steps = steps
+        self._next_seq = itertools.count(1)
+        self._pending: collections.deque[Record] = collections.deque(maxlen=max_pending)
+        #: Whether user collectives on this group are timed with CUDA events;
+        #: None until known (the hook decides, once CUDA is in use).
+        self.on_cuda: bool | None = None
+        # Reporter-owned from here on.
+        self.issued = 0
+        self.completed = 0
+        self.dropped = 0
+        self._inflight: list[Record] = []
+
+    # -- issuing side ------------------------------------------------------------
+
+    def issue(self, op: str, nbytes: int, events: tuple | None = None) -> Record:
+        """Number and timestamp a collective about to be launched."""
+        rec = [
+            next(self._next_seq),
+            op,
+            nbytes,
+            time.monotonic_ns(),
+            0,
+            self._steps.n + 1,
+            events,
+        ]
+        self._pending.append(rec)
+        return rec
+
+    # -- reporter side -----------------------------------------------------------
+
+    def drain(self, finished: list[FinishedOp]) -> GroupCounters:
+        """Move issued records in, retire the finished ones into ``finished``."""
+        late: list[Record] = []
+        while True:
+            try:
+                rec = self._pending.popleft()
+            except IndexError:
+                break
+            seq = rec[SEQ]
+            if seq <= self.issued:
+                late.append(rec)  # another thread appended out of order
+                continue
+            gap = seq - self.issued - 1
+            if gap:
+                # Dropped from the full deque (or still being appended): count
+                # them finished; a late arrival below undoes that.
+                self.dropped += gap
+                self.completed += gap
+            self.issued = seq
+            self._inflight.append(rec)
+        for rec in late:
+            self.dropped -= 1
+            self.completed -= 1
+            self._inflight.append(rec)
+        if late:
+            self._inflight.sort(key=lambda r: r[SEQ])
+        still: list[Record] = []
+        for rec in self._inflight:
+            duration = finished_duration_s(rec)
+            if duration is None:
+                still.append(rec)
+                continue
+            self.completed += 1
+            finished.append(
+                FinishedOp(
+                    self.name, rec[SEQ], rec[OP], rec[NBYTES], rec[START_NS], duration, rec[STEP]
+                )
+            )
+        self._inflight = still
+        if not still:
+            return GroupCounters(self.name, self.issued, self.completed)
+        oldest = still[0]
+        return GroupCounters(
+            self.name, self.issued, self.completed, oldest[START_NS], oldest[OP], oldest[SEQ]
+        )
+
+
+def finished_duration_s(rec: Record) -> float | None:
+    """The latency of a finished collective, or None while it is in flight."""
+    end_ns = rec[END_NS]
+    if not end_ns:
+        return None
+    events = rec[EVENTS]
+    if events is None:
+        return max(0.0, (end_ns - rec[START_NS]) / 1e9)
+    start_ev, end_ev, pool = events
+    try:
+        if not end_ev.query():
+            return None
+        duration = max(0.0, start_ev.elapsed_time(end_ev) / 1e3)
+    except Exception:
+        # A CUDA error makes every later call fail too: fall back to host time.
+        return max(0.0, (end_ns - rec[START_NS]) / 1e9)
+    rec[EVENTS] = None
+    pool.give(start_ev, end_ev)
+    return duration
+
+
+class SyncLedger:
+    """Every group this process issued watched collectives on."""
+
+    def __init__(self, steps: StepSource) -> None:
+        self._steps = steps
+        self._groups: dict[Any, GroupLedger] = {}
+        self._by_name: dict[str, GroupLedger] = {}
+
+    def group(self, group: Any = None) -> GroupLedger:
+        """The ledger of ``group``: None (world), a ProcessGroup, or a label."""
+        ledger = self._groups.get(group if group is not None else "default")
+        if ledger is not None:
+            return ledger
+        name = group_label(group)
+        if name not in self._by_name and len(self._by_name) >= MAX_GROUPS - 1:
+            name = "other"
+        # setdefault is atomic: two threads racing here end up with one ledger.
+        ledger = self._by_name.setdefault(name, GroupLedger(name, self._steps))
+        return self._groups.setdefault(group if group is not None else "default", ledger)
+
+    def collect(self) -> SyncWindow | None:
+        """The window since the last call; None before any watched collective."""
+        ledgers = list(self._by_name.values())
+        if not ledgers:
+            return None
+        window = SyncWindow()
+        finished: list[FinishedOp] = []
+        for ledger in ledgers:
+            window.groups.append(ledger.drain(finished))
+        window.durations_s = [f.duration_s for f in finished]
+        window.nbytes = sum(f.nbytes for f in finished)
+        window.samples = heapq.nlargest(MAX_SAMPLES, finished, key=lambda f: f.duration_s)
+        return window
+
+
+class Collective:
+    """``with hook.collective(name, group):`` around a collective user code issues.
+
+    Counts it in its group's sequence like a DDP bucket. On CUDA it records
+    an event on the current stream at entry and at exit; a blocking
+    ``torch.distributed`` call makes the current stream wait for the
+    collective, so the exit event completes when the collective does, and the
+    reporter reads it later without a host-device sync. Never raises.
+    """
+
+    __slots__ = ("_ledger", "_nbytes", "_op", "_pools", "_rec")
+
+    def __init__(self, ledger: GroupLedger, op: str, nbytes: int, pools: Any | None) -> None:
+        self._ledger, self._op, self._nbytes, self._pools = ledger, op, nbytes, pools
+        self._rec: Record | None = None
+
+    def __enter__(self) -> Collective:
+        try:
+            events = self._pools.take_current() if self._pools is not None else None
+            self._rec = self._ledger.issue(self._op, self._nbytes, events)
+            if events is not None:
+                events[0].record()
+        except Exception:
+            self._rec = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        rec = self._rec
+        if rec is None:
+            return
+        events = rec[EVENTS]
+        if events is not None:
+            try:
+                events[1].record()
+            except Exception:
+                rec[EVENTS] = None  # judged by host time instead
+        rec[END_NS] = time.monotonic_ns()
+
+
+def group_label(group: Any) -> str:
+    """A name for a process group that every member rank computes alike.
+
+    "default" for the world group; torch's ``group_desc`` and ``group_name``
+    (assigned in creation order, which all ranks share) otherwise; a string
+    is taken as the label itself.
+    """
+    if group is None:
+        return "default"
+    if isinstance(group, str):
+        return group or "default"
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_initialized() and group is dist.group.WORLD:
+            return "default"
+    except Exception:
+        pass
+    desc = str(getattr(group, "group_desc", "") or "")
+    name = str(getattr(group, "group_name", "") or "")
+    if desc == "default_pg":
+        return "default"
+    base = f"pg{name}" if name else "pg"
+    return f"{desc}/{base}" if desc and desc != "undefined" else base
+
+
+def sync_stats_pb(window: SyncWindow) -> probe_pb2.SyncStats:
+    """The report message for one window."""
+    return probe_pb2.SyncStats(
+        count=window.count,
+        p50_s=window.p50_s,
+        max_s=window.max_s,
+        bytes=window.nbytes,
+        sum_s=window.sum_s,
+        groups=[
+            probe_pb2.GroupSeq(
+                group=g.name,
+                issued=g.issued,
+                completed=g.completed,
+                oldest_inflight_start_mono_ns=g.oldest_start_ns,
+                inflight_op=g.oldest_op,
+                inflight_seq=g.oldest_seq,
+            )
+            for g in window.groups
+        ],
+        samples=[
+            probe_pb2.CollectiveSample(
+                group=f.group,
+                seq=f.seq,
+                op=f.op,
+                bytes=f.nbytes,
+                start_mono_ns=f.start_ns,
+                end_mono_ns=f.start_ns + int(f.duration_s * 1e9),
+                step=f.step,
+            )
+            for f in window.samples
+        ],
+    )
