@@ -15,6 +15,22 @@ Faults (all optional):
   --ckpt-every K --ckpt-s T [--ckpt-rank R]      a declared checkpoint phase of
                                                  T seconds every K steps (all
                                                  ranks, or only rank R)
+  --delay-backward-rank R --delay-backward-s S   rank R sleeps S seconds before
+    [--delay-backward-at STEP]                   its backward at STEP (default 10):
+                                                 its peers wait in the allreduce
+
+Gradient sync (trainprobe's comm hook):
+  --watch-ddp                                    hook.watch_ddp(model)
+  --user-comm-hook allreduce|fp16                a user comm hook (PyTorch's
+                                                 allreduce_hook/fp16_compress_hook):
+                                                 given to watch_ddp, or registered
+                                                 directly without --watch-ddp
+  --register-hook-first                          register the user hook on DDP
+                                                 before calling watch_ddp
+  --user-collective-every K                      all-reduce a metric inside
+                                                 hook.collective("metrics") every K steps
+  --save-grads PREFIX --save-grads-at STEP       save the gradients after STEP's
+                                                 backward to PREFIX-rank<R>.pt
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from trainprobe.hooks import LivenessProbeHook
 
@@ -47,6 +64,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-timeout-s", type=float, default=900.0)
     p.add_argument("--progress", default="", help="append one JSON line per event here")
     p.add_argument("--no-hook", action="store_true", help="train without trainprobe")
+    p.add_argument("--delay-backward-rank", type=int, default=-1)
+    p.add_argument("--delay-backward-s", type=float, default=0.0)
+    p.add_argument("--delay-backward-at", type=int, default=10)
+    p.add_argument("--watch-ddp", action="store_true")
+    p.add_argument("--user-comm-hook", choices=["", "allreduce", "fp16"], default="")
+    p.add_argument("--register-hook-first", action="store_true")
+    p.add_argument("--user-collective-every", type=int, default=0)
+    p.add_argument("--save-grads", default="")
+    p.add_argument("--save-grads-at", type=int, default=5)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     return p.parse_args(argv)
 
 
@@ -68,17 +95,38 @@ def hang(mode: str) -> None:
             pass
 
 
+def setup_comm_hooks(
+    args: argparse.Namespace,
+    model: nn.parallel.DistributedDataParallel,
+    hook: LivenessProbeHook | None,
+) -> bool | None:
+    """Register the user's comm hook and/or trainprobe's; returns watch_ddp's result."""
+    user = {"": None, "allreduce": default_hooks.allreduce_hook}.get(
+        args.user_comm_hook, default_hooks.fp16_compress_hook
+    )
+    if user is not None and (args.register_hook_first or not args.watch_ddp):
+        model.register_comm_hook(model.process_group, user)
+        user = None
+    if not args.watch_ddp or hook is None:
+        return None
+    return hook.watch_ddp(model, comm_hook=user, state=model.process_group)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)),
+        bucket_cap_mb=args.bucket_cap_mb,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     hook = None if args.no_hook else LivenessProbeHook(interval_ms=args.interval_ms)
-    log_event(args.progress, rank=rank, pid=os.getpid(), event="start", world=world)
+    watched = setup_comm_hooks(args, model, hook)
+    log_event(
+        args.progress, rank=rank, pid=os.getpid(), event="start", world=world, watched=watched
+    )
     gen = torch.Generator().manual_seed(rank)
     for step in range(1, args.steps + 1):
         x = torch.randn(16, 32, generator=gen)
@@ -93,7 +141,20 @@ def main(argv: list[str] | None = None) -> int:
                 mode=args.hang_mode,
             )
             hang(args.hang_mode)
+        if rank == args.delay_backward_rank and step == args.delay_backward_at:
+            log_event(args.progress, rank=rank, event="delay", step=step)
+            time.sleep(args.delay_backward_s)
         loss.backward()  # gloo allreduce of the gradients: peers of a hung rank block here
+        if args.save_grads and step == args.save_grads_at:
+            grads = [p.grad.clone() for p in model.parameters()]
+            torch.save(grads, f"{args.save_grads}-rank{rank}.pt")
+        if args.user_collective_every and step % args.user_collective_every == 0:
+            metric = loss.detach().clone()
+            if hook is not None:
+                with hook.collective("metrics"):
+                    dist.all_reduce(metric)
+            else:
+                dist.all_reduce(metric)
         opt.step()
         opt.zero_grad()
         time.sleep(args.step_s)

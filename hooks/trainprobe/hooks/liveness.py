@@ -243,13 +243,14 @@ class LivenessProbeHook:
         events, without synchronizing. Never raises.
         """
         try:
+            size = max(0, int(nbytes))
             ledger = self._sync.group(group)
             if ledger.on_cuda is None and cuda_in_use():
                 ledger.on_cuda = group_runs_on_cuda(group)
             pools = self._event_pools if ledger.on_cuda else None
         except Exception:
-            ledger, pools = self._sync.group("other"), None
-        return Collective(ledger, str(name), int(nbytes), pools)
+            size, ledger, pools = 0, self._sync.group("other"), None
+        return Collective(ledger, str(name), size, pools)
 
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
