@@ -73,6 +73,7 @@ def default_allreduce_hook(
     # the second parameter to be named "bucket".
     def trainprobe_allreduce(state, bucket):
         buf = bucket.buffer()
+        buf.mul_(scale)
         try:
             events = pool.take() if pool is not None else None
             rec = ledger.issue("allreduce", buf.nbytes, events)
@@ -80,7 +81,6 @@ def default_allreduce_hook(
                 events[0].record()
         except Exception:
             rec = None
-        buf.mul_(scale)
         fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
         return fut.then(_done_callback(rec, unwrap=True))
 
