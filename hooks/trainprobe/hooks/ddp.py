@@ -38,54 +38,78 @@ _MARK = "__trainprobe_watch__"
 CommHook = Callable[[Any, Any], Any]
 
 
-def _done_callback(rec: list | None, unwrap: bool) -> Callable[[Any], Any]:
-    mono = time.monotonic_ns
+def _record_end(rec: list | None) -> None:
+    """Mark a collective finished; on CUDA, record its end event first.
 
-    def done(fut: Any) -> Any:
-        # Runs when the collective's future completes: on CUDA right after
-        # the launch, with the current stream ordered after the collective, so
-        # an event recorded here completes with it; on gloo in gloo's thread.
-        if rec is not None:
-            events = rec[EVENTS]
-            if events is not None:
-                try:
-                    events[1].record()
-                except Exception:
-                    rec[EVENTS] = None
-            rec[END_NS] = mono()
-        value = fut.value()
-        return value[0] if unwrap else value
-
-    return done
+    Called from the future's callback: on CUDA that runs right after the
+    launch, with the current stream ordered after the collective, so the event
+    completes when the collective does; on gloo it runs in gloo's thread once
+    the collective is done.
+    """
+    if rec is None:
+        return
+    events = rec[EVENTS]
+    if events is not None:
+        try:
+            events[1].record()
+        except Exception:
+            rec[EVENTS] = None  # judged by host time instead
+    rec[END_NS] = time.monotonic_ns()
 
 
 def default_allreduce_hook(
     ledger: GroupLedger, world_size: int, pools: EventPools | None, device: int | None
 ) -> CommHook:
-    """DDP's own allreduce, timed. Register it with the process group as state."""
+    """DDP's own allreduce, timed. Register it with the process group as state.
+
+    The CPU and CUDA variants are separate functions because every branch and
+    call on this path shows in the per-bucket budget (bench/bench_sync.py).
+    """
     import torch.distributed as dist
 
     scale = 1.0 / world_size
-    pool = pools.for_device(device) if pools is not None and device is not None else None
+    all_reduce = dist.all_reduce
+    issue = ledger.issue
+    mono = time.monotonic_ns
 
-    # No annotations on purpose: DDP inspects them, and a string annotation
-    # (from __future__ import annotations) fails its check. It also requires
-    # the second parameter to be named "bucket".
+    # No annotations on the hooks on purpose: DDP inspects them, and a string
+    # annotation (from __future__ import annotations) fails its check. DDP
+    # also requires the second parameter to be named "bucket".
     def trainprobe_allreduce(state, bucket):
         buf = bucket.buffer()
         buf.mul_(scale)
+        # issue() only counts, reads the clock and appends: it cannot fail.
+        rec = issue("allreduce", buf.nbytes)
+
+        def done(fut, rec=rec):
+            rec[END_NS] = mono()
+            return fut.value()[0]
+
+        return all_reduce(buf, group=state, async_op=True).get_future().then(done)
+
+    def trainprobe_allreduce_cuda(state, bucket):
+        buf = bucket.buffer()
+        buf.mul_(scale)
         try:
-            events = pool.take() if pool is not None else None
-            rec = ledger.issue("allreduce", buf.nbytes, events)
-            if events is not None:
-                events[0].record()
+            events = pool.take()
+            rec = issue("allreduce", buf.nbytes, events)
+            events[0].record()
         except Exception:
             rec = None
-        fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
-        return fut.then(_done_callback(rec, unwrap=True))
 
-    setattr(trainprobe_allreduce, _MARK, "allreduce")
-    return trainprobe_allreduce
+        def done(fut, rec=rec):
+            _record_end(rec)
+            return fut.value()[0]
+
+        return all_reduce(buf, group=state, async_op=True).get_future().then(done)
+
+    if pools is None or device is None:
+        hook = trainprobe_allreduce
+    else:
+        pool = pools.for_device(device)
+        hook = trainprobe_allreduce_cuda
+    setattr(hook, _MARK, "allreduce")
+    return hook
 
 
 def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | None) -> CommHook:
@@ -112,7 +136,12 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
         fut = inner(state, bucket)
         if rec is None:
             return fut
-        return fut.then(_done_callback(rec, unwrap=False))
+
+        def done(f, rec=rec):
+            _record_end(rec)
+            return f.value()
+
+        return fut.then(done)
 
     # functools.wraps copies annotations too; DDP checks them, so keep none.
     trainprobe_wrapped.__annotations__ = {}
