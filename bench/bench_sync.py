@@ -16,6 +16,10 @@ from a real backward pass. Between rounds the ledger is drained, as the
 reporter thread would.
 
     python bench/bench_sync.py [--calls 20000] [--rounds 5] [--json OUT]
+
+With ``--cuda`` the same runs over NCCL on GPU 0 (world size 1), where the
+watched hook also records two CUDA events per bucket; the GPU is synchronized
+between batches of calls, outside the timed region.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from trainprobe.hooks.ddp import default_allreduce_hook  # noqa: E402
 Hook = Callable[[object, dist.GradBucket], torch.futures.Future]
 
 
-def real_bucket(numel: int) -> dist.GradBucket:
+def real_bucket(numel: int, device: str) -> dist.GradBucket:
     """A GradBucket as DDP builds it, captured from one backward pass."""
     captured: list[dist.GradBucket] = []
 
@@ -51,9 +55,10 @@ def real_bucket(numel: int) -> dist.GradBucket:
         fut.set_result(bucket.buffer())
         return fut
 
-    model = nn.parallel.DistributedDataParallel(nn.Linear(numel - 1, 1))
+    module = nn.Linear(numel - 1, 1).to(device)
+    model = nn.parallel.DistributedDataParallel(module)
     model.register_comm_hook(None, capture)
-    model(torch.randn(2, numel - 1)).sum().backward()
+    model(torch.randn(2, numel - 1, device=device)).sum().backward()
     return captured[0]
 
 
@@ -83,6 +88,8 @@ def measure(hooks: dict[str, Hook], bucket: dist.GradBucket, calls: int, drain: 
             fut.wait()
             times[name].append(t1 - t0)
         if i % 512 == 0:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
             drain()
     base = times["torch"]
     return {
@@ -104,20 +111,29 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--numel", type=int, default=256, help="floats per bucket")
+    p.add_argument("--cuda", action="store_true", help="NCCL on GPU 0 instead of gloo on CPU")
     p.add_argument("--json", default="")
     args = p.parse_args()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if args.cuda:
+        torch.cuda.set_device(0)
+        dist.init_process_group(
+            "nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda:0")
+        )
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     probe = LivenessProbeHook(
         target="unix:///nonexistent/bench.sock", job_id="bench", rank=0, world_size=1, start=False
     )
-    watched = default_allreduce_hook(probe._sync.group(None), 1, None, None)
+    device = 0 if args.cuda else None
+    watched = default_allreduce_hook(probe._sync.group(None), 1, probe._event_pools, device)
     hooks = {"torch": default_hooks.allreduce_hook, "bare": bare_hook, "watched": watched}
-    bucket = real_bucket(args.numel)
+    bucket = real_bucket(args.numel, "cuda" if args.cuda else "cpu")
     measure(hooks, bucket, 2000, probe._sync.collect)  # warm-up
     rounds = [measure(hooks, bucket, args.calls, probe._sync.collect) for _ in range(args.rounds)]
     result = {
         "torch": torch.__version__,
         "python": sys.version.split()[0],
+        "backend": "nccl" if args.cuda else "gloo",
         "calls_per_round": args.calls,
         "floats_per_bucket": args.numel,
         "rounds": rounds,
