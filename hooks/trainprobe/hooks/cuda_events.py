@@ -15,29 +15,50 @@ from typing import Any
 
 
 class EventPool:
-    """Reusable pairs of timing events for one CUDA device.
+    """Reusable pairs of timing events for one CUDA device, and a cheap way to
+    record them on the current stream.
 
     The issuing thread takes pairs, the reporter gives them back once read;
-    deque pop/append are atomic, so no lock. Creating events is the costly part
-    of timing a collective on the GPU, so they are recycled.
+    deque pop/append are atomic, so no lock. ``torch.cuda.Event.record()``
+    without a stream builds a new ``torch.cuda.Stream`` object for the current
+    stream on every call, which dominates the cost of timing a bucket; the
+    stream objects are cached here instead, keyed by torch's own current-stream
+    triple (stream id, device, type).
     """
 
     def __init__(self, device_index: int, max_free: int = 1024) -> None:
+        import torch
+
         self.device_index = device_index
         self._free: collections.deque[tuple[Any, Any]] = collections.deque(maxlen=max_free)
+        self._event = torch.cuda.Event
+        self._stream = torch.cuda.Stream
+        self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
+        self._streams: dict[tuple, Any] = {}
 
     def take(self) -> tuple[Any, Any, EventPool]:
         try:
             start, end = self._free.pop()
         except IndexError:
-            import torch
-
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = self._event(enable_timing=True)
+            end = self._event(enable_timing=True)
         return start, end, self
 
     def give(self, start: Any, end: Any) -> None:
         self._free.append((start, end))
+
+    def record(self, event: Any) -> None:
+        """Record ``event`` on this device's current stream (of the calling thread)."""
+        if self._current is None:
+            event.record()
+            return
+        key = self._current(self.device_index)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+            if len(self._streams) < 1024:  # streams come from small fixed pools
+                self._streams[key] = stream
+        event.record(stream)
 
 
 class EventPools:

@@ -51,7 +51,7 @@ def _record_end(rec: list | None) -> None:
     events = rec[EVENTS]
     if events is not None:
         try:
-            events[1].record()
+            events[2].record(events[1])
         except Exception:
             rec[EVENTS] = None  # judged by host time instead
     rec[END_NS] = time.monotonic_ns()
@@ -93,7 +93,7 @@ def default_allreduce_hook(
         try:
             events = pool.take()
             rec = issue("allreduce", buf.nbytes, events)
-            events[0].record()
+            pool.record(events[0])
         except Exception:
             rec = None
 
@@ -130,7 +130,7 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
             events = pools.for_device(buf.device.index).take() if on_cuda else None
             rec = ledger.issue(op, buf.nbytes, events)
             if events is not None:
-                events[0].record()
+                events[2].record(events[0])
         except Exception:
             rec = None
         fut = inner(state, bucket)

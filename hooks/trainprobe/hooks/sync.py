@@ -42,7 +42,8 @@ MAX_SAMPLES = 16
 # A record is a plain list, not an object: building one costs ~80 ns instead of
 # ~350 ns for a slotted class, and the DDP comm hook budget is 2 us per bucket.
 SEQ, OP, NBYTES, START_NS, END_NS, STEP, EVENTS = range(7)
-#: ``EVENTS`` holds None (host-timed) or ``(start_event, end_event, pool)``.
+#: ``EVENTS`` holds None (host-timed) or ``(start_event, end_event, pool)``; the
+#: pool records events (``pool.record(event)``) and takes them back once read.
 Record = list
 
 
@@ -260,7 +261,7 @@ class Collective:
             events = self._pools.take_current() if self._pools is not None else None
             self._rec = self._ledger.issue(self._op, self._nbytes, events)
             if events is not None:
-                events[0].record()
+                events[2].record(events[0])
         except Exception:
             self._rec = None
         return self
@@ -272,7 +273,7 @@ class Collective:
         events = rec[EVENTS]
         if events is not None:
             try:
-                events[1].record()
+                events[2].record(events[1])
             except Exception:
                 rec[EVENTS] = None  # judged by host time instead
         rec[END_NS] = time.monotonic_ns()
