@@ -15,11 +15,12 @@ Public API:
 
 # First: gRPC must be imported with its fork handlers off (see _grpc_fork).
 from trainprobe.hooks import _grpc_fork  # noqa: F401
+from trainprobe.hooks.collectives import Collective
 from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
-from trainprobe.hooks.sync import Collective, group_label
+from trainprobe.hooks.sync import group_label
 
 __version__ = HOOK_VERSION
 

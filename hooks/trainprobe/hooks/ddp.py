@@ -10,14 +10,16 @@ Exactness: without a hook, DDP's reducer multiplies each gradient by
 ``1 / world_size`` while copying it into the bucket, then all-reduces with SUM.
 PyTorch's own ``allreduce_hook`` divides instead, which differs in the last bit
 for world sizes that are not powers of two. The default hook here multiplies,
-so gradients are bit-identical to DDP without a hook (tests/test_ddp_watch.py
-and tests/test_e2e_sync.py check it with three ranks). The one case it does not
+so gradients are bit-identical to DDP without a hook (tests/test_e2e_sync.py
+checks it with three gloo ranks, tests/gpu with NCCL). The one case it does not
 cover: ``gradient_as_bucket_view=True`` with gradients kept between steps
 (``zero_grad(set_to_none=False)``), where DDP divides the bucket in place.
+Under ``Join`` with uneven inputs DDP divides by the ranks still joined; this
+hook, like PyTorch's, divides by the group size.
 
 Hot path cost per bucket: a sequence number, a clock read, one small list, a
-deque append and the same single ``.then`` callback the default hook has (see
-bench/bench_sync.py). torch is imported by the caller before any of this runs.
+deque append and the same single ``.then`` callback the default hook has; on
+CUDA also two event records (bench/bench_sync.py, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

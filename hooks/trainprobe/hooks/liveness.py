@@ -8,15 +8,12 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 
-from trainprobe.hooks import ddp
-from trainprobe.hooks.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
-from trainprobe.hooks.gpu import GpuMonitor
+from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.reporter import Reporter
@@ -28,7 +25,6 @@ from trainprobe.hooks.steps import (
     StepRing,
     StepWindowReader,
 )
-from trainprobe.hooks.sync import Collective, SyncLedger, sync_stats_pb
 from trainprobe.proto import (
     DEFAULT_TARGET_ENV,
     PROTOCOL_VERSION,
@@ -87,7 +83,7 @@ class _Phase:
         self._hook._phases.exit(self._token)
 
 
-class LivenessProbeHook:
+class LivenessProbeHook(CollectiveMethods):
     """Reports this training process's liveness to the node's sidecar.
 
     Args:
@@ -126,12 +122,7 @@ class LivenessProbeHook:
         self._ring = StepRing()
         self._phases = PhaseTracker()
         self._reader = StepWindowReader(self._ring)
-        if cuda_device is None and cuda_in_use():
-            # Only the training thread knows its current device; remember it.
-            cuda_device = sys.modules["torch"].cuda.current_device()
-        self._gpu = GpuMonitor(cuda_device)
-        self._sync = SyncLedger(self._ring)
-        self._event_pools = EventPools()
+        self._init_collectives(self._ring, cuda_device)
         self._collectors: list[Collector] = [self._gpu.collect, self._collect_sync]
         self._args = (job_id, rank, world_size, local_rank)
         self._seq = 0
@@ -204,53 +195,6 @@ class LivenessProbeHook:
                 log.warning("trainprobe: phase %r: ignoring bad timeout_s=%r", name, timeout_s)
                 t = 0.0
         return _Phase(self, str(name), t)
-
-    def watch_ddp(
-        self, model: object, comm_hook: ddp.CommHook | None = None, state: object = None
-    ) -> bool:
-        """Time every gradient bucket of a DDP model and number it in its group.
-
-        Registers a comm hook that does exactly DDP's default allreduce
-        (gradients stay bit-identical) or, given ``comm_hook``, wraps that hook
-        and registers it with ``state``. DDP allows one hook per model: if one
-        is already registered this logs why nothing can be measured and
-        returns False; training is never affected. Call before the first
-        backward. Returns True when the model is watched.
-        """
-        try:
-            watched = ddp.watch_ddp(self._sync, self._event_pools, model, comm_hook, state)
-            if watched and self._gpu.device is None:
-                self._gpu.device = ddp.model_device(model)
-            return watched
-        except Exception:
-            log.warning("trainprobe: watch_ddp failed; sync not measured", exc_info=True)
-            return False
-
-    def wrap_comm_hook(self, comm_hook: ddp.CommHook, group: object = None) -> ddp.CommHook:
-        """``comm_hook``, timed and counted in ``group`` (None = world).
-
-        For frameworks that register the DDP comm hook themselves; otherwise
-        prefer :meth:`watch_ddp`.
-        """
-        return ddp.wrap_comm_hook(self._sync.group(group), comm_hook, self._event_pools)
-
-    def collective(self, name: str, group: object = None, nbytes: int = 0) -> Collective:
-        """``with hook.collective("name", group):`` around a collective issued outside DDP.
-
-        It gets the next sequence number of ``group`` (None = the world group,
-        a ProcessGroup, or a label), and its latency and in-flight age are
-        reported like a DDP bucket's. On NCCL groups it is timed with CUDA
-        events, without synchronizing. Never raises.
-        """
-        try:
-            size = max(0, int(nbytes))
-            ledger = self._sync.group(group)
-            if ledger.on_cuda is None and cuda_in_use():
-                ledger.on_cuda = group_runs_on_cuda(group)
-            pools = self._event_pools if ledger.on_cuda else None
-        except Exception:
-            size, ledger, pools = 0, self._sync.group("other"), None
-        return Collective(ledger, str(name), size, pools)
 
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
@@ -334,11 +278,6 @@ class LivenessProbeHook:
             except Exception:
                 log.debug("trainprobe: collector %r failed", collector, exc_info=True)
         return report
-
-    def _collect_sync(self, report: probe_pb2.Report) -> None:
-        window = self._sync.collect()
-        if window is not None:
-            report.sync.CopyFrom(sync_stats_pb(window))
 
     def _on_command(self, command: probe_pb2.Command) -> probe_pb2.CommandResult | None:
         kind = command.WhichOneof("kind")

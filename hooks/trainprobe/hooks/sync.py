@@ -240,45 +240,6 @@ class SyncLedger:
         return window
 
 
-class Collective:
-    """``with hook.collective(name, group):`` around a collective user code issues.
-
-    Counts it in its group's sequence like a DDP bucket. On CUDA it records
-    an event on the current stream at entry and at exit; a blocking
-    ``torch.distributed`` call makes the current stream wait for the
-    collective, so the exit event completes when the collective does, and the
-    reporter reads it later without a host-device sync. Never raises.
-    """
-
-    __slots__ = ("_ledger", "_nbytes", "_op", "_pools", "_rec")
-
-    def __init__(self, ledger: GroupLedger, op: str, nbytes: int, pools: Any | None) -> None:
-        self._ledger, self._op, self._nbytes, self._pools = ledger, op, nbytes, pools
-        self._rec: Record | None = None
-
-    def __enter__(self) -> Collective:
-        try:
-            events = self._pools.take_current() if self._pools is not None else None
-            self._rec = self._ledger.issue(self._op, self._nbytes, events)
-            if events is not None:
-                events[2].record(events[0])
-        except Exception:
-            self._rec = None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        rec = self._rec
-        if rec is None:
-            return
-        events = rec[EVENTS]
-        if events is not None:
-            try:
-                events[2].record(events[1])
-            except Exception:
-                rec[EVENTS] = None  # judged by host time instead
-        rec[END_NS] = time.monotonic_ns()
-
-
 def group_label(group: Any) -> str:
     """A name for a process group that every member rank computes alike.
 
