@@ -10,6 +10,7 @@ from trainprobe.hooks.sync import (
     END_NS,
     EVENTS,
     MAX_GROUPS,
+    MAX_INFLIGHT,
     MAX_SAMPLES,
     START_NS,
     GroupLedger,
@@ -61,6 +62,19 @@ def test_a_full_deque_drops_the_oldest_and_counts_them_finished() -> None:
     for r in recs[6:]:
         finish(r, 0.1)
     assert g.drain(finished).completed == 10
+
+
+def test_collectives_that_never_finish_are_bounded_and_the_oldest_kept() -> None:
+    g = GroupLedger("default", StepRing())
+    finished: list = []
+    first = g.issue("allreduce", 1)
+    for _ in range(MAX_INFLIGHT // 2048 + 1):
+        for _ in range(2048):
+            g.issue("allreduce", 1)
+        counters = g.drain(finished)
+    assert len(g._inflight) == MAX_INFLIGHT
+    assert counters.oldest_seq == 1 and counters.oldest_start_ns == first[START_NS]
+    assert counters.issued - counters.completed == MAX_INFLIGHT
 
 
 def test_an_out_of_order_append_from_another_thread_is_reconciled() -> None:

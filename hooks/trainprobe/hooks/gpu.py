@@ -11,7 +11,7 @@ Two sources:
 
 Nothing is reported, and CUDA is never initialized, until the training code
 itself has initialized CUDA. Without NVML only the allocator figures are
-sent. Each missing piece is logged once, at debug level.
+sent, with one debug line. A failure to read is logged once per kind.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ class GpuMonitor:
     def _torch(self) -> Any | None:
         """torch, if this process has initialized CUDA; else None."""
         if not cuda_in_use():
-            self._once("no-cuda", "trainprobe: CUDA not in use yet; no GPU memory figures")
-            return None
+            return None  # a CPU process, or CUDA not used yet: silently absent
         return sys.modules["torch"]
 
     def resolve_device(self, torch: Any) -> int:

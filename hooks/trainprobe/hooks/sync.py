@@ -34,6 +34,9 @@ from trainprobe.proto import probe_pb2
 #: counted as completed (a reporter that fell this far behind is not
 #: watching a hang: a hung group issues nothing new).
 MAX_PENDING = 4096
+#: Collectives a group tracks in flight at most; newer ones beyond it are
+#: counted finished unseen (the oldest, which the rules judge, stay tracked).
+MAX_INFLIGHT = 4 * MAX_PENDING
 #: At most this many groups are tracked, the last one, "other", shared by the rest.
 MAX_GROUPS = 256
 #: Finished collectives a report carries individually (the window's slowest).
@@ -163,6 +166,13 @@ class GroupLedger:
             self._inflight.append(rec)
         if late:
             self._inflight.sort(key=lambda r: r[SEQ])
+        excess = len(self._inflight) - MAX_INFLIGHT
+        if excess > 0:
+            # A device that stopped completing work while the host kept
+            # issuing: keep memory bounded, and the oldest for the rules.
+            del self._inflight[MAX_INFLIGHT:]
+            self.dropped += excess
+            self.completed += excess
         still: list[Record] = []
         for rec in self._inflight:
             duration = finished_duration_s(rec)
