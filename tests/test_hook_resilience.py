@@ -43,7 +43,7 @@ def test_training_runs_untouched_without_a_sidecar() -> None:
     assert proc.wait(60) == 0
     n, max_gap, in_hook = steps_and_gaps(progress)
     assert n == 300
-    assert max_gap < 0.25  # no step waited for a connection attempt
+    assert max_gap < 1.5  # no step waited out a connect or write timeout (>= 5 s)
     assert in_hook / n < 50e-6  # on_step_end stayed trivially cheap
     text = log.read_text()
     assert text.count("not reachable") == 1, text  # warned once, not per retry
@@ -67,7 +67,7 @@ def test_sidecar_killed_and_restarted_mid_run_hook_reconnects() -> None:
         wait_for(lambda: sc.status().workers[0].step > step_then, 10, what="steps after reconnect")
         assert proc.wait(60) == 0
         n, max_gap, _ = steps_and_gaps(progress)
-        assert n == 600 and max_gap < 0.25
+        assert n == 600 and max_gap < 1.5  # a blocked step would wait >= 5 s
         lines = progress.read_text().splitlines()
         assert lines[-2].endswith(" 1")  # connected again at the end
         text = log.read_text()
