@@ -27,6 +27,8 @@ log = logging.getLogger("trainprobe.sidecar")
 
 #: How long a worker has to answer a stack-dump request.
 DUMP_TIMEOUT_S = 2.0
+#: Hears each action record after it is logged (exporters: action spans, counts).
+ActionListener = Callable[[Incident, dict[str, object]], None]
 
 
 class Killer(Protocol):
@@ -123,6 +125,7 @@ class Actions:
         #: Told about every killed rank, to report when a replacement resumes.
         self.recovery = recovery
         self._clock = clock
+        self.listeners: list[ActionListener] = []
 
     def _targets(self, incident: Incident) -> list[WorkerState]:
         states = []
@@ -133,15 +136,19 @@ class Actions:
         return states
 
     def _record(self, incident: Incident, **fields: object) -> None:
-        self.incident_log.write(
-            {
-                "type": "action",
-                "incident_id": incident.id,
-                "job_id": incident.job_id,
-                "action": incident.action,
-                **fields,
-            }
-        )
+        record: dict[str, object] = {
+            "type": "action",
+            "incident_id": incident.id,
+            "job_id": incident.job_id,
+            "action": incident.action,
+            **fields,
+        }
+        self.incident_log.write(record)
+        for listener in self.listeners:
+            try:
+                listener(incident, record)
+            except Exception:
+                log.exception("action listener %r failed", listener)
 
     async def execute(self, incident: Incident) -> None:
         action = incident.action

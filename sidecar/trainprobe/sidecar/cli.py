@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trainprobe.sidecar.otel import TelemetryError
 from trainprobe.sidecar.server import ListenError, Sidecar
 from trainprobe.sidecar.settings import (
     OPTIONS,
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if len(ok) == len(placed) else 1
     try:
         asyncio.run(serve(settings))
-    except ListenError as err:
+    except (ListenError, TelemetryError) as err:
         print(f"trainprobe-sidecar: error: {err}", file=sys.stderr)
         return 1
     return 0

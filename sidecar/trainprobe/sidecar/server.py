@@ -38,6 +38,7 @@ from trainprobe.sidecar.core.rules import RuleConfig
 from trainprobe.sidecar.core.thresholds import StallPolicy
 from trainprobe.sidecar.engine import Engine
 from trainprobe.sidecar.incident_log import IncidentLog
+from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.servicer import Commander, SidecarServicer
 from trainprobe.sidecar.settings import Settings
 
@@ -179,6 +180,7 @@ class Sidecar:
         self._stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
         self._unix_paths: list[Path] = []
+        self.telemetry: Telemetry | None = None
 
     def status(self, job_id: str = "") -> probe_pb2.StatusReply:
         now = self.clock()
@@ -196,6 +198,22 @@ class Sidecar:
         )
 
     async def start(self) -> None:
+        # Exporters first: a metrics port that cannot be bound fails before we serve.
+        self.telemetry = start_telemetry(
+            self.settings, lambda: self.registry, self.clock, SIDECAR_VERSION
+        )
+        if self.telemetry is not None:
+            self.engine.sinks.append(self.telemetry)
+            self.servicer.report_listeners.append(self.telemetry.on_report)
+            self.actions.listeners.append(self.telemetry.on_action)
+        try:
+            await self._serve()
+        except BaseException:
+            if self.telemetry is not None:
+                await self.telemetry.aclose(timeout_s=1.0)
+            raise
+
+    async def _serve(self) -> None:
         starter = getattr(self.killer, "start", None)
         if callable(starter):
             starter()  # e.g. RayKiller connects to Ray in the background
@@ -254,6 +272,8 @@ class Sidecar:
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.to_thread(closer), 10.0)
         self.incident_log.flush()
+        if self.telemetry is not None:
+            await self.telemetry.aclose(timeout_s=grace_s + 2.0)
 
     async def wait_stopped(self) -> None:
         await self._stop.wait()

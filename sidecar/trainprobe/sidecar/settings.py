@@ -9,6 +9,7 @@ drives parsing, ``--help`` and docs/CONFIG.md alike.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -127,6 +128,32 @@ def _path(v: Any) -> Path:
     return Path(s).expanduser()
 
 
+def _otlp_endpoint(v: Any) -> str | None:
+    s = "" if v is None else str(v).strip()
+    if s.lower() in ("", "none", "off"):
+        return None
+    scheme, sep, rest = s.partition("://")
+    if not sep:
+        scheme, rest = "", s
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if scheme not in ("", "http", "https") or not colon or not host or not port.isdigit():
+        raise ValueError(
+            "must be http://HOST:PORT (plaintext), https://HOST:PORT or HOST:PORT (TLS), or none"
+        )
+    return s
+
+
+def _host(v: Any) -> str:
+    s = "" if v is None else str(v).strip()
+    try:
+        return str(ipaddress.ip_address(s.strip("[]")))
+    except ValueError:
+        pass
+    if not s or not all(c.isalnum() or c in ".-" for c in s):
+        raise ValueError("must be a host name or IP address, e.g. 0.0.0.0 or 127.0.0.1")
+    return s
+
+
 def _optional_path(v: Any) -> Path | None:
     return None if v is None or str(v).strip() == "" else _path(v)
 
@@ -202,9 +229,11 @@ class Settings:
     ray_address: str | None = None
     ray_timeout_s: float = 10.0
     ray_per_node: bool = False
+    telemetry: bool = True
     otlp_endpoint: str | None = None
     trace_every_n_steps: int = 100
     metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
 
     @property
     def listen_addresses(self) -> tuple[str, ...]:
@@ -351,9 +380,17 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("ray_per_node", _boolean, "Start one sidecar actor on every Ray node and exit.", _I),
     Option(
+        "telemetry",
+        _boolean,
+        "Export OpenTelemetry traces and metrics (to otlp_endpoint, else to files in "
+        "state_dir). OTEL_SDK_DISABLED=true also turns it off. See docs/OBSERVABILITY.md.",
+        _I,
+    ),
+    Option(
         "otlp_endpoint",
-        _optional_text,
-        "OTLP/gRPC collector for spans and metrics; none = OTLP-JSON lines in state_dir.",
+        _otlp_endpoint,
+        "OTLP/gRPC collector for spans and metrics (http://HOST:PORT is plaintext); none = "
+        "OTEL_EXPORTER_OTLP_ENDPOINT if set, else OTLP-JSON lines in state_dir.",
         _I,
         default_text="none",
     ),
@@ -369,6 +406,12 @@ OPTIONS: tuple[Option, ...] = (
         "Prometheus scrape port; none = off.",
         _I,
         default_text="none",
+    ),
+    Option(
+        "metrics_host",
+        _host,
+        "Address the Prometheus endpoint binds to.",
+        _I,
     ),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}

@@ -1,0 +1,318 @@
+"""Incident and action spans, and the spans of the steps that triggered them.
+
+An incident lands in the trace of the step it concerns (see
+:func:`incident_step`), so a backend shows it next to every rank's spans of
+that step. For each rank it names, the step that crossed the rule is traced:
+
+- HUNG, UNRESPONSIVE, DEAD: the step that never finished, as an *open* step
+  span from the last step's end to the detection, with the collectives still
+  in flight (or the overrunning phase) as its children; plus the last
+  completed step;
+- DEGRADED: the steps of the report window that crossed the rule, with the
+  slowest collective of that window.
+
+The incident span links to all of them. Its action, once carried out, becomes
+a child span (:meth:`IncidentTracer.action_span`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.model import CollectiveData, Verdict, WorkerKey, WorkerState
+from trainprobe.sidecar.otel.ids import span_id, step_trace_id
+from trainprobe.sidecar.otel.spans import (
+    AttrValue,
+    LinkDesc,
+    SpanDesc,
+    WallClock,
+    open_collective_span,
+    open_step_span,
+    phase_span,
+)
+from trainprobe.sidecar.otel.trace_builder import TraceBuilder, WorkerTrace
+
+#: Verdicts that mean the worker stopped making progress.
+STOPPED = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE, Verdict.DEAD})
+#: Ranks whose evidence is also flattened into attributes (all are in the JSON).
+FLAT_EVIDENCE_RANKS = 16
+#: Window steps linked per rank for a DEGRADED incident.
+LINKED_WINDOW_STEPS = 8
+_MAX_JSON = 16_384
+_REMEMBERED = 1024
+
+
+def incident_step(incident: Incident, states: Mapping[WorkerKey, WorkerState]) -> int:
+    """The step an incident concerns: the unfinished one, or the last finished one."""
+    steps = []
+    for rank in incident.ranks:
+        st = states.get(WorkerKey(incident.job_id, rank))
+        if st is None:
+            continue
+        if incident.verdict in STOPPED:
+            steps.append(st.last_step + 1 if st.has_step else 0)
+        else:
+            steps.append(st.last_step if st.has_step else 0)
+    return min(steps, default=0)
+
+
+def _scalar(value: object) -> AttrValue | None:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return None
+
+
+def _json(value: object) -> str:
+    text = json.dumps(value, default=str, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= _MAX_JSON else text[: _MAX_JSON - 3] + "..."
+
+
+class IncidentTracer:
+    """Builds incident, evidence and action spans on top of a :class:`TraceBuilder`."""
+
+    def __init__(self, builder: TraceBuilder) -> None:
+        self.builder = builder
+        self._incidents: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def on_incident(
+        self,
+        incident: Incident,
+        states: Mapping[WorkerKey, WorkerState],
+        wall_minus_mono_s: float,
+    ) -> list[SpanDesc]:
+        out: list[SpanDesc] = []
+        links: list[LinkDesc] = []
+        for rank in incident.ranks:
+            st = states.get(WorkerKey(incident.job_id, rank))
+            if st is None:
+                continue
+            clock = WallClock(wall_minus_mono_s, st.offset_s)
+            wt = self.builder.worker(st.hello)
+            if incident.verdict in STOPPED:
+                self._stopped(incident, st, wt, clock, out, links)
+            else:
+                self._degraded(st, wt, clock, out, links)
+        step = incident_step(incident, states)
+        trace_id = step_trace_id(incident.job_id, step)
+        sid = span_id("incident", incident.job_id, incident.id, round(incident.time * 1e6))
+        self._incidents[incident.id] = (trace_id, sid)
+        if len(self._incidents) > _REMEMBERED:
+            self._incidents.popitem(last=False)
+        clock = WallClock(wall_minus_mono_s)
+        single = states.get(WorkerKey(incident.job_id, incident.ranks[0]))
+        attrs = self._builder_attrs(single) if len(incident.ranks) == 1 else {}
+        out.append(
+            SpanDesc(
+                name=f"incident {incident.verdict.value} {incident.rule}",
+                trace_id=trace_id,
+                span_id=sid,
+                parent_id=None,
+                start_ns=clock.local_ns(min(incident.onset_at, incident.detected_at)),
+                end_ns=clock.local_ns(incident.detected_at),
+                attributes={**attrs, **incident_attributes(incident, step)},
+                links=tuple(links),
+                error=(
+                    f"{incident.verdict.value} ({incident.rule}) on ranks {incident.ranks}"
+                    if incident.verdict in STOPPED
+                    else None
+                ),
+            )
+        )
+        return out
+
+    def action_span(
+        self,
+        incident: Incident,
+        record: Mapping[str, object],
+        now_local: float,
+        wall_minus_mono_s: float,
+    ) -> SpanDesc | None:
+        """The action's outcome as a child of its incident span."""
+        ids = self._incidents.get(incident.id)
+        if ids is None:
+            return None
+        trace_id, parent = ids
+        clock = WallClock(wall_minus_mono_s)
+        ok = bool(record.get("ok"))
+        attrs: dict[str, AttrValue] = {
+            "trainprobe.incident.id": incident.id,
+            "trainprobe.job_id": incident.job_id,
+            "trainprobe.action": incident.action,
+            "trainprobe.action.ok": ok,
+            "trainprobe.dry_run": bool(record.get("dry_run", incident.dry_run)),
+            "trainprobe.targets": list(incident.targets),
+        }
+        outcomes = record.get("outcomes")
+        if isinstance(outcomes, Mapping):
+            for rank, outcome in outcomes.items():
+                if isinstance(outcome, Mapping):
+                    for key, value in outcome.items():
+                        v = _scalar(value)
+                        if v is not None:
+                            attrs[f"trainprobe.outcome.{rank}.{key}"] = v
+        unanswered = record.get("unanswered")
+        if isinstance(unanswered, list):
+            attrs["trainprobe.unanswered"] = [int(r) for r in unanswered]
+        return SpanDesc(
+            name=f"action {incident.action}",
+            trace_id=trace_id,
+            span_id=span_id("action", parent),
+            parent_id=parent,
+            start_ns=clock.local_ns(incident.detected_at),
+            end_ns=clock.local_ns(max(now_local, incident.detected_at)),
+            attributes=attrs,
+            error=None if ok else f"{incident.action} did not complete: {_json(outcomes)}",
+        )
+
+    def _builder_attrs(self, st: WorkerState | None) -> dict[str, AttrValue]:
+        return dict(self.builder.worker(st.hello).attrs) if st is not None else {}
+
+    def _stopped(
+        self,
+        incident: Incident,
+        st: WorkerState,
+        wt: WorkerTrace,
+        clock: WallClock,
+        out: list[SpanDesc],
+        links: list[LinkDesc],
+    ) -> None:
+        rank = st.hello.rank
+        if wt.steps:
+            last = wt.steps[-1]
+            out.extend(self.builder.trace_step(wt, last, clock))
+            if last.span is not None:
+                links.append(last.span.link(**{"trainprobe.rank": rank, "trainprobe.link": "last"}))
+        number = st.last_step + 1 if st.has_step else 0
+        if wt.last_end_mono_ns is not None:
+            start_ns = clock.worker_ns(wt.last_end_mono_ns)
+        else:
+            start_ns = clock.local_ns(st.last_step_at if st.has_step else st.first_seen_at)
+        end_local = st.ended_at if incident.rule == "exit" and st.ended_at else incident.detected_at
+        step = wt.open_spans.get(("step", number))
+        if step is None:
+            step = open_step_span(
+                st.hello,
+                wt.attrs,
+                step_trace_id(st.hello.job_id, number),
+                number,
+                start_ns,
+                clock.local_ns(end_local),
+                why=f"{incident.verdict.value} ({incident.rule})",
+            )
+            wt.remember(("step", number), step)
+            out.append(step)
+        links.append(step.link(**{"trainprobe.rank": rank, "trainprobe.link": "unfinished"}))
+        report = st.last_report
+        for g in report.sync.groups if report is not None and report.sync is not None else ():
+            if not g.oldest_inflight_start_mono_ns:
+                continue
+            key = ("collective", (g.group, g.inflight_seq))
+            span = wt.open_spans.get(key)
+            if span is None:
+                span = open_collective_span(
+                    st.hello,
+                    wt.attrs,
+                    step,
+                    g.group,
+                    g.inflight_seq,
+                    g.inflight_op,
+                    clock.worker_ns(g.oldest_inflight_start_mono_ns),
+                    clock.local_ns(end_local),
+                )
+                wt.remember(key, span)
+                out.append(span)
+            links.append(span.link(**{"trainprobe.rank": rank, "trainprobe.link": "in flight"}))
+        for p in report.active_phases if report is not None else ():
+            key = ("phase", (p.name, p.start_mono_ns))
+            span = wt.open_spans.get(key)
+            if span is None:
+                span = phase_span(
+                    st.hello,
+                    wt.attrs,
+                    step.trace_id,
+                    number,
+                    p,
+                    clock.worker_ns(p.start_mono_ns),
+                    clock.local_ns(end_local),
+                    open_=True,
+                )
+                wt.remember(key, span)
+                out.append(span)
+            links.append(span.link(**{"trainprobe.rank": rank, "trainprobe.link": "phase"}))
+
+    def _degraded(
+        self,
+        st: WorkerState,
+        wt: WorkerTrace,
+        clock: WallClock,
+        out: list[SpanDesc],
+        links: list[LinkDesc],
+    ) -> None:
+        report = st.last_report
+        if report is None:
+            return
+        rank = st.hello.rank
+        window = set(zip(report.recent_steps, report.recent_step_end_mono_ns, strict=False))
+        recs = [r for r in wt.steps if (r.number, r.end_mono_ns) in window]
+        for rec in recs:
+            out.extend(self.builder.trace_step(wt, rec, clock))
+        for rec in recs[-LINKED_WINDOW_STEPS:]:
+            if rec.span is not None:
+                links.append(
+                    rec.span.link(**{"trainprobe.rank": rank, "trainprobe.link": "window"})
+                )
+        samples = report.sync.samples if report.sync is not None else ()
+        if samples:
+            slowest = max(samples, key=lambda c: c.end_mono_ns - c.start_mono_ns)
+            link = self._collective_link(wt, slowest, clock, out)
+            if link is not None:
+                links.append(link)
+
+    def _collective_link(
+        self, wt: WorkerTrace, c: CollectiveData, clock: WallClock, out: list[SpanDesc]
+    ) -> LinkDesc | None:
+        rec = wt.step_at(c.start_mono_ns)
+        if rec is None:
+            return None
+        out.extend(self.builder.trace_step(wt, rec, clock))
+        if rec.span is None:
+            return None
+        h = wt.hello
+        return LinkDesc(
+            rec.span.trace_id,
+            span_id("collective", h.job_id, h.rank, h.pid, c.group, c.seq),
+            {"trainprobe.rank": h.rank, "trainprobe.link": "slowest collective"},
+        )
+
+
+def incident_attributes(incident: Incident, step: int) -> dict[str, AttrValue]:
+    """The incident's verdict, rule, evidence and action, as span attributes."""
+    attrs: dict[str, AttrValue] = {
+        "trainprobe.incident.id": incident.id,
+        "trainprobe.job_id": incident.job_id,
+        "trainprobe.rule": incident.rule,
+        "trainprobe.verdict": incident.verdict.value,
+        "trainprobe.step": step,
+        "trainprobe.ranks": list(incident.ranks),
+        "trainprobe.pids": list(incident.pids),
+        "trainprobe.hosts": list(incident.hosts),
+        "trainprobe.targets": list(incident.targets),
+        "trainprobe.action": incident.action,
+        "trainprobe.action.reason": incident.action_reason,
+        "trainprobe.dry_run": incident.dry_run,
+        "trainprobe.detection_latency_s": round(incident.detection_latency_s, 6),
+        "trainprobe.evidence": _json(incident.evidence),
+    }
+    for rank in sorted(incident.evidence, key=lambda r: int(r) if r.isdigit() else 0)[
+        :FLAT_EVIDENCE_RANKS
+    ]:
+        for key, value in incident.evidence[rank].items():
+            v = _scalar(value)
+            if v is not None:
+                attrs[f"trainprobe.evidence.{rank}.{key}"] = v
+    if incident.diagnosis is not None:
+        attrs["trainprobe.diagnosis"] = _json(incident.diagnosis)
+    return attrs

@@ -1,0 +1,169 @@
+"""Metric descriptions: instrument names and units, and the values to record.
+
+Pure: the OpenTelemetry adapter creates one instrument per
+:class:`InstrumentSpec` and feeds it what the functions here compute.
+Histograms and counters are recorded as reports and incidents arrive;
+gauges are read from a :class:`GaugeSnapshot` of the registry when a reader
+(the OTLP export timer or a Prometheus scrape) collects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.model import HelloData, ReportData, WorkerState
+from trainprobe.sidecar.otel.spans import AttrValue
+
+#: Bucket bounds in seconds: 1 ms .. 100 s for steps, 100 µs .. 60 s for syncs.
+STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 100)
+SYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+SYNC_BUCKETS_S += (0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+@dataclass(frozen=True)
+class InstrumentSpec:
+    name: str
+    #: "histogram", "counter", "gauge" (observable) or "updown" (observable).
+    kind: str
+    unit: str
+    description: str
+    buckets: tuple[float, ...] = ()
+
+
+STEP_DURATION = InstrumentSpec(
+    "trainprobe.step.duration", "histogram", "s", "Training step time", STEP_BUCKETS_S
+)
+SYNC_DURATION = InstrumentSpec(
+    "trainprobe.sync.duration",
+    "histogram",
+    "s",
+    "Gradient-sync bucket and collective latency (the hook's sampled collectives)",
+    SYNC_BUCKETS_S,
+)
+VERDICTS = InstrumentSpec(
+    "trainprobe.verdicts", "counter", "{verdict}", "Non-OK verdicts given, one per rank and episode"
+)
+ACTIONS = InstrumentSpec(
+    "trainprobe.actions", "counter", "{action}", "Actions carried out, by outcome"
+)
+HEARTBEAT_AGE = InstrumentSpec(
+    "trainprobe.heartbeat.age", "gauge", "s", "Seconds since the worker's last report"
+)
+STEP_RATE = InstrumentSpec("trainprobe.step.rate", "gauge", "{step}/s", "Steps per second")
+LAST_STEP = InstrumentSpec("trainprobe.step.last", "gauge", "{step}", "Last completed step")
+WORKERS = InstrumentSpec(
+    "trainprobe.workers", "gauge", "{worker}", "Workers known to the sidecar, by verdict"
+)
+GPU_MEMORY_USAGE = InstrumentSpec(
+    "hw.gpu.memory.usage",
+    "updown",
+    "By",
+    "GPU memory used (NVML, whole device; without NVML the worker's torch reserved bytes)",
+)
+GPU_MEMORY_LIMIT = InstrumentSpec("hw.gpu.memory.limit", "updown", "By", "GPU memory size")
+
+INSTRUMENTS: tuple[InstrumentSpec, ...] = (
+    STEP_DURATION,
+    SYNC_DURATION,
+    VERDICTS,
+    ACTIONS,
+    HEARTBEAT_AGE,
+    STEP_RATE,
+    LAST_STEP,
+    WORKERS,
+    GPU_MEMORY_USAGE,
+    GPU_MEMORY_LIMIT,
+)
+
+Point = tuple[float, Mapping[str, AttrValue]]
+
+
+def worker_metric_attributes(hello: HelloData) -> dict[str, AttrValue]:
+    """Few attributes on worker metrics: enough to tell series apart, cheap to keep."""
+    return {"trainprobe.job_id": hello.job_id, "trainprobe.rank": hello.rank}
+
+
+def step_observations(report: ReportData) -> list[float]:
+    """Step times of the report's window (0 = a step the hook did not count)."""
+    return [d for d in report.recent_step_s if d > 0]
+
+
+def sync_observations(report: ReportData) -> list[tuple[float, str, str]]:
+    """(seconds, group, op) of each sampled collective in the report."""
+    if report.sync is None:
+        return []
+    return [
+        ((c.end_mono_ns - c.start_mono_ns) / 1e9, c.group, c.op)
+        for c in report.sync.samples
+        if c.end_mono_ns >= c.start_mono_ns > 0
+    ]
+
+
+def verdict_count(incident: Incident) -> tuple[int, dict[str, AttrValue]]:
+    return len(incident.ranks), {
+        "trainprobe.job_id": incident.job_id,
+        "trainprobe.verdict": incident.verdict.value,
+        "trainprobe.rule": incident.rule,
+    }
+
+
+def action_outcome(record: Mapping[str, object]) -> str:
+    if record.get("dry_run"):
+        return "dry_run"
+    return "ok" if record.get("ok") else "failed"
+
+
+def action_count(incident: Incident, record: Mapping[str, object]) -> dict[str, AttrValue]:
+    return {
+        "trainprobe.job_id": incident.job_id,
+        "trainprobe.action": incident.action,
+        "trainprobe.action.outcome": action_outcome(record),
+    }
+
+
+@dataclass
+class GaugeSnapshot:
+    """Gauge values by instrument name, as (value, attributes) points."""
+
+    points: dict[str, list[Point]] = field(default_factory=dict)
+
+    def add(self, spec: InstrumentSpec, value: float, attrs: Mapping[str, AttrValue]) -> None:
+        self.points.setdefault(spec.name, []).append((value, attrs))
+
+    def get(self, spec: InstrumentSpec) -> list[Point]:
+        return self.points.get(spec.name, [])
+
+
+def gauge_snapshot(workers: Iterable[WorkerState], now: float) -> GaugeSnapshot:
+    """Gauges of every connected worker, and worker counts by verdict, at ``now``."""
+    snap = GaugeSnapshot()
+    counts: dict[tuple[str, str, str], int] = {}
+    for w in workers:
+        state = "connected" if w.connected else (w.ended or "disconnected")
+        key = (w.hello.job_id, w.verdict.value, state)
+        counts[key] = counts.get(key, 0) + 1
+        if not w.connected:
+            continue
+        attrs = worker_metric_attributes(w.hello)
+        snap.add(HEARTBEAT_AGE, max(0.0, now - w.last_report_at), attrs)
+        snap.add(STEP_RATE, w.steps_per_s, attrs)
+        if w.has_step:
+            snap.add(LAST_STEP, w.last_step, attrs)
+        gpu = w.last_report.gpu if w.last_report is not None else None
+        if gpu is not None:
+            gattrs = dict(attrs)
+            if w.hello.gpu_uuid:
+                gattrs["hw.id"] = w.hello.gpu_uuid
+            used = gpu.device_used_bytes if gpu.has_nvml else gpu.reserved_bytes
+            snap.add(GPU_MEMORY_USAGE, used, gattrs)
+            if gpu.has_nvml and gpu.device_total_bytes:
+                snap.add(GPU_MEMORY_LIMIT, gpu.device_total_bytes, gattrs)
+    for (job, verdict, state), n in counts.items():
+        snap.add(
+            WORKERS,
+            n,
+            {"trainprobe.job_id": job, "trainprobe.verdict": verdict, "trainprobe.state": state},
+        )
+    return snap

@@ -1,0 +1,248 @@
+"""The OpenTelemetry SDK adapter: span descriptions and measurements in, OTLP out.
+
+The only module (with :mod:`jsonlines`) that imports OpenTelemetry; it is
+imported only when the sidecar starts its exporters. Everything here is
+non-blocking for the caller: spans go into the SDK's bounded batch queue
+(``OTEL_BSP_MAX_QUEUE_SIZE``, default 2048; the oldest are dropped when it is
+full), metrics are aggregated in memory and exported by the SDK's own
+threads. A dead collector therefore costs the queue and one log line.
+
+Spans are built as ``ReadableSpan`` objects and handed to the batch processor
+directly, not through a ``Tracer``: their ids are deterministic (see
+:mod:`ids`) and their times are the workers', both of which a ``Tracer``
+would choose for itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError
+from trainprobe.sidecar.otel.guards import GuardedMetricExporter, GuardedSpanExporter
+from trainprobe.sidecar.otel.health import ExportHealth, QuietSdkLogs
+from trainprobe.sidecar.otel.jsonlines import JsonLinesMetricExporter, JsonLinesSpanExporter
+from trainprobe.sidecar.otel.measures import INSTRUMENTS, GaugeSnapshot, InstrumentSpec
+from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
+#: Gauge callbacks of one collection share one snapshot of the registry.
+_SNAPSHOT_TTL_S = 0.5
+
+
+class OtelPipeline:
+    """Providers, processors, exporters and instruments for one sidecar."""
+
+    def __init__(
+        self,
+        cfg: TelemetryConfig,
+        resource_attributes: Mapping[str, str],
+        gauges: Callable[[], GaugeSnapshot],
+        version: str,
+    ) -> None:
+        self.cfg = cfg
+        self.health = ExportHealth(
+            cfg.destination,
+            "what does not fit the bounded export queues is dropped",
+        )
+        self._quiet = QuietSdkLogs(self.health)
+        self._gauges = gauges
+        self._snapshot: tuple[float, GaugeSnapshot] | None = None
+        self._snapshot_lock = threading.Lock()
+        self.resource = Resource(dict(resource_attributes)).merge(OTELResourceDetector().detect())
+        self._scope = InstrumentationScope("trainprobe.sidecar", version)
+        self._span_exporter: SpanExporter | None = None
+        self._metric_exporter: MetricExporter | None = None
+        self.span_processor: BatchSpanProcessor | None = None
+        self.http_server: Any = None
+        self._quiet.install()
+        try:
+            self._start_traces()
+            readers = self._metric_readers()
+        except BaseException:
+            self._quiet.remove()
+            raise
+        self.meter_provider = MeterProvider(
+            resource=self.resource, metric_readers=readers, shutdown_on_exit=False
+        )
+        meter = self.meter_provider.get_meter("trainprobe.sidecar", version)
+        self._histograms = {}
+        self._counters = {}
+        for spec in INSTRUMENTS:
+            if spec.kind == "histogram":
+                self._histograms[spec.name] = meter.create_histogram(
+                    spec.name,
+                    unit=spec.unit,
+                    description=spec.description,
+                    explicit_bucket_boundaries_advisory=list(spec.buckets),
+                )
+            elif spec.kind == "counter":
+                self._counters[spec.name] = meter.create_counter(
+                    spec.name, unit=spec.unit, description=spec.description
+                )
+            elif spec.kind == "gauge":
+                meter.create_observable_gauge(
+                    spec.name, [self._observe(spec)], unit=spec.unit, description=spec.description
+                )
+            else:
+                meter.create_observable_up_down_counter(
+                    spec.name, [self._observe(spec)], unit=spec.unit, description=spec.description
+                )
+
+    # -- construction -----------------------------------------------------------
+
+    def _start_traces(self) -> None:
+        if not self.cfg.traces:
+            return
+        if self.cfg.otlp:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            exporter: SpanExporter = OTLPSpanExporter(endpoint=self.cfg.endpoint)
+        else:
+            exporter = JsonLinesSpanExporter(self.cfg.traces_file)
+        self._span_exporter = exporter
+        self.span_processor = BatchSpanProcessor(
+            GuardedSpanExporter(exporter, self.health),
+            schedule_delay_millis=self.cfg.span_delay_ms,
+        )
+
+    def _metric_readers(self) -> list[MetricReader]:
+        readers: list[MetricReader] = []
+        if self.cfg.otlp_metrics:
+            if self.cfg.otlp:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                    OTLPMetricExporter,
+                )
+
+                exporter: MetricExporter = OTLPMetricExporter(endpoint=self.cfg.endpoint)
+            else:
+                exporter = JsonLinesMetricExporter(self.cfg.metrics_file)
+            self._metric_exporter = exporter
+            readers.append(
+                PeriodicExportingMetricReader(
+                    GuardedMetricExporter(exporter, self.health),
+                    export_interval_millis=self.cfg.metric_interval_ms,
+                )
+            )
+        if self.cfg.prometheus_port is not None:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+            from prometheus_client import CollectorRegistry, start_http_server
+
+            # A private registry: two sidecars in one process must not collide.
+            registry = CollectorRegistry(auto_describe=True)
+            readers.append(PrometheusMetricReader(registry=registry))
+            host, port = self.cfg.prometheus_host, self.cfg.prometheus_port
+            try:
+                self.http_server, _ = start_http_server(port, addr=host, registry=registry)
+            except OSError as err:
+                raise TelemetryError(
+                    f"metrics_port: cannot serve metrics on {host}:{port}: {err.strerror or err}"
+                ) from None
+        return readers
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound Prometheus port (useful with ``metrics_port=0``)."""
+        return self.http_server.server_port if self.http_server is not None else None
+
+    # -- spans --------------------------------------------------------------------
+
+    def _readable(self, d: SpanDesc) -> ReadableSpan:
+        parent = SpanContext(d.trace_id, d.parent_id, False, _SAMPLED) if d.parent_id else None
+        return ReadableSpan(
+            name=d.name,
+            context=SpanContext(d.trace_id, d.span_id, False, _SAMPLED),
+            parent=parent,
+            resource=self.resource,
+            attributes=d.attributes,
+            links=[
+                Link(SpanContext(link.trace_id, link.span_id, False, _SAMPLED), link.attributes)
+                for link in d.links
+            ],
+            kind=SpanKind.INTERNAL,
+            status=Status(StatusCode.ERROR, d.error) if d.error else _UNSET,
+            start_time=d.start_ns,
+            end_time=d.end_ns,
+            instrumentation_scope=self._scope,
+        )
+
+    def emit(self, spans: Iterable[SpanDesc]) -> None:
+        """Queue closed spans for export; never blocks."""
+        processor = self.span_processor
+        if processor is None:
+            return
+        for d in spans:
+            processor.on_end(self._readable(d))
+
+    # -- metrics ------------------------------------------------------------------
+
+    def record(self, spec: InstrumentSpec, value: float, attrs: Mapping[str, AttrValue]) -> None:
+        self._histograms[spec.name].record(value, attrs)
+
+    def add(self, spec: InstrumentSpec, value: int, attrs: Mapping[str, AttrValue]) -> None:
+        self._counters[spec.name].add(value, attrs)
+
+    def _observe(self, spec: InstrumentSpec) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(v, attrs) for v, attrs in self.snapshot().get(spec)]
+
+        return callback
+
+    def snapshot(self) -> GaugeSnapshot:
+        with self._snapshot_lock:
+            now = time.monotonic()
+            if self._snapshot is None or now - self._snapshot[0] > _SNAPSHOT_TTL_S:
+                self._snapshot = (now, self._gauges())
+            return self._snapshot[1]
+
+    # -- shutdown -----------------------------------------------------------------
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush what the collector takes within about ``timeout_s``; drop the rest."""
+        if self.health.failing:
+            self._abort_exports()  # do not wait for a collector known to be down
+        worker = threading.Thread(
+            target=self._shutdown_providers,
+            args=(timeout_s,),
+            name="trainprobe-otel-shutdown",
+            daemon=True,
+        )
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            # A collector that went silent: end its retries, then give up waiting.
+            self._abort_exports()
+            worker.join(1.0)
+        if self.http_server is not None:
+            self.http_server.shutdown()
+            self.http_server.server_close()
+        self._quiet.remove()
+
+    def _abort_exports(self) -> None:
+        for exporter in (self._span_exporter, self._metric_exporter):
+            if exporter is not None:
+                try:
+                    exporter.shutdown()
+                except Exception as err:
+                    self.health.note(repr(err))
+
+    def _shutdown_providers(self, timeout_s: float) -> None:
+        if self.span_processor is not None:
+            self.span_processor.shutdown()
+        self.meter_provider.shutdown(timeout_millis=timeout_s * 1000)

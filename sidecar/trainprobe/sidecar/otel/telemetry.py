@@ -1,0 +1,201 @@
+"""The sidecar's telemetry: a report listener, an incident sink and an action
+listener that feed the OpenTelemetry pipeline.
+
+Everything here runs on the sidecar's loop and only computes and enqueues:
+span descriptions go to the SDK's bounded batch queue, measurements into the
+SDK's in-memory aggregation. Exports happen on the SDK's threads, so a slow
+or dead collector never delays a tick, a kill or the incident log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.model import ReportData, WorkerState
+from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError, telemetry_config
+from trainprobe.sidecar.otel.incident_spans import IncidentTracer
+from trainprobe.sidecar.otel.measures import (
+    ACTIONS,
+    STEP_DURATION,
+    SYNC_DURATION,
+    VERDICTS,
+    GaugeSnapshot,
+    action_count,
+    gauge_snapshot,
+    step_observations,
+    sync_observations,
+    verdict_count,
+    worker_metric_attributes,
+)
+from trainprobe.sidecar.otel.resource_attrs import resource_attributes
+from trainprobe.sidecar.otel.trace_builder import TraceBuilder
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.otel.pipeline import OtelPipeline
+
+log = logging.getLogger("trainprobe.sidecar")
+#: How long a metrics reader waits for the loop to snapshot the registry.
+GAUGE_WAIT_S = 1.0
+
+
+class Telemetry:
+    """Feeds one :class:`~trainprobe.sidecar.otel.pipeline.OtelPipeline`.
+
+    Register :meth:`on_report` as a report listener, the object itself as an
+    engine sink and :meth:`on_action` as an action listener.
+    """
+
+    def __init__(
+        self,
+        pipeline: OtelPipeline,
+        workers: Callable[[], Iterable[WorkerState]],
+        loop: asyncio.AbstractEventLoop,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        every_n_steps: int = 100,
+    ) -> None:
+        self.pipeline = pipeline
+        self._workers = workers
+        self._loop = loop
+        self._clock = clock
+        self._wall = wall_clock
+        self.tracing = pipeline.span_processor is not None
+        self.builder = TraceBuilder(every_n_steps)
+        self.incidents = IncidentTracer(self.builder)
+        self.failures: dict[str, int] = {}
+
+    def _wall_minus_mono(self) -> float:
+        return self._wall() - self._clock()
+
+    def _failed(self, what: str) -> None:
+        n = self.failures[what] = self.failures.get(what, 0) + 1
+        if n == 1:  # say it once; a bug here must not flood the log per report
+            log.exception("telemetry: building %s failed; detection is unaffected", what)
+
+    def on_report(self, state: WorkerState, report: ReportData) -> None:
+        try:
+            if self.tracing:
+                self.pipeline.emit(self.builder.on_report(state, report, self._wall_minus_mono()))
+            attrs = worker_metric_attributes(state.hello)
+            for seconds in step_observations(report):
+                self.pipeline.record(STEP_DURATION, seconds, attrs)
+            for seconds, group, op in sync_observations(report):
+                self.pipeline.record(
+                    SYNC_DURATION,
+                    seconds,
+                    {**attrs, "trainprobe.collective.group": group, "trainprobe.collective.op": op},
+                )
+        except Exception:
+            self._failed("report spans and metrics")
+
+    def on_incident(self, incident: Incident) -> None:
+        try:
+            count, attrs = verdict_count(incident)
+            self.pipeline.add(VERDICTS, count, attrs)
+            if self.tracing:
+                states = {w.key: w for w in self._workers() if w.hello.job_id == incident.job_id}
+                self.pipeline.emit(
+                    self.incidents.on_incident(incident, states, self._wall_minus_mono())
+                )
+        except Exception:
+            self._failed("incident spans")
+
+    def on_action(self, incident: Incident, record: Mapping[str, object]) -> None:
+        try:
+            self.pipeline.add(ACTIONS, 1, action_count(incident, record))
+            if self.tracing:
+                span = self.incidents.action_span(
+                    incident, record, self._clock(), self._wall_minus_mono()
+                )
+                if span is not None:
+                    self.pipeline.emit([span])
+        except Exception:
+            self._failed("action spans")
+
+    def gauges(self) -> GaugeSnapshot:
+        """A registry snapshot, taken on the loop (called from reader threads)."""
+
+        def take() -> GaugeSnapshot:
+            return gauge_snapshot(self._workers(), self._clock())
+
+        try:
+            if asyncio.get_running_loop() is self._loop:
+                return take()
+        except RuntimeError:
+            pass
+        fut: concurrent.futures.Future[GaugeSnapshot] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(take())
+            except BaseException as err:
+                fut.set_exception(err)
+
+        try:
+            self._loop.call_soon_threadsafe(run)
+            return fut.result(timeout=GAUGE_WAIT_S)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return GaugeSnapshot()  # the loop is closed or busy: skip this collection
+
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """Flush and stop the exporters without blocking the loop."""
+        await asyncio.to_thread(self.pipeline.shutdown, timeout_s)
+
+
+def start_telemetry(
+    settings: Any,
+    workers: Callable[[], Iterable[WorkerState]],
+    clock: Callable[[], float] = time.monotonic,
+    version: str = "",
+    env: Mapping[str, str] | None = None,
+) -> Telemetry | None:
+    """Start the exporters the settings ask for, on the running loop.
+
+    Returns None when telemetry is off, or when it is on by default but
+    OpenTelemetry is not installed (one warning). Raises
+    :class:`TelemetryError` when an explicitly requested endpoint or port
+    cannot work.
+    """
+    cfg: TelemetryConfig = telemetry_config(settings, os.environ if env is None else env)
+    if not cfg.enabled:
+        return None
+    try:
+        from trainprobe.sidecar.otel.pipeline import OtelPipeline
+    except ImportError as err:
+        if cfg.explicit:
+            raise TelemetryError(
+                "otlp_endpoint/metrics_port need the OpenTelemetry exporters "
+                "(opentelemetry-exporter-otlp-proto-grpc, opentelemetry-exporter-prometheus): "
+                f"{err}"
+            ) from None
+        log.warning("telemetry off: OpenTelemetry is not installed (%s)", err)
+        return None
+    loop = asyncio.get_running_loop()
+    telemetry: Telemetry | None = None
+    pipeline = OtelPipeline(
+        cfg,
+        resource_attributes(os.environ if env is None else env, socket.gethostname(), version),
+        lambda: telemetry.gauges() if telemetry is not None else GaugeSnapshot(),
+        version,
+    )
+    telemetry = Telemetry(
+        pipeline, workers, loop, clock=clock, every_n_steps=cfg.trace_every_n_steps
+    )
+    parts = []
+    if cfg.traces or cfg.otlp_metrics:
+        what = " and ".join(
+            n for n, on in (("traces", cfg.traces), ("metrics", cfg.otlp_metrics)) if on
+        )
+        parts.append(f"{what} to {cfg.destination}")
+    if pipeline.metrics_port is not None:
+        parts.append(f"Prometheus on http://{cfg.prometheus_host}:{pipeline.metrics_port}/metrics")
+    log.info("telemetry: %s", "; ".join(parts))
+    return telemetry
