@@ -64,10 +64,13 @@ class WallClock:
     worker_offset_s: float = 0.0
 
     def local_ns(self, sidecar_mono_s: float) -> int:
-        return round((sidecar_mono_s + self.wall_minus_mono_s) * 1e9)
+        # Rounded separately: a duration between two mapped times stays exact.
+        return round(sidecar_mono_s * 1e9) + round(self.wall_minus_mono_s * 1e9)
 
     def worker_ns(self, worker_mono_ns: int) -> int:
-        return worker_mono_ns + round((self.worker_offset_s + self.wall_minus_mono_s) * 1e9)
+        return (
+            worker_mono_ns + round(self.worker_offset_s * 1e9) + round(self.wall_minus_mono_s * 1e9)
+        )
 
 
 def worker_attributes(hello: HelloData) -> dict[str, AttrValue]:

@@ -51,6 +51,9 @@ class StepRecord:
     end_mono_ns: int
     counted: bool
     span: SpanDesc | None = None
+    #: The clock mapping its span used: its collectives use the same one, so they
+    #: stay inside their step even if the offset estimate moves meanwhile.
+    clock: WallClock | None = None
     #: Collectives of a step not (yet) traced.
     collectives: list[CollectiveData] = field(default_factory=list)
 
@@ -164,6 +167,7 @@ class TraceBuilder:
     def _step_span(
         self, wt: WorkerTrace, rec: StepRecord, clock: WallClock, sampled: bool
     ) -> SpanDesc:
+        rec.clock = clock
         return step_span(
             wt.hello,
             wt.attrs,
@@ -200,7 +204,7 @@ class TraceBuilder:
                     keep.append(c)
                 continue
             if rec.span is not None:
-                out.append(collective_span(wt.hello, wt.attrs, rec.span, c, clock))
+                out.append(collective_span(wt.hello, wt.attrs, rec.span, c, rec.clock or clock))
             elif len(rec.collectives) < COLLECTIVES_PER_STEP:
                 rec.collectives.append(c)
         wt.pending = keep

@@ -1,0 +1,201 @@
+"""Unit tests of the pure span logic: no OpenTelemetry, no gRPC, hand-built states."""
+
+from __future__ import annotations
+
+import hashlib
+
+from trainprobe.sidecar.core.model import (
+    CollectiveData,
+    HelloData,
+    PhaseData,
+    RayInfo,
+    ReportData,
+    SyncData,
+    Verdict,
+)
+from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.otel import TraceBuilder, span_id, step_trace_id, worker_attributes
+from trainprobe.sidecar.otel.trace_builder import PENDING_COLLECTIVES
+
+MS = 1_000_000
+T0 = 1_000_000 * MS  # worker monotonic ns of the first step's start
+WMM = 1.7e9  # sidecar wall - monotonic, seconds
+
+
+def hello(rank: int = 0, pid: int = 4242, job: str = "jobA", **kw: object) -> HelloData:
+    return HelloData(
+        protocol_version=1,
+        hook_version="t",
+        job_id=job,
+        rank=rank,
+        local_rank=rank,
+        world_size=2,
+        host="nodeA",
+        pid=pid,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def report(
+    seq: int,
+    steps: list[int],
+    step_ms: float = 10.0,
+    first_end_ns: int | None = None,
+    samples: tuple[CollectiveData, ...] = (),
+    finished: tuple[PhaseData, ...] = (),
+) -> ReportData:
+    """Steps of ``step_ms`` each, back to back; step k ends at T0 + k*step_ms."""
+    ends = [T0 + round(s * step_ms * MS) for s in steps]
+    return ReportData(
+        seq=seq,
+        mono_ns=(ends[-1] if ends else T0) + 1 * MS,
+        wall_ns=0,
+        has_step=bool(steps),
+        last_step=steps[-1] if steps else 0,
+        last_step_mono_ns=ends[-1] if ends else 0,
+        total_steps=steps[-1] if steps else 0,
+        recent_steps=tuple(steps),
+        recent_step_end_mono_ns=tuple(ends),
+        recent_step_s=tuple(step_ms / 1000 for _ in steps),
+        sync=SyncData(count=len(samples), samples=samples) if samples else None,
+        finished_phases=finished,
+    )
+
+
+def coll(step: int, seq: int, start_ms: float, dur_ms: float, step_ms: float = 10.0):
+    """A collective starting ``start_ms`` into ``step`` (which began at (step-1)*step_ms)."""
+    start = T0 + round(((step - 1) * step_ms + start_ms) * MS)
+    return CollectiveData("dp", seq, "allreduce", 4096, start, start + round(dur_ms * MS), step)
+
+
+def apply(reg: Registry, h: HelloData, r: ReportData, now: float = 100.0):
+    state = reg.get(h.key) or reg.open(h, now)
+    reg.apply(state, r, now)
+    return state
+
+
+def test_trace_id_is_the_documented_hash_of_job_and_step() -> None:
+    text = "\x1f".join(("trainprobe/v1", "step", "jobA", "100"))
+    expected = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "big")
+    assert step_trace_id("jobA", 100) == expected
+    assert step_trace_id("jobA", 100) != step_trace_id("jobA", 101)
+    assert step_trace_id("jobA", 100) != step_trace_id("jobB", 100)
+    assert 0 < span_id("step", "jobA", 0, 1, 100) < 2**64
+
+
+def test_steps_sampled_every_n_with_the_workers_timing() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=5)
+    h = hello()
+    state = apply(reg, h, report(1, list(range(1, 11))))
+    spans = tb.on_report(state, report(1, list(range(1, 11))), WMM)
+    assert [s.attributes["trainprobe.step"] for s in spans] == [5, 10]
+    s5 = spans[0]
+    assert s5.trace_id == step_trace_id("jobA", 5)
+    assert s5.parent_id is None
+    # Step 5 ran from T0+40ms to T0+50ms on the worker's clock, mapped to wall time.
+    shift = round(state.offset_s * 1e9) + round(WMM * 1e9)
+    assert s5.start_ns == T0 + 40 * MS + shift
+    assert s5.end_ns == T0 + 50 * MS + shift
+    assert s5.attributes["trainprobe.step.duration_s"] == 0.01
+    assert s5.attributes["process.pid"] == 4242
+    assert s5.attributes["trainprobe.rank"] == 0
+    assert s5.attributes["trainprobe.step.sampled"] is True
+
+
+def test_ranks_of_one_step_share_a_trace_but_not_span_ids() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=5)
+    out = []
+    for rank in (0, 1):
+        h = hello(rank=rank, pid=100 + rank)
+        r = report(1, [4, 5])
+        out += tb.on_report(apply(reg, h, r), r, WMM)
+    assert len(out) == 2
+    assert out[0].trace_id == out[1].trace_id == step_trace_id("jobA", 5)
+    assert out[0].span_id != out[1].span_id
+    # A restarted process (new pid) repeating step 5 gets new span ids in the same trace.
+    h2 = hello(rank=0, pid=999)
+    r = report(1, [5])
+    again = tb.on_report(apply(Registry(), h2, r), r, WMM)
+    assert again[0].trace_id == out[0].trace_id and again[0].span_id != out[0].span_id
+
+
+def test_every_step_is_traced_while_the_verdict_is_not_ok() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=100)
+    h = hello()
+    r = report(1, [1, 2, 3])
+    state = apply(reg, h, r)
+    state.verdict = Verdict.DEGRADED
+    spans = tb.on_report(state, r, WMM)
+    assert [s.attributes["trainprobe.step"] for s in spans] == [1, 2, 3]
+    assert all(s.attributes["trainprobe.step.sampled"] is False for s in spans)
+
+
+def test_a_resent_report_makes_no_duplicate_spans() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=1)
+    h = hello()
+    r = report(1, [1, 2])
+    state = apply(reg, h, r)
+    assert len(tb.on_report(state, r, WMM)) == 2
+    assert tb.on_report(state, r, WMM) == []
+
+
+def test_collectives_become_children_of_their_step_whenever_they_arrive() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=2)
+    h = hello()
+    early = coll(2, seq=7, start_ms=3, dur_ms=4)  # reported before step 2 ends
+    r1 = report(1, [1], samples=(early,))
+    state = apply(reg, h, r1)
+    assert tb.on_report(state, r1, WMM) == []  # held: its step is still running
+    late = coll(2, seq=8, start_ms=8, dur_ms=1.5)  # reported after step 2 ended
+    skipped = coll(3, seq=9, start_ms=2, dur_ms=1)  # step 3 is not sampled
+    r2 = report(2, [2])
+    spans = tb.on_report(apply(reg, h, r2), r2, WMM)
+    step2 = next(s for s in spans if s.name == "step")
+    children = [s for s in spans if s.name == "allreduce"]
+    assert [c.attributes["trainprobe.collective.seq"] for c in children] == [7]
+    r3 = report(3, [3], samples=(late, skipped))
+    spans3 = tb.on_report(apply(reg, h, r3), r3, WMM)
+    assert [c.attributes["trainprobe.collective.seq"] for c in spans3] == [8]
+    for c, src in ((children[0], early), (spans3[0], late)):
+        assert c.parent_id == step2.span_id and c.trace_id == step2.trace_id
+        assert c.end_ns - c.start_ns == src.end_mono_ns - src.start_mono_ns
+        assert step2.start_ns < c.start_ns < step2.end_ns
+        assert c.attributes["trainprobe.step"] == 2
+
+
+def test_pending_collectives_are_bounded() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=1)
+    h = hello()
+    flood = tuple(coll(2, seq=i, start_ms=1, dur_ms=0.1) for i in range(PENDING_COLLECTIVES + 50))
+    r = report(1, [1], samples=flood)
+    tb.on_report(apply(reg, h, r), r, WMM)
+    wt = tb.known(h)
+    assert wt is not None and len(wt.pending) == PENDING_COLLECTIVES
+
+
+def test_finished_phase_lands_in_the_trace_of_the_step_before_it() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=1000)
+    h = hello()
+    start = T0 + 50 * MS + 1
+    ckpt = PhaseData("checkpoint", start, 60.0, start + 2000 * MS)
+    r = report(1, [4, 5], finished=(ckpt,))
+    spans = tb.on_report(apply(reg, h, r), r, WMM)
+    assert [s.name for s in spans] == ["phase checkpoint"]
+    p = spans[0]
+    assert p.trace_id == step_trace_id("jobA", 5)
+    assert p.end_ns - p.start_ns == 2000 * MS
+    assert p.attributes["trainprobe.phase.timeout_s"] == 60.0
+
+
+def test_worker_attributes_carry_gpu_ray_and_labels() -> None:
+    h = hello(
+        gpu_uuid="GPU-1234",
+        ray=RayInfo(job_id="02000000", node_id="n1", actor_id="a1", worker_id="", run_name="r"),
+        labels={"k8s.pod.name": "pod-7", "team": "x"},
+    )
+    a = worker_attributes(h)
+    assert a["hw.id"] == "GPU-1234"
+    assert a["trainprobe.ray.job_id"] == "02000000"
+    assert a["trainprobe.ray.actor_id"] == "a1"
+    assert "trainprobe.ray.worker_id" not in a
+    assert a["k8s.pod.name"] == "pod-7" and a["trainprobe.label.team"] == "x"
