@@ -199,3 +199,17 @@ def test_worker_attributes_carry_gpu_ray_and_labels() -> None:
     assert a["trainprobe.ray.actor_id"] == "a1"
     assert "trainprobe.ray.worker_id" not in a
     assert a["k8s.pod.name"] == "pod-7" and a["trainprobe.label.team"] == "x"
+
+
+def test_clock_mapping_is_pinned_and_exact_for_local_workers() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=1)
+    h = hello()
+    r1 = report(1, [1])
+    state = apply(reg, h, r1, now=100.0)
+    state.local = True  # same PID namespace: same CLOCK_MONOTONIC, offset exactly 0
+    (s1,) = tb.on_report(state, r1, WMM)
+    assert s1.end_ns == T0 + 10 * MS + round(WMM * 1e9)
+    # A wall-clock reading a few µs different (the two clocks are read apart) moves nothing.
+    r2 = report(2, [2])
+    (s2,) = tb.on_report(apply(reg, h, r2, now=100.0), r2, WMM + 3e-6)
+    assert s2.start_ns == s1.end_ns

@@ -89,8 +89,8 @@ class IncidentTracer:
             st = states.get(WorkerKey(incident.job_id, rank))
             if st is None:
                 continue
-            clock = WallClock(wall_minus_mono_s, st.offset_s)
             wt = self.builder.worker(st.hello)
+            clock = wt.clock(st, wall_minus_mono_s)
             if incident.verdict in STOPPED:
                 self._stopped(incident, st, wt, clock, out, links)
             else:

@@ -42,6 +42,8 @@ COLLECTIVES_PER_STEP = 64
 MAX_WORKERS = 4096
 #: Incident-made spans remembered per worker.
 OPEN_SPANS = 64
+#: The clock mapping of a worker is kept until the estimate moves this much.
+REPIN_S = 0.001
 
 
 @dataclass
@@ -70,6 +72,24 @@ class WorkerTrace:
         self.last_step: int | None = None
         #: Spans made for incidents, by (kind, key), so two incidents share them.
         self.open_spans: dict[tuple[str, object], SpanDesc] = {}
+        self._clock: WallClock | None = None
+
+    def clock(self, state: WorkerState, wall_minus_mono_s: float) -> WallClock:
+        """The worker-to-wall mapping, pinned so that its spans keep the worker's own
+        time differences (the offset estimate wobbles by the report delay).
+
+        A worker in this sidecar's PID namespace shares its CLOCK_MONOTONIC:
+        its offset is exactly 0. Others use the registry's min-delay estimate.
+        """
+        offset = 0.0 if state.local else state.offset_s
+        pinned = self._clock
+        if (
+            pinned is None
+            or abs(pinned.worker_offset_s - offset) > REPIN_S
+            or abs(pinned.wall_minus_mono_s - wall_minus_mono_s) > REPIN_S
+        ):
+            pinned = self._clock = WallClock(wall_minus_mono_s, offset)
+        return pinned
 
     def remember(self, key: tuple[str, object], span: SpanDesc) -> None:
         self.open_spans[key] = span
@@ -124,7 +144,7 @@ class TraceBuilder:
     ) -> list[SpanDesc]:
         """Spans completed by ``report`` (call after the registry applied it)."""
         wt = self.worker(state.hello)
-        clock = WallClock(wall_minus_mono_s, state.offset_s)
+        clock = wt.clock(state, wall_minus_mono_s)
         force = state.verdict is not Verdict.OK
         out: list[SpanDesc] = []
         for number, end_ns, dur_s in zip(
