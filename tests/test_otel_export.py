@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -323,3 +324,14 @@ def test_without_opentelemetry_installed(explicit: bool) -> None:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(20)
+
+
+def test_sidecar_and_hook_import_no_opentelemetry() -> None:
+    """GPU machines import the sidecar without OpenTelemetry installed."""
+    code = (
+        "import sys, trainprobe.sidecar.server, trainprobe.sidecar.cli, trainprobe.hooks, "
+        "trainprobe.sidecar.otel\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'prometheus')))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), timeout=60)

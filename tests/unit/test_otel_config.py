@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import child_env
-from tests.test_otel_trace_builder import coll, hello, report
+from tests.otel_builders import coll, hello, report
 from trainprobe.sidecar.core.model import GpuMemoryData, ReportData, Verdict
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.otel import ExportHealth, gauge_snapshot, resource_attributes
@@ -127,14 +124,3 @@ def test_export_health_says_it_once_per_outage(caplog: pytest.LogCaptureFixture)
     assert "is failing (UNAVAILABLE: connection refused)" in lines[0]
     assert "works again" in lines[1] and "50 spans" in lines[1]
     assert health.outages == 1 and health.exported["spans"] == 6
-
-
-def test_sidecar_and_hook_import_no_opentelemetry() -> None:
-    """GPU machines import the sidecar without OpenTelemetry installed."""
-    code = (
-        "import sys, trainprobe.sidecar.server, trainprobe.sidecar.cli, trainprobe.hooks, "
-        "trainprobe.sidecar.otel\n"
-        "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'prometheus')))\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), timeout=60)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_otel_trace_builder import MS, T0, WMM, coll, hello, report
+from tests.otel_builders import MS, T0, WMM, coll, hello, report
 from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
 from trainprobe.sidecar.core.model import GroupSeqData, PhaseData, ReportData, SyncData
 from trainprobe.sidecar.core.registry import Registry
