@@ -68,7 +68,7 @@ class Telemetry:
         self._clock = clock
         self._wall = wall_clock
         self.tracing = pipeline.span_processor is not None
-        self.builder = TraceBuilder(every_n_steps)
+        self.builder = TraceBuilder(every_n_steps, local_host=socket.gethostname())
         self.incidents = IncidentTracer(self.builder)
         self.failures: dict[str, int] = {}
 

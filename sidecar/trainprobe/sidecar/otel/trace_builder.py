@@ -63,9 +63,9 @@ class StepRecord:
 class WorkerTrace:
     """What the builder remembers about one worker process."""
 
-    def __init__(self, hello: HelloData) -> None:
+    def __init__(self, hello: HelloData, local_host: str = "") -> None:
         self.hello = hello
-        self.attrs: dict[str, AttrValue] = worker_attributes(hello)
+        self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
         self.steps: deque[StepRecord] = deque(maxlen=STEP_HISTORY)
         self.pending: deque[CollectiveData] = deque(maxlen=PENDING_COLLECTIVES)
         self.last_end_mono_ns: int | None = None
@@ -120,17 +120,19 @@ def _key(hello: HelloData) -> tuple[str, int, int]:
 class TraceBuilder:
     """Turns each accepted report into the spans it completes."""
 
-    def __init__(self, every_n_steps: int = 100) -> None:
+    def __init__(self, every_n_steps: int = 100, local_host: str = "") -> None:
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
+        #: The sidecar's host name: workers elsewhere get a trainprobe.host attribute.
+        self.local_host = local_host
         self._workers: OrderedDict[tuple[str, int, int], WorkerTrace] = OrderedDict()
 
     def worker(self, hello: HelloData) -> WorkerTrace:
         key = _key(hello)
         wt = self._workers.get(key)
         if wt is None or wt.hello != hello:
-            wt = self._workers[key] = WorkerTrace(hello)
+            wt = self._workers[key] = WorkerTrace(hello, self.local_host)
             if len(self._workers) > MAX_WORKERS:
                 self._workers.popitem(last=False)
         self._workers.move_to_end(key)

@@ -1,0 +1,337 @@
+"""Sidecar CPU per 1,000 reports/s with telemetry off and on, side by side.
+
+    python bench/bench_sidecar_otel.py [--rounds 5] [--window-s 5] [--rate 1000]
+                                      [--workers 8] [--json OUT]
+
+Every mode is its own real sidecar process (the CLI), started once; the rounds
+interleave the modes so that machine noise hits them alike:
+
+  off           --no-telemetry
+  metrics       OTLP metrics only (OTEL_TRACES_EXPORTER=none), to a receiver process
+  otlp          traces and metrics over OTLP/gRPC, one step span per 100 steps (default)
+  file          the default without a collector: OTLP-JSON lines in state_dir
+  otlp-every    --trace-every-n-steps 1: every step and every collective is a span
+
+Load: ``--workers`` real Connect streams from this process (Hello, then
+Reports), ``--rate`` reports/s in all. Each report covers ``--steps-per-report``
+steps with ``--buckets`` gradient-sync buckets each (one collective sample per
+bucket), GPU memory and one process group. CPU is the sidecar process's
+utime+stime from /proc over the window, after a warm-up; it is divided by the
+achieved rate / 1000, so the figure is "cores used per 1,000 reports/s".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import grpc  # noqa: E402
+
+from tests.support import SidecarProcess, child_env, short_tmpdir  # noqa: E402
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+STEP_NS = 20_000_000
+GIB = 1 << 30
+
+
+# -- an OTLP/gRPC receiver that only counts, in its own process ---------------------
+
+
+def serve_receiver(count_file: str) -> None:
+    from opentelemetry.proto.collector.metrics.v1 import (
+        metrics_service_pb2,
+        metrics_service_pb2_grpc,
+    )
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    lock = threading.Lock()
+    spans = [0]
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            with lock:
+                spans[0] += n
+                Path(count_file).write_text(str(spans[0]))
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    server.stop(1)
+
+
+class Receiver:
+    def __init__(self, workdir: Path) -> None:
+        self.count_file = workdir / f"spans-{time.monotonic_ns()}.txt"
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--receiver", str(self.count_file)],
+            stdout=subprocess.PIPE,
+            env=child_env(),
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    def spans(self) -> int:
+        try:
+            return int(self.count_file.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+# -- load ---------------------------------------------------------------------------
+
+
+def make_report(
+    seq: int, step: int, group_seq: int, steps: int = 1, buckets: int = 2
+) -> probe_pb2.Report:
+    now = time.monotonic_ns()
+    ends = [now - (steps - 1 - i) * STEP_NS for i in range(steps)]
+    r = probe_pb2.Report(
+        seq=seq,
+        mono_ns=now + 1000,
+        wall_ns=time.time_ns(),
+        has_step=True,
+        last_step=step + steps,
+        last_step_mono_ns=now,
+        total_steps=step + steps,
+        step_stats=probe_pb2.StepStats(count=steps, sum_s=0.02 * steps, max_s=0.02),
+        recent_steps=[step + 1 + i for i in range(steps)],
+        recent_step_end_mono_ns=ends,
+        recent_step_s=[0.02] * steps,
+        gpu_memory=probe_pb2.GpuMemory(
+            has_nvml=True,
+            device_used_bytes=30 * GIB,
+            device_total_bytes=80 * GIB,
+            reserved_bytes=28 * GIB,
+            allocated_bytes=20 * GIB,
+        ),
+    )
+    r.sync.count = steps * buckets
+    r.sync.p50_s = 0.004
+    r.sync.max_s = 0.006
+    n = steps * buckets
+    r.sync.groups.add(group="dp", issued=group_seq + n, completed=group_seq + n)
+    for i, end in enumerate(ends):
+        for b in range(buckets):
+            start = end - STEP_NS + 5_000_000 + b * (12_000_000 // buckets)
+            r.sync.samples.add(
+                group="dp",
+                seq=group_seq + buckets * i + b + 1,
+                op="allreduce",
+                bytes=25 << 20,
+                start_mono_ns=start,
+                end_mono_ns=start + 2_000_000 + b * 1_000_000,
+                step=step + i + 1,
+            )
+    return r
+
+
+async def worker(
+    target: str,
+    job: str,
+    rank: int,
+    world: int,
+    interval_s: float,
+    stop: asyncio.Event,
+    sent: list[int],
+    shape: tuple[int, int],
+) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = probe_pb2_grpc.SidecarStub(channel).Connect()
+        await call.write(
+            probe_pb2.WorkerMessage(
+                hello=probe_pb2.Hello(
+                    protocol_version=PROTOCOL_VERSION,
+                    hook_version="bench",
+                    job_id=job,
+                    rank=rank,
+                    local_rank=rank,
+                    world_size=world,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    interval_ms=max(10, round(interval_s * 1000)),
+                )
+            )
+        )
+        seq = step = gseq = 0
+        due = time.monotonic()
+        while not stop.is_set():
+            seq += 1
+            report = make_report(seq, step, gseq, *shape)
+            await call.write(probe_pb2.WorkerMessage(report=report))
+            sent[0] += 1
+            step, gseq = step + shape[0], gseq + shape[0] * shape[1]
+            due += interval_s
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        await call.write(probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="bench")))
+        await call.done_writing()
+        async for _ in call:
+            pass
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def window(sc: SidecarProcess, job: str, args: argparse.Namespace) -> dict[str, float]:
+    assert sc.proc is not None
+    stop = asyncio.Event()
+    sent = [0]
+    interval = args.workers / args.rate
+    tasks = [
+        asyncio.ensure_future(
+            worker(
+                sc.target,
+                job,
+                r,
+                args.workers,
+                interval,
+                stop,
+                sent,
+                (args.steps_per_report, args.buckets),
+            )
+        )
+        for r in range(args.workers)
+    ]
+    await asyncio.sleep(args.warmup_s)
+    c0, t0, n0 = cpu_s(sc.proc.pid), time.monotonic(), sent[0]
+    await asyncio.sleep(args.window_s)
+    c1, t1, n1 = cpu_s(sc.proc.pid), time.monotonic(), sent[0]
+    stop.set()
+    await asyncio.gather(*tasks)
+    rate = (n1 - n0) / (t1 - t0)
+    cores = (c1 - c0) / (t1 - t0)
+    return {"rate": rate, "cores": cores, "per_1000": cores / (rate / 1000), "seconds": t1 - t0}
+
+
+# -- main ---------------------------------------------------------------------------
+
+#: mode -> (flags, environment)
+MODES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "off": (["--no-telemetry"], {}),
+    "metrics": (["--otlp-endpoint", "{metrics}"], {"OTEL_TRACES_EXPORTER": "none"}),
+    "otlp": (["--otlp-endpoint", "{otlp}"], {}),
+    "file": ([], {}),
+    "otlp-every": (["--otlp-endpoint", "{otlp_every}", "--trace-every-n-steps", "1"], {}),
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--window-s", type=float, default=5.0)
+    p.add_argument("--warmup-s", type=float, default=1.5)
+    p.add_argument("--rate", type=float, default=1000.0, help="reports/s, all workers together")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--steps-per-report", type=int, default=1)
+    p.add_argument("--buckets", type=int, default=2, help="collective samples per step")
+    p.add_argument("--json", default="")
+    p.add_argument("--receiver", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.receiver:
+        serve_receiver(args.receiver)
+        return 0
+    workdir = short_tmpdir("tpo-")
+    receivers = {k: Receiver(workdir) for k in ("metrics", "otlp", "otlp_every")}
+    sidecars: dict[str, SidecarProcess] = {}
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    try:
+        for mode, (flags, env) in MODES.items():
+            flags = [
+                f.format(**{k: f"http://127.0.0.1:{r.port}" for k, r in receivers.items()})
+                for f in flags
+            ]
+            d = workdir / mode
+            d.mkdir()
+            sc = SidecarProcess(d, "--log-level", "warning", *flags, env=env)
+            sidecars[mode] = sc.start()
+        for rnd in range(args.rounds):
+            for mode, sc in sidecars.items():
+                r = asyncio.run(window(sc, f"bench-{mode}-{rnd}", args))
+                results[mode].append(r)
+                print(
+                    f"round {rnd + 1} {mode:<11} {r['rate']:7.0f} reports/s  "
+                    f"{r['cores'] * 100:5.1f}% CPU  {r['per_1000'] * 100:5.1f}% per 1k/s",
+                    flush=True,
+                )
+        time.sleep(2.0)  # let the last spans reach the receivers
+        rss = {m: rss_mib(sc.proc.pid) for m, sc in sidecars.items() if sc.proc}
+    finally:
+        for sc in sidecars.values():
+            sc.stop()
+        for r in receivers.values():
+            r.stop()
+    total_s = {m: sum(x["seconds"] for x in rs) for m, rs in results.items()}
+    spans = {m.replace("_", "-"): r.spans() for m, r in receivers.items()}
+    base = statistics.median(x["per_1000"] for x in results["off"])
+    print(
+        f"\nsidecar CPU per 1,000 reports/s ({args.workers} streams; {args.steps_per_report} "
+        f"step(s) and {args.steps_per_report * args.buckets} collective samples per report; "
+        f"{args.rounds} rounds of {args.window_s:g} s; median):"
+    )
+    print("| mode | CPU per 1,000 reports/s | vs off | min..max | RSS after | spans received |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    summary = {}
+    for mode, rs in results.items():
+        vals = [x["per_1000"] for x in rs]
+        med = statistics.median(vals)
+        received = spans.get(mode) if mode != "metrics" else None
+        summary[mode] = {
+            "median_per_1000": med,
+            "ratio": med / base,
+            "runs": rs,
+            "rss_mib": rss[mode],
+        }
+        print(
+            f"| {mode} | {med * 100:.1f}% of a core | {med / base:.2f}x | "
+            f"{min(vals) * 100:.1f}..{max(vals) * 100:.1f}% | {rss[mode]:.0f} MiB | "
+            + (f"{received} ({received / total_s[mode]:.0f}/s)" if received is not None else "-")
+            + " |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
