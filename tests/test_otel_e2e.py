@@ -138,18 +138,28 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
 def test_dead_collector_costs_one_log_line_and_no_kill_is_late() -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     env = {**FAST_EXPORT, "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
-    with (
-        sidecar("--stall-timeout-s", "3", "--otlp-endpoint", dead, env=env) as sc,
-        Workers(2, sc.target, short_tmpdir(), job_id="otel-dead", args=HANG) as w,
-    ):
-        inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
-        seen = time.monotonic()
-        assert 3.0 <= inc["detection_latency_s"] < 3.0 + 0.5  # as fast as without telemetry
-        (action,) = wait_for(lambda: sc.incidents("action"), 30, what="action record")
-        assert time.monotonic() - seen < 5.0  # SIGTERM kills in well under the grace period
-        assert action["incident_id"] == inc["id"] and action["ok"] is True
-        codes = w.wait(30)
-        assert all(codes[r] is not None for r in inc["targets"])
+    with sidecar("--stall-timeout-s", "3", "--otlp-endpoint", dead, env=env) as sc:
+        # A healthy run completes...
+        with Workers(
+            2,
+            sc.target,
+            short_tmpdir(),
+            job_id="otel-dead-ok",
+            args=["--steps", "60", "--step-s", "0.02"],
+        ) as ok:
+            assert ok.wait(120) == [0, 0]
+            assert len(ok.events("done")) == 2
+        assert sc.incidents() == []
+        # ... and a hang is killed on time.
+        with Workers(2, sc.target, short_tmpdir(), job_id="otel-dead", args=HANG) as w:
+            inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
+            seen = time.monotonic()
+            assert 3.0 <= inc["detection_latency_s"] < 3.0 + 0.5  # as fast as without telemetry
+            (action,) = wait_for(lambda: sc.incidents("action"), 30, what="action record")
+            assert time.monotonic() - seen < 5.0  # SIGTERM kills in well under the grace period
+            assert action["incident_id"] == inc["id"] and action["ok"] is True
+            codes = w.wait(30)
+            assert all(codes[r] is not None for r in inc["targets"])
         wait_for(lambda: "telemetry export to" in sc.log_text(), 30, what="the export warning")
         time.sleep(3.0)  # more failed exports and retries happen meanwhile
         started = time.monotonic()

@@ -131,7 +131,7 @@ class TraceBuilder:
     def worker(self, hello: HelloData) -> WorkerTrace:
         key = _key(hello)
         wt = self._workers.get(key)
-        if wt is None or wt.hello != hello:
+        if wt is None or (wt.hello is not hello and wt.hello != hello):
             wt = self._workers[key] = WorkerTrace(hello, self.local_host)
             if len(self._workers) > MAX_WORKERS:
                 self._workers.popitem(last=False)
