@@ -275,6 +275,31 @@ def test_metrics_port_in_use_is_a_clear_startup_error() -> None:
     assert f"metrics_port: cannot serve metrics on 127.0.0.1:{port}" in proc.stderr
 
 
+def test_a_bad_standard_variable_is_a_clear_startup_error() -> None:
+    workdir = short_tmpdir()
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "trainprobe.sidecar",
+            "--listen",
+            f"unix://{workdir}/s.sock",
+            "--state-dir",
+            str(workdir / "state"),
+            "--otlp-endpoint",
+            "http://127.0.0.1:4317",
+        ],
+        env=child_env(OTEL_EXPORTER_OTLP_COMPRESSION="zstd-ish"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "cannot start telemetry" in proc.stderr
+    assert "OTEL_EXPORTER_OTLP_COMPRESSION" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 _WITHOUT_OTEL = (
     "import sys\n"
     "class Block:\n"

@@ -73,17 +73,20 @@ class OtelPipeline:
         self.http_server: Any = None
         self._quiet.install()
         try:
-            self._start_traces()
-            readers = self._metric_readers()
+            # The only step that can fail (a busy port) comes first, before any
+            # exporter thread exists.
+            readers = self._prometheus_readers()
         except BaseException:
             self._quiet.remove()
             raise
+        readers += self._otlp_readers()
+        self._start_traces()
         self.meter_provider = MeterProvider(
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False
         )
         meter = self.meter_provider.get_meter("trainprobe.sidecar", version)
-        self._histograms = {}
-        self._counters = {}
+        self._histograms: dict[str, Any] = {}
+        self._counters: dict[str, Any] = {}
         for spec in INSTRUMENTS:
             if spec.kind == "histogram":
                 self._histograms[spec.name] = meter.create_histogram(
@@ -122,39 +125,39 @@ class OtelPipeline:
             schedule_delay_millis=self.cfg.span_delay_ms,
         )
 
-    def _metric_readers(self) -> list[MetricReader]:
-        readers: list[MetricReader] = []
-        if self.cfg.otlp_metrics:
-            if self.cfg.otlp:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter,
-                )
+    def _otlp_readers(self) -> list[MetricReader]:
+        if not self.cfg.otlp_metrics:
+            return []
+        if self.cfg.otlp:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-                exporter: MetricExporter = OTLPMetricExporter(endpoint=self.cfg.endpoint)
-            else:
-                exporter = JsonLinesMetricExporter(self.cfg.metrics_file)
-            self._metric_exporter = exporter
-            readers.append(
-                PeriodicExportingMetricReader(
-                    GuardedMetricExporter(exporter, self.health),
-                    export_interval_millis=self.cfg.metric_interval_ms,
-                )
+            exporter: MetricExporter = OTLPMetricExporter(endpoint=self.cfg.endpoint)
+        else:
+            exporter = JsonLinesMetricExporter(self.cfg.metrics_file)
+        self._metric_exporter = exporter
+        return [
+            PeriodicExportingMetricReader(
+                GuardedMetricExporter(exporter, self.health),
+                export_interval_millis=self.cfg.metric_interval_ms,
             )
-        if self.cfg.prometheus_port is not None:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
-            from prometheus_client import CollectorRegistry, start_http_server
+        ]
 
-            # A private registry: two sidecars in one process must not collide.
-            registry = CollectorRegistry(auto_describe=True)
-            readers.append(PrometheusMetricReader(registry=registry))
-            host, port = self.cfg.prometheus_host, self.cfg.prometheus_port
-            try:
-                self.http_server, _ = start_http_server(port, addr=host, registry=registry)
-            except OSError as err:
-                raise TelemetryError(
-                    f"metrics_port: cannot serve metrics on {host}:{port}: {err.strerror or err}"
-                ) from None
-        return readers
+    def _prometheus_readers(self) -> list[MetricReader]:
+        if self.cfg.prometheus_port is None:
+            return []
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        # A private registry: two sidecars in one process must not collide.
+        registry = CollectorRegistry(auto_describe=True)
+        host, port = self.cfg.prometheus_host, self.cfg.prometheus_port
+        try:
+            self.http_server, _ = start_http_server(port, addr=host, registry=registry)
+        except OSError as err:
+            raise TelemetryError(
+                f"metrics_port: cannot serve metrics on {host}:{port}: {err.strerror or err}"
+            ) from None
+        return [PrometheusMetricReader(registry=registry)]
 
     @property
     def metrics_port(self) -> int | None:

@@ -180,12 +180,17 @@ def start_telemetry(
         return None
     loop = asyncio.get_running_loop()
     telemetry: Telemetry | None = None
-    pipeline = OtelPipeline(
-        cfg,
-        resource_attributes(os.environ if env is None else env, socket.gethostname(), version),
-        lambda: telemetry.gauges() if telemetry is not None else GaugeSnapshot(),
-        version,
-    )
+    try:
+        pipeline = OtelPipeline(
+            cfg,
+            resource_attributes(os.environ if env is None else env, socket.gethostname(), version),
+            lambda: telemetry.gauges() if telemetry is not None else GaugeSnapshot(),
+            version,
+        )
+    except TelemetryError:
+        raise
+    except Exception as err:  # e.g. a bad OTEL_EXPORTER_OTLP_* value the SDK rejects
+        raise TelemetryError(f"cannot start telemetry: {err}") from None
     telemetry = Telemetry(
         pipeline, workers, loop, clock=clock, every_n_steps=cfg.trace_every_n_steps
     )
