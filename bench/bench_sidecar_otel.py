@@ -46,7 +46,6 @@ from tests.support import SidecarProcess, child_env, short_tmpdir  # noqa: E402
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
-STEP_NS = 20_000_000
 GIB = 1 << 30
 
 
@@ -114,10 +113,19 @@ class Receiver:
 
 
 def make_report(
-    seq: int, step: int, group_seq: int, steps: int = 1, buckets: int = 2
+    seq: int,
+    step: int,
+    group_seq: int,
+    steps: int = 1,
+    buckets: int = 2,
+    step_ns: int = 8_000_000,
+    now: int | None = None,
 ) -> probe_pb2.Report:
-    now = time.monotonic_ns()
-    ends = [now - (steps - 1 - i) * STEP_NS for i in range(steps)]
+    """A report whose ``steps`` steps of ``step_ns`` each end at ``now``, back to back;
+    each step's backward runs ``buckets`` allreduces one after the other."""
+    now = time.monotonic_ns() if now is None else now
+    ends = [now - (steps - 1 - i) * step_ns for i in range(steps)]
+    step_s = step_ns / 1e9
     r = probe_pb2.Report(
         seq=seq,
         mono_ns=now + 1000,
@@ -126,10 +134,10 @@ def make_report(
         last_step=step + steps,
         last_step_mono_ns=now,
         total_steps=step + steps,
-        step_stats=probe_pb2.StepStats(count=steps, sum_s=0.02 * steps, max_s=0.02),
+        step_stats=probe_pb2.StepStats(count=steps, sum_s=step_s * steps, max_s=step_s),
         recent_steps=[step + 1 + i for i in range(steps)],
         recent_step_end_mono_ns=ends,
-        recent_step_s=[0.02] * steps,
+        recent_step_s=[step_s] * steps,
         gpu_memory=probe_pb2.GpuMemory(
             has_nvml=True,
             device_used_bytes=30 * GIB,
@@ -138,21 +146,21 @@ def make_report(
             allocated_bytes=20 * GIB,
         ),
     )
-    r.sync.count = steps * buckets
-    r.sync.p50_s = 0.004
-    r.sync.max_s = 0.006
     n = steps * buckets
+    slot = step_ns // (2 * buckets)  # the second half of a step is its backward
+    r.sync.count = n
+    r.sync.p50_s = r.sync.max_s = slot * 0.8 / 1e9
     r.sync.groups.add(group="dp", issued=group_seq + n, completed=group_seq + n)
     for i, end in enumerate(ends):
         for b in range(buckets):
-            start = end - STEP_NS + 5_000_000 + b * (12_000_000 // buckets)
+            start = end - step_ns // 2 + b * slot
             r.sync.samples.add(
                 group="dp",
                 seq=group_seq + buckets * i + b + 1,
                 op="allreduce",
                 bytes=25 << 20,
                 start_mono_ns=start,
-                end_mono_ns=start + 2_000_000 + b * 1_000_000,
+                end_mono_ns=start + slot * 8 // 10,
                 step=step + i + 1,
             )
     return r
@@ -189,7 +197,9 @@ async def worker(
         due = time.monotonic()
         while not stop.is_set():
             seq += 1
-            report = make_report(seq, step, gseq, *shape)
+            report = make_report(
+                seq, step, gseq, *shape, step_ns=round(interval_s * 1e9) // shape[0]
+            )
             await call.write(probe_pb2.WorkerMessage(report=report))
             sent[0] += 1
             step, gseq = step + shape[0], gseq + shape[0] * shape[1]

@@ -8,7 +8,7 @@ from tests.otel_builders import MS, T0, WMM, apply, coll, hello, report
 from trainprobe.sidecar.core.model import PhaseData, RayInfo, Verdict
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.otel import TraceBuilder, span_id, step_trace_id, worker_attributes
-from trainprobe.sidecar.otel.trace_builder import PENDING_COLLECTIVES
+from trainprobe.sidecar.otel.trace_builder import RECENT_COLLECTIVES
 
 
 def test_trace_id_is_the_documented_hash_of_job_and_step() -> None:
@@ -100,14 +100,32 @@ def test_collectives_become_children_of_their_step_whenever_they_arrive() -> Non
         assert c.attributes["trainprobe.step"] == 2
 
 
-def test_pending_collectives_are_bounded() -> None:
+def test_remembered_collectives_are_bounded() -> None:
     reg, tb = Registry(), TraceBuilder(every_n_steps=1)
     h = hello()
-    flood = tuple(coll(2, seq=i, start_ms=1, dur_ms=0.1) for i in range(PENDING_COLLECTIVES + 50))
-    r = report(1, [1], samples=flood)
-    tb.on_report(apply(reg, h, r), r, WMM)
+    for k in range(5):
+        flood = tuple(
+            coll(2, seq=k * 1000 + i, start_ms=1 + i / 1000, dur_ms=0.1)
+            for i in range(RECENT_COLLECTIVES)
+        )
+        r = report(1 + k, [1], samples=flood)
+        tb.on_report(apply(reg, h, r), r, WMM)
     wt = tb.known(h)
-    assert wt is not None and len(wt.pending) == PENDING_COLLECTIVES
+    assert wt is not None and len(wt.collectives) <= 2 * RECENT_COLLECTIVES
+
+
+def test_collectives_arriving_out_of_order_still_find_their_step() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=3)
+    h = hello()
+    c3 = coll(3, seq=30, start_ms=2, dur_ms=1)
+    c2 = coll(2, seq=20, start_ms=2, dur_ms=1)  # older, reported after c3
+    r1 = report(1, [1], samples=(c3, c2))
+    tb.on_report(apply(reg, h, r1), r1, WMM)
+    r2 = report(2, [2, 3])
+    spans = tb.on_report(apply(reg, h, r2), r2, WMM)
+    colls = [s for s in spans if s.name == "allreduce"]
+    assert [c.attributes["trainprobe.collective.seq"] for c in colls] == [30]
+    assert colls[0].parent_id == next(s.span_id for s in spans if s.name == "step")
 
 
 def test_finished_phase_lands_in_the_trace_of_the_step_before_it() -> None:

@@ -80,6 +80,8 @@ class OtelPipeline:
             self._quiet.remove()
             raise
         readers += self._otlp_readers()
+        #: Whether anything reads the metrics (recording is skipped otherwise).
+        self.metrics = bool(readers)
         self._start_traces()
         self.meter_provider = MeterProvider(
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False

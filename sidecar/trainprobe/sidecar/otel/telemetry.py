@@ -84,6 +84,8 @@ class Telemetry:
         try:
             if self.tracing:
                 self.pipeline.emit(self.builder.on_report(state, report, self._wall_minus_mono()))
+            if not self.pipeline.metrics:
+                return
             attrs = worker_metric_attributes(state.hello)
             for seconds in step_observations(report):
                 self.pipeline.record(STEP_DURATION, seconds, attrs)
@@ -98,8 +100,9 @@ class Telemetry:
 
     def on_incident(self, incident: Incident) -> None:
         try:
-            count, attrs = verdict_count(incident)
-            self.pipeline.add(VERDICTS, count, attrs)
+            if self.pipeline.metrics:
+                count, attrs = verdict_count(incident)
+                self.pipeline.add(VERDICTS, count, attrs)
             if self.tracing:
                 states = {w.key: w for w in self._workers() if w.hello.job_id == incident.job_id}
                 self.pipeline.emit(
@@ -110,7 +113,8 @@ class Telemetry:
 
     def on_action(self, incident: Incident, record: Mapping[str, object]) -> None:
         try:
-            self.pipeline.add(ACTIONS, 1, action_count(incident, record))
+            if self.pipeline.metrics:
+                self.pipeline.add(ACTIONS, 1, action_count(incident, record))
             if self.tracing:
                 span = self.incidents.action_span(
                     incident, record, self._clock(), self._wall_minus_mono()

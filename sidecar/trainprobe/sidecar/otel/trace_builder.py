@@ -1,9 +1,14 @@
 """Which spans exist: steps, collectives and phases, built from reports.
 
 Pure and single-threaded (it runs on the sidecar's loop), with bounded memory:
-per worker it remembers the last :data:`STEP_HISTORY` steps and up to
-:data:`PENDING_COLLECTIVES` collectives whose step has not ended yet, and it
-forgets the least recently heard-from workers beyond :data:`MAX_WORKERS`.
+per worker it remembers the last :data:`STEP_HISTORY` steps and the last
+:data:`RECENT_COLLECTIVES` collectives, and it forgets the least recently
+heard-from workers beyond :data:`MAX_WORKERS`.
+
+Most reports trace nothing, so the common path only appends: a collective is
+matched to its step when that step gets traced (it may have arrived before
+the step ended), or on arrival if its step was traced already (it may arrive
+after).
 
 Sampling: a step is traced when ``step % every_n_steps == 0``, or when the
 worker's verdict was not OK as the report came in (so the steps around
@@ -13,8 +18,10 @@ crossed a rule: the step that never finished, or the window that was slow.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import (
     CollectiveData,
@@ -36,9 +43,9 @@ from trainprobe.sidecar.otel.spans import (
 )
 
 STEP_HISTORY = 256
-PENDING_COLLECTIVES = 1024
-#: Collectives kept per untraced step, in case an incident traces it later.
-COLLECTIVES_PER_STEP = 64
+RECENT_COLLECTIVES = 1024
+#: Traced steps that a late collective is still matched against.
+TRACED_STEPS = 8
 MAX_WORKERS = 4096
 #: Incident-made spans remembered per worker.
 OPEN_SPANS = 64
@@ -46,7 +53,7 @@ OPEN_SPANS = 64
 REPIN_S = 0.001
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     number: int
     start_mono_ns: int
@@ -56,8 +63,9 @@ class StepRecord:
     #: The clock mapping its span used: its collectives use the same one, so they
     #: stay inside their step even if the offset estimate moves meanwhile.
     clock: WallClock | None = None
-    #: Collectives of a step not (yet) traced.
-    collectives: list[CollectiveData] = field(default_factory=list)
+
+    def holds(self, mono_ns: int) -> bool:
+        return self.start_mono_ns < mono_ns <= self.end_mono_ns
 
 
 class WorkerTrace:
@@ -67,7 +75,10 @@ class WorkerTrace:
         self.hello = hello
         self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
         self.steps: deque[StepRecord] = deque(maxlen=STEP_HISTORY)
-        self.pending: deque[CollectiveData] = deque(maxlen=PENDING_COLLECTIVES)
+        #: Recent collectives sorted by start (late arrivals are inserted).
+        self.collectives: list[CollectiveData] = []
+        self._starts: list[int] = []
+        self.traced: deque[StepRecord] = deque(maxlen=TRACED_STEPS)
         self.last_end_mono_ns: int | None = None
         self.last_step: int | None = None
         #: Spans made for incidents, by (kind, key), so two incidents share them.
@@ -90,6 +101,25 @@ class WorkerTrace:
         ):
             pinned = self._clock = WallClock(wall_minus_mono_s, offset)
         return pinned
+
+    def add_collectives(self, samples: Iterable[CollectiveData]) -> None:
+        starts, colls = self._starts, self.collectives
+        for c in samples:
+            if not starts or c.start_mono_ns >= starts[-1]:
+                starts.append(c.start_mono_ns)
+                colls.append(c)
+            else:
+                i = bisect.bisect_right(starts, c.start_mono_ns)
+                starts.insert(i, c.start_mono_ns)
+                colls.insert(i, c)
+        if len(starts) > 2 * RECENT_COLLECTIVES:  # trim in bulk: amortized O(1)
+            del starts[:-RECENT_COLLECTIVES], colls[:-RECENT_COLLECTIVES]
+
+    def collectives_in(self, rec: StepRecord) -> list[CollectiveData]:
+        """Remembered collectives that started within the step."""
+        lo = bisect.bisect_right(self._starts, rec.start_mono_ns)
+        hi = bisect.bisect_right(self._starts, rec.end_mono_ns)
+        return self.collectives[lo:hi]
 
     def remember(self, key: tuple[str, object], span: SpanDesc) -> None:
         self.open_spans[key] = span
@@ -147,44 +177,64 @@ class TraceBuilder:
         """Spans completed by ``report`` (call after the registry applied it)."""
         wt = self.worker(state.hello)
         clock = wt.clock(state, wall_minus_mono_s)
-        force = state.verdict is not Verdict.OK
         out: list[SpanDesc] = []
+        samples = report.sync.samples if report.sync is not None else ()
+        if samples:
+            if wt.traced:  # late collectives of steps traced already
+                newest = max(rec.end_mono_ns for rec in wt.traced)
+                for c in samples:
+                    if c.start_mono_ns > newest:
+                        continue
+                    for rec in wt.traced:
+                        if rec.span is not None and rec.holds(c.start_mono_ns):
+                            out.append(self._collective(wt, rec, c, clock))
+                            break
+            wt.add_collectives(samples)
+        force = state.verdict is not Verdict.OK
+        every = self.every_n_steps
         for number, end_ns, dur_s in zip(
             report.recent_steps,
             report.recent_step_end_mono_ns,
             report.recent_step_s,
             strict=False,
         ):
-            if wt.last_end_mono_ns is not None and end_ns <= wt.last_end_mono_ns:
+            last = wt.last_end_mono_ns
+            if last is not None and end_ns <= last:
                 continue  # seen already (a report resent after a reconnect)
             if dur_s > 0:
                 start_ns = end_ns - round(dur_s * 1e9)
             else:
-                start_ns = wt.last_end_mono_ns if wt.last_end_mono_ns is not None else end_ns
-            rec = StepRecord(number, start_ns, end_ns, counted=dur_s > 0)
+                start_ns = last if last is not None else end_ns
+            rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
             wt.steps.append(rec)
             wt.last_end_mono_ns, wt.last_step = end_ns, number
-            sampled = number % self.every_n_steps == 0
+            sampled = number % every == 0
             if sampled or force:
-                rec.span = self._step_span(wt, rec, clock, sampled)
-                out.append(rec.span)
+                out.extend(self._trace(wt, rec, clock, sampled))
         for phase in report.finished_phases:
             out.append(self._phase_span(wt, phase, clock))
-        if report.sync is not None and report.sync.samples:
-            wt.pending.extend(report.sync.samples)
-        if wt.pending:
-            out.extend(self._place_collectives(wt, clock))
         return out
 
     def trace_step(self, wt: WorkerTrace, rec: StepRecord, clock: WallClock) -> list[SpanDesc]:
-        """Trace a remembered step now (and its kept collectives), if not yet traced."""
+        """Trace a remembered step now, with its collectives, if not yet traced."""
         if rec.span is not None:
             return []
-        rec.span = self._step_span(wt, rec, clock, sampled=False)
+        return self._trace(wt, rec, clock, sampled=False)
+
+    def _trace(
+        self, wt: WorkerTrace, rec: StepRecord, clock: WallClock, sampled: bool
+    ) -> list[SpanDesc]:
+        rec.span = self._step_span(wt, rec, clock, sampled)
+        wt.traced.append(rec)
         out = [rec.span]
-        out.extend(collective_span(wt.hello, wt.attrs, rec.span, c, clock) for c in rec.collectives)
-        rec.collectives.clear()
+        out.extend(self._collective(wt, rec, c, clock) for c in wt.collectives_in(rec))
         return out
+
+    def _collective(
+        self, wt: WorkerTrace, rec: StepRecord, c: CollectiveData, clock: WallClock
+    ) -> SpanDesc:
+        assert rec.span is not None
+        return collective_span(wt.hello, wt.attrs, rec.span, c, rec.clock or clock)
 
     def _step_span(
         self, wt: WorkerTrace, rec: StepRecord, clock: WallClock, sampled: bool
@@ -212,22 +262,3 @@ class TraceBuilder:
             clock.worker_ns(phase.start_mono_ns),
             clock.worker_ns(phase.end_mono_ns),
         )
-
-    def _place_collectives(self, wt: WorkerTrace, clock: WallClock) -> list[SpanDesc]:
-        """Give each pending collective to the step it ran in, once that step ended."""
-        out: list[SpanDesc] = []
-        keep: deque[CollectiveData] = deque(maxlen=PENDING_COLLECTIVES)
-        for c in wt.pending:
-            rec = wt.step_at(c.start_mono_ns)
-            if rec is None:
-                # Its step is still running: wait for it. Otherwise it is older
-                # than every step remembered, and is dropped.
-                if wt.last_end_mono_ns is None or c.start_mono_ns > wt.last_end_mono_ns:
-                    keep.append(c)
-                continue
-            if rec.span is not None:
-                out.append(collective_span(wt.hello, wt.attrs, rec.span, c, rec.clock or clock))
-            elif len(rec.collectives) < COLLECTIVES_PER_STEP:
-                rec.collectives.append(c)
-        wt.pending = keep
-        return out
