@@ -142,7 +142,32 @@ def main() -> int:
         f"ranks {incident['targets']}"
     )
     print("   the NCCL watchdog would have waited 600 s; gloo's default timeout is 1800 s")
+    _trace_summary(work / "traces.otlp.jsonl")
     return 0
+
+
+def _trace_summary(path: Path) -> None:
+    """What the sidecar traced, from its OTLP-JSON file (docs/OBSERVABILITY.md)."""
+    spans = [
+        span
+        for line in _lines(path)
+        for rs in line.get("resourceSpans", [])
+        for ss in rs.get("scopeSpans", [])
+        for span in ss.get("spans", [])
+    ]
+    if not spans:
+        return
+    names: dict[str, int] = {}
+    for span in spans:
+        names[span["name"]] = names.get(span["name"], 0) + 1
+    print(f"\n== traces: {len(spans)} spans in {path}: {names}")
+    for span in spans:
+        if span["name"].startswith("incident"):
+            print(
+                f"   {span['name']}: trace {span['traceId']}, "
+                f"{len(span.get('links', []))} links (each rank's last step and the one "
+                "that never ended)"
+            )
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
