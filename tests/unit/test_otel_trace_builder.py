@@ -111,7 +111,9 @@ def test_remembered_collectives_are_bounded() -> None:
         r = report(1 + k, [1], samples=flood)
         tb.on_report(apply(reg, h, r), r, WMM)
     wt = tb.known(h)
-    assert wt is not None and len(wt.collectives) <= 2 * RECENT_COLLECTIVES
+    assert wt is not None and wt.remembered_collectives <= 2 * RECENT_COLLECTIVES
+    tb.retain([])  # the registry forgot the worker: so does the builder
+    assert len(tb) == 0 and tb.known(h) is None
 
 
 def test_collectives_arriving_out_of_order_still_find_their_step() -> None:

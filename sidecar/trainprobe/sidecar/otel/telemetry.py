@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainprobe.sidecar")
 #: How long a metrics reader waits for the loop to snapshot the registry.
 GAUGE_WAIT_S = 1.0
+#: Every this many reports, the trace builder forgets the workers that ended
+#: cleanly or that the registry forgot.
+PRUNE_EVERY_REPORTS = 4096
 
 
 class Telemetry:
@@ -71,6 +74,7 @@ class Telemetry:
         self.builder = TraceBuilder(every_n_steps, local_host=socket.gethostname())
         self.incidents = IncidentTracer(self.builder)
         self.failures: dict[str, int] = {}
+        self._reports = 0
 
     def _wall_minus_mono(self) -> float:
         return self._wall() - self._clock()
@@ -82,6 +86,10 @@ class Telemetry:
 
     def on_report(self, state: WorkerState, report: ReportData) -> None:
         try:
+            self._reports += 1
+            if self._reports % PRUNE_EVERY_REPORTS == 0:
+                # Workers that said Goodbye need no incident spans any more.
+                self.builder.retain(w.hello for w in self._workers() if w.ended != "goodbye")
             if self.tracing:
                 self.pipeline.emit(self.builder.on_report(state, report, self._wall_minus_mono()))
             if not self.pipeline.metrics:

@@ -43,10 +43,12 @@ from trainprobe.sidecar.otel.spans import (
 )
 
 STEP_HISTORY = 256
-RECENT_COLLECTIVES = 1024
+RECENT_COLLECTIVES = 512
 #: Traced steps that a late collective is still matched against.
 TRACED_STEPS = 8
-MAX_WORKERS = 4096
+#: Workers remembered at most (least recently heard from go first); the sidecar
+#: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).
+MAX_WORKERS = 512
 #: Incident-made spans remembered per worker.
 OPEN_SPANS = 64
 #: The clock mapping of a worker is kept until the estimate moves this much.
@@ -75,8 +77,9 @@ class WorkerTrace:
         self.hello = hello
         self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
         self.steps: deque[StepRecord] = deque(maxlen=STEP_HISTORY)
-        #: Recent collectives sorted by start (late arrivals are inserted).
-        self.collectives: list[CollectiveData] = []
+        #: Recent collectives sorted by start (late arrivals are inserted), kept as
+        #: plain tuples: the garbage collector need not scan thousands of them.
+        self._colls: list[tuple[int, int, str, int, str, int, int]] = []
         self._starts: list[int] = []
         self.traced: deque[StepRecord] = deque(maxlen=TRACED_STEPS)
         self.last_end_mono_ns: int | None = None
@@ -103,15 +106,16 @@ class WorkerTrace:
         return pinned
 
     def add_collectives(self, samples: Iterable[CollectiveData]) -> None:
-        starts, colls = self._starts, self.collectives
+        starts, colls = self._starts, self._colls
         for c in samples:
+            row = (c.start_mono_ns, c.end_mono_ns, c.group, c.seq, c.op, c.bytes, c.step)
             if not starts or c.start_mono_ns >= starts[-1]:
                 starts.append(c.start_mono_ns)
-                colls.append(c)
+                colls.append(row)
             else:
                 i = bisect.bisect_right(starts, c.start_mono_ns)
                 starts.insert(i, c.start_mono_ns)
-                colls.insert(i, c)
+                colls.insert(i, row)
         if len(starts) > 2 * RECENT_COLLECTIVES:  # trim in bulk: amortized O(1)
             del starts[:-RECENT_COLLECTIVES], colls[:-RECENT_COLLECTIVES]
 
@@ -119,7 +123,14 @@ class WorkerTrace:
         """Remembered collectives that started within the step."""
         lo = bisect.bisect_right(self._starts, rec.start_mono_ns)
         hi = bisect.bisect_right(self._starts, rec.end_mono_ns)
-        return self.collectives[lo:hi]
+        return [
+            CollectiveData(group, seq, op, size, start, end, step)
+            for start, end, group, seq, op, size, step in self._colls[lo:hi]
+        ]
+
+    @property
+    def remembered_collectives(self) -> int:
+        return len(self._starts)
 
     def remember(self, key: tuple[str, object], span: SpanDesc) -> None:
         self.open_spans[key] = span
@@ -170,6 +181,15 @@ class TraceBuilder:
 
     def known(self, hello: HelloData) -> WorkerTrace | None:
         return self._workers.get(_key(hello))
+
+    def retain(self, hellos: Iterable[HelloData]) -> None:
+        """Forget every worker not among ``hellos`` (those the registry still knows)."""
+        keep = {_key(h) for h in hellos}
+        for key in [k for k in self._workers if k not in keep]:
+            del self._workers[key]
+
+    def __len__(self) -> int:
+        return len(self._workers)
 
     def on_report(
         self, state: WorkerState, report: ReportData, wall_minus_mono_s: float
