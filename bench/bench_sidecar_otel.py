@@ -118,12 +118,15 @@ def make_report(
     group_seq: int,
     steps: int = 1,
     buckets: int = 2,
-    step_ns: int = 8_000_000,
+    prev_end: int = 0,
     now: int | None = None,
 ) -> probe_pb2.Report:
-    """A report whose ``steps`` steps of ``step_ns`` each end at ``now``, back to back;
-    each step's backward runs ``buckets`` allreduces one after the other."""
+    """A report of ``steps`` steps that ran back to back since ``prev_end`` (the
+    previous report's last step) until ``now``, as the hook reports them; each
+    step's backward (its second half) runs ``buckets`` allreduces in turn."""
     now = time.monotonic_ns() if now is None else now
+    prev_end = prev_end or now - 8_000_000
+    step_ns = max(1, (now - prev_end) // steps)
     ends = [now - (steps - 1 - i) * step_ns for i in range(steps)]
     step_s = step_ns / 1e9
     r = probe_pb2.Report(
@@ -193,13 +196,12 @@ async def worker(
                 )
             )
         )
-        seq = step = gseq = 0
+        seq = step = gseq = prev_end = 0
         due = time.monotonic()
         while not stop.is_set():
             seq += 1
-            report = make_report(
-                seq, step, gseq, *shape, step_ns=round(interval_s * 1e9) // shape[0]
-            )
+            report = make_report(seq, step, gseq, *shape, prev_end=prev_end)
+            prev_end = report.last_step_mono_ns
             await call.write(probe_pb2.WorkerMessage(report=report))
             sent[0] += 1
             step, gseq = step + shape[0], gseq + shape[0] * shape[1]
@@ -251,7 +253,13 @@ async def window(sc: SidecarProcess, job: str, args: argparse.Namespace) -> dict
     await asyncio.gather(*tasks)
     rate = (n1 - n0) / (t1 - t0)
     cores = (c1 - c0) / (t1 - t0)
-    return {"rate": rate, "cores": cores, "per_1000": cores / (rate / 1000), "seconds": t1 - t0}
+    return {
+        "rate": rate,
+        "cores": cores,
+        "per_1000": cores / (rate / 1000),
+        "seconds": t1 - t0,
+        "reports": sent[0],  # with the warm-up: every report the sidecar built spans from
+    }
 
 
 # -- main ---------------------------------------------------------------------------
@@ -311,7 +319,7 @@ def main() -> int:
             sc.stop()
         for r in receivers.values():
             r.stop()
-    total_s = {m: sum(x["seconds"] for x in rs) for m, rs in results.items()}
+    reports = {m: sum(x["reports"] for x in rs) for m, rs in results.items()}
     spans = {m.replace("_", "-"): r.spans() for m, r in receivers.items()}
     base = statistics.median(x["per_1000"] for x in results["off"])
     print(
@@ -319,7 +327,7 @@ def main() -> int:
         f"step(s) and {args.steps_per_report * args.buckets} collective samples per report; "
         f"{args.rounds} rounds of {args.window_s:g} s; median):"
     )
-    print("| mode | CPU per 1,000 reports/s | vs off | min..max | RSS after | spans received |")
+    print("| mode | CPU per 1,000 reports/s | vs off | min..max | RSS after | spans per report |")
     print("| --- | --- | --- | --- | --- | --- |")
     summary = {}
     for mode, rs in results.items():
@@ -335,7 +343,7 @@ def main() -> int:
         print(
             f"| {mode} | {med * 100:.1f}% of a core | {med / base:.2f}x | "
             f"{min(vals) * 100:.1f}..{max(vals) * 100:.1f}% | {rss[mode]:.0f} MiB | "
-            + (f"{received} ({received / total_s[mode]:.0f}/s)" if received is not None else "-")
+            + (f"{received / reports[mode]:.3f}" if received is not None else "-")
             + " |"
         )
     if args.json:

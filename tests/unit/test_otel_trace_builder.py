@@ -70,10 +70,13 @@ def test_every_step_is_traced_while_the_verdict_is_not_ok() -> None:
 def test_a_resent_report_makes_no_duplicate_spans() -> None:
     reg, tb = Registry(), TraceBuilder(every_n_steps=1)
     h = hello()
-    r = report(1, [1, 2])
+    r = report(1, [1, 2], samples=(coll(2, 1, 1, 1),))
     state = apply(reg, h, r)
-    assert len(tb.on_report(state, r, WMM)) == 2
+    assert len(tb.on_report(state, r, WMM)) == 3
     assert tb.on_report(state, r, WMM) == []
+    again = report(2, [3], samples=(coll(2, 1, 1, 1), coll(3, 2, 1, 1)))
+    spans = tb.on_report(apply(reg, h, again), again, WMM)
+    assert sorted(s.attributes.get("trainprobe.collective.seq", 0) for s in spans) == [0, 2]
 
 
 def test_collectives_become_children_of_their_step_whenever_they_arrive() -> None:

@@ -81,6 +81,8 @@ class WorkerTrace:
         #: plain tuples: the garbage collector need not scan thousands of them.
         self._colls: list[tuple[int, int, str, int, str, int, int]] = []
         self._starts: list[int] = []
+        #: (group, seq) of the remembered ones: a resent sample is not added twice.
+        self._keys: set[tuple[str, int]] = set()
         self.traced: deque[StepRecord] = deque(maxlen=TRACED_STEPS)
         self.last_end_mono_ns: int | None = None
         self.last_step: int | None = None
@@ -106,8 +108,11 @@ class WorkerTrace:
         return pinned
 
     def add_collectives(self, samples: Iterable[CollectiveData]) -> None:
-        starts, colls = self._starts, self._colls
+        starts, colls, keys = self._starts, self._colls, self._keys
         for c in samples:
+            if (c.group, c.seq) in keys:
+                continue
+            keys.add((c.group, c.seq))
             row = (c.start_mono_ns, c.end_mono_ns, c.group, c.seq, c.op, c.bytes, c.step)
             if not starts or c.start_mono_ns >= starts[-1]:
                 starts.append(c.start_mono_ns)
@@ -118,6 +123,7 @@ class WorkerTrace:
                 colls.insert(i, row)
         if len(starts) > 2 * RECENT_COLLECTIVES:  # trim in bulk: amortized O(1)
             del starts[:-RECENT_COLLECTIVES], colls[:-RECENT_COLLECTIVES]
+            self._keys = {(row[2], row[3]) for row in colls}
 
     def collectives_in(self, rec: StepRecord) -> list[CollectiveData]:
         """Remembered collectives that started within the step."""
@@ -127,6 +133,9 @@ class WorkerTrace:
             CollectiveData(group, seq, op, size, start, end, step)
             for start, end, group, seq, op, size, step in self._colls[lo:hi]
         ]
+
+    def has_collective(self, c: CollectiveData) -> bool:
+        return (c.group, c.seq) in self._keys
 
     @property
     def remembered_collectives(self) -> int:
@@ -203,7 +212,7 @@ class TraceBuilder:
             if wt.traced:  # late collectives of steps traced already
                 newest = max(rec.end_mono_ns for rec in wt.traced)
                 for c in samples:
-                    if c.start_mono_ns > newest:
+                    if c.start_mono_ns > newest or wt.has_collective(c):
                         continue
                     for rec in wt.traced:
                         if rec.span is not None and rec.holds(c.start_mono_ns):
@@ -221,8 +230,11 @@ class TraceBuilder:
             last = wt.last_end_mono_ns
             if last is not None and end_ns <= last:
                 continue  # seen already (a report resent after a reconnect)
+            # Steps never overlap, so a collective belongs to one step at most.
             if dur_s > 0:
                 start_ns = end_ns - round(dur_s * 1e9)
+                if last is not None and start_ns < last:
+                    start_ns = last
             else:
                 start_ns = last if last is not None else end_ns
             rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
