@@ -11,6 +11,8 @@ BENCHES = [
     ["bench_hook.py"],
     ["bench_detection.py", "--trials", "5", "--mode", "sleep"],
     ["bench_detection.py", "--trials", "5", "--mode", "stop"],
+    ["bench_sidecar_otel.py", "--rounds", "7"],
+    ["bench_sidecar_otel.py", "--encoder"],
 ]
 
 
