@@ -102,8 +102,9 @@ class IncidentTracer:
         if len(self._incidents) > _REMEMBERED:
             self._incidents.popitem(last=False)
         clock = WallClock(wall_minus_mono_s)
-        single = states.get(WorkerKey(incident.job_id, incident.ranks[0]))
-        attrs = self._builder_attrs(single) if len(incident.ranks) == 1 else {}
+        attrs: dict[str, AttrValue] = {}
+        if len(incident.ranks) == 1:
+            attrs = self._builder_attrs(states.get(WorkerKey(incident.job_id, incident.ranks[0])))
         out.append(
             SpanDesc(
                 name=f"incident {incident.verdict.value} {incident.rule}",
