@@ -17,6 +17,8 @@ from trainprobe.sidecar.otel import step_trace_id, trace_id_hex
 pytestmark = pytest.mark.slow
 
 HANG = ["--steps", "400", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
+#: The hook times each DDP gradient bucket (issue 3): collective spans come from it.
+WATCHED = [*HANG, "--watch-ddp"]
 
 
 def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
@@ -36,7 +38,7 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
             "127.0.0.1",
             env=FAST_EXPORT,
         ) as sc,
-        Workers(2, sc.target, short_tmpdir(), job_id="otel-hang", args=HANG) as w,
+        Workers(2, sc.target, short_tmpdir(), job_id="otel-hang", args=WATCHED) as w,
     ):
         inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
         wait_for(lambda: sc.incidents("action"), 30, what="action record")
@@ -81,6 +83,15 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
             # The stall started when step 9 ended: onset and that moment agree.
             assert abs(open_step.start_ns - incident.start_ns) < 50_000_000
 
+        # Rank 1 hangs before its backward; rank 0 waits in the step-10 allreduce:
+        # that collective is an open span under rank 0's unfinished step.
+        inflight = linked[(0, "in flight")]
+        assert inflight.name == "allreduce"
+        assert inflight.parent_id == linked[(0, "unfinished")].span_id
+        assert inflight.attributes["trainprobe.collective.complete"] is False
+        assert inflight.duration_ns / 1e9 >= 2.5  # in flight since before the stall began
+        assert (1, "in flight") not in linked
+
         # The kill is the incident's child and carries the outcome.
         assert (action.parent_id, action.trace_id) == (incident.span_id, incident.trace_id)
         assert action.attributes["trainprobe.action.ok"] is True
@@ -95,7 +106,13 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
         assert sorted(s.attributes["trainprobe.rank"] for s in step8) == [0, 1]
         assert {s.trace_id for s in step8} == {trace_id_hex(step_trace_id("otel-hang", 8))}
         progress = {(e["rank"], e["step"]): e["t"] for e in w.events("step")}
+        every = {x.span_id: x for x in rcv.spans()}
         for s in step8:
+            # The gradient allreduce the hook timed, inside its step.
+            (bucket,) = [c for c in every.values() if c.parent_id == s.span_id]
+            assert bucket.name == "allreduce" and bucket.trace_id == s.trace_id
+            assert s.start_ns <= bucket.start_ns and bucket.end_ns <= s.end_ns
+            assert bucket.attributes["trainprobe.rank"] == s.attributes["trainprobe.rank"]
             rank = s.attributes["trainprobe.rank"]
             worker_s = progress[(rank, 8)] - progress[(rank, 7)]
             assert abs(s.duration_ns / 1e9 - worker_s) < 0.02
