@@ -41,11 +41,13 @@ def test_tcp_requires_the_token_and_the_hook_sends_it() -> None:
             assert list(ok.workers) == []
         # The Unix socket on the same sidecar needs no token (file permissions guard it).
         assert (sc.socket.stat().st_mode & 0o777) == 0o600
-        proc, _, log = start_loop(workdir, f"127.0.0.1:{port}", 100, 0.02)
+        proc, progress, log = start_loop(workdir, f"127.0.0.1:{port}", 100, 0.02)
         try:
-            # Without TRAINPROBE_TOKEN the hook is refused, says so once, and training goes on.
+            # Without TRAINPROBE_TOKEN the hook is refused, says so once, and training goes on
+            # with the reporter still alive (it keeps retrying at the backoff cap).
             assert proc.wait(60) == 0
-            assert log.read_text().count("UNAUTHENTICATED") == 1
+            assert log.read_text().count("UNAUTHENTICATED") == 1, log.read_text()
+            assert progress.read_text().splitlines()[-1].endswith(" 1")
         finally:
             proc.kill()
         env_ok = {"TRAINPROBE_TOKEN": "s3cret"}

@@ -48,7 +48,8 @@ def main() -> int:
             hook.on_step_end(step)
             in_hook += time.perf_counter() - t0
             out.write(f"step {step} {time.monotonic():.6f} {int(hook.connected)}\n")
-        out.write(f"done {in_hook:.6f}\n")
+        # The reporter thread must have survived whatever the sidecar did.
+        out.write(f"done {in_hook:.6f} {int(hook._reporter.alive)}\n")
     hook.close()
     return 0
 

@@ -140,6 +140,9 @@ class Reporter:
                 self._note_failure(f"{err.code().name}: {err.details()}")
             except (asyncio.TimeoutError, OSError) as err:
                 self._note_failure(f"{type(err).__name__}: {err}")
+            except Exception as err:  # whatever gRPC raises next, the thread carries on
+                log.debug("trainprobe: session failed", exc_info=True)
+                self._note_failure(f"{type(err).__name__}: {err}")
             self.connected = False
             if self._closing:
                 break
@@ -197,13 +200,21 @@ class Reporter:
             stub = probe_pb2_grpc.SidecarStub(channel)
             call = stub.Connect(metadata=self._metadata)
             write_timeout = max(5.0, 5 * self.interval_s)
-            await asyncio.wait_for(
-                call.write(probe_pb2.WorkerMessage(hello=self._make_hello())), write_timeout
-            )
             self._outbox = asyncio.Queue()
             reader = asyncio.ensure_future(self._read_commands(call))
             try:
+                await asyncio.wait_for(
+                    call.write(probe_pb2.WorkerMessage(hello=self._make_hello())), write_timeout
+                )
                 await self._write_loop(call, reader, write_timeout)
+            except asyncio.InvalidStateError:
+                # The sidecar ended the call (it refused us, say): raise its status instead.
+                raise grpc.aio.AioRpcError(
+                    await call.code(),
+                    grpc.aio.Metadata(),
+                    grpc.aio.Metadata(),
+                    details=await call.details(),
+                ) from None
             finally:
                 if not reader.done():
                     reader.cancel()
