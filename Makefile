@@ -7,11 +7,15 @@ PROTOGEN := .venv-proto
 # torch goes in first and pinned: on these machines 2.13.0 is a local CPU build,
 # and the package's torch>=2.3 range then installs nothing more.
 TORCH_PIN ?= torch==2.13.0
+# The NVRx release the benchmarks compare against. Installed with --no-deps:
+# it declares the deprecated `pynvml` distribution, which must never be
+# installed here; its real requirements come from the `bench` extra.
+NVRX_PIN := nvidia-resiliency-ext==0.4.1
 # The generator is pinned (and kept out of the runtime venv) so that the
 # committed gencode is reproducible and works with protobuf>=5.29.
 GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 
-.PHONY: demo demo-gloo test lint proto docs bench clean
+.PHONY: demo demo-gloo test lint proto docs bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -48,8 +52,19 @@ proto: $(PROTOGEN)/.installed
 docs: $(VENV)/.installed
 	$(VPY) -c "from trainprobe.sidecar.settings import render_markdown as r; open('docs/CONFIG.md', 'w').write(r())"
 
-bench: $(VENV)/.installed
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(VPY) -m pip install -q -e '.[test,bench]'
+	$(VPY) -m pip install -q --no-deps $(NVRX_PIN)
+	touch $@
+
+# Every benchmark, then docs/PERFORMANCE.md and docs/perf/*.png rewritten from
+# the results (about 45 minutes on the 2-core development machine).
+bench: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py
+
+# The same benchmarks in smoke-test size (a few minutes); docs are not touched.
+bench-quick: $(VENV)/.bench-installed
+	$(VPY) bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) $(PROTOGEN) build *.egg-info

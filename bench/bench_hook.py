@@ -1,179 +1,113 @@
-"""Cost of the hook on the training thread, and its memory over many steps.
+"""Memory of a training process with the hook, over a million steps.
 
-    python bench/bench_hook.py [--calls 200000] [--steps 100000] [--json OUT]
+    python bench/bench_hook.py [--steps 1000000] [--seconds 60] [--quick] [--json OUT]
 
-A real sidecar runs in its own process; the hook reports to it at 10 Hz
-(interval_ms=100) while this process calls on_step_end. Each figure is
-measured side by side with a bare loop in the same run:
+A real sidecar runs in its own process; this process holds a
+``LivenessProbeHook`` reporting to it at 10 Hz and calls ``on_step_end``
+``--steps`` times, spread over ``--seconds`` (a short sleep every 1,000
+steps) so that the reporter builds and sends hundreds of reports. RSS is read
+from /proc every 50,000 steps; growth is measured from the first sample
+(taken after 10,000 warm-up steps) to the last, after a full GC.
 
-- per-call cost: each call timed alone with perf_counter_ns, minus the median
-  cost of timing an empty function the same way (the timer's own cost);
-- batch cost: median over batches of 1,000 calls (no per-call timer noise);
-- memory: RSS growth after --steps steps (reporter live, sidecar live).
+The same loop also times ``on_step_end`` in batches of 1,000 consecutive
+calls (no per-call timer), next to an empty call in the same batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import add_repo_to_path, rss_bytes, write_result
 
+add_repo_to_path()
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+from tests.support import SidecarProcess, short_tmpdir, wait_for  # noqa: E402
 
-
-def start_sidecar(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    sock = workdir / "s.sock"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainprobe.sidecar",
-            "--listen",
-            f"unix://{sock}",
-            "--state-dir",
-            str(workdir / "state"),
-            "--stall-timeout-s",
-            "3600",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("sidecar did not start")
-        time.sleep(0.05)
-    return proc, f"unix://{sock}"
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def per_call_ns(fn, calls: int) -> list[float]:
-    clock = time.perf_counter_ns
-    out = [0.0] * calls
-    for i in range(calls):
-        t0 = clock()
-        fn()
-        out[i] = clock() - t0
-    return out
-
-
-def batch_ns(fn, batches: int, size: int = 1000) -> list[float]:
-    clock = time.perf_counter_ns
-    out = []
-    for _ in range(batches):
-        t0 = clock()
-        for _ in range(size):
-            fn()
-        out.append((clock() - t0) / size)
-    return out
+WARMUP = 10_000
+SAMPLE_EVERY = 50_000
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--calls", type=int, default=200_000)
-    p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument(
-        "--step-seconds",
-        type=float,
-        default=20.0,
-        help="wall time over which the memory run spreads its steps",
-    )
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--quick", action="store_true", help="100,000 steps over 10 s")
     p.add_argument("--json", default="")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.seconds = min(args.steps, 100_000), min(args.seconds, 10.0)
+    started = time.monotonic()
 
     from trainprobe.hooks import LivenessProbeHook
 
-    workdir = Path(tempfile.mkdtemp(prefix="tpb-", dir="/tmp"))
-    sidecar, target = start_sidecar(workdir)
-    try:
+    workdir = short_tmpdir("tph-")
+    with SidecarProcess(workdir, "--stall-timeout-s", "3600") as sidecar:
         hook = LivenessProbeHook(
-            target=target, interval_ms=100, job_id="bench", rank=0, world_size=1
+            target=sidecar.target, interval_ms=100, job_id="bench-mem", rank=0, world_size=1
         )
-        deadline = time.monotonic() + 10
-        while not hook.connected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert hook.connected, "hook did not connect"
+        wait_for(lambda: hook.connected, 10, what="hook connection")
+        step = hook.on_step_end
 
-        def bare() -> None:
+        def bare(i: int) -> None:
             pass
 
-        step = hook.on_step_end
-        gc.disable()
-        # Interleave the two so that machine noise hits both alike.
-        timer, cost, bare_b, hook_b = [], [], [], []
-        for _ in range(10):
-            timer += per_call_ns(bare, args.calls // 10)
-            cost += per_call_ns(step, args.calls // 10)
-            bare_b += batch_ns(bare, 20)
-            hook_b += batch_ns(step, 20)
-        gc.enable()
-        overhead = statistics.median(timer)
-        net = [c - overhead for c in cost]
-
+        pause = args.seconds / (args.steps / 1000)
+        clock = time.perf_counter_ns
+        batch_hook: list[float] = []
+        batch_bare: list[float] = []
+        series: list[tuple[int, int]] = []
+        for start in range(0, WARMUP, 1000):
+            for i in range(start, start + 1000):
+                step(i)
         gc.collect()
-        rss0 = rss_bytes()
-        per_100 = args.step_seconds / args.steps * 100
-        for i in range(args.steps):
-            step(i)
-            if i % 100 == 0:
-                time.sleep(per_100)  # spread the steps so the reporter sends many reports
+        series.append((WARMUP, rss_bytes()))
+        for start in range(WARMUP, args.steps, 1000):
+            t0 = clock()
+            for i in range(start, start + 1000):
+                step(i)
+            t1 = clock()
+            for i in range(start, start + 1000):
+                bare(i)
+            t2 = clock()
+            batch_hook.append((t1 - t0) / 1000)
+            batch_bare.append((t2 - t1) / 1000)
+            end = start + 1000
+            if end % SAMPLE_EVERY == 0:
+                series.append((end, rss_bytes()))
+            time.sleep(pause)
         time.sleep(0.5)
         gc.collect()
-        rss1 = rss_bytes()
+        series.append((args.steps, rss_bytes()))
         reports = hook._seq
+        connected = hook.connected
         hook.close()
-        result = {
-            "on_step_end_median_ns": statistics.median(net),
-            "on_step_end_p99_ns": percentile(net, 0.99),
-            "timer_overhead_ns": overhead,
-            "bare_call_batch_ns": statistics.median(bare_b),
-            "on_step_end_batch_ns": statistics.median(hook_b),
-            "rss_growth_bytes": rss1 - rss0,
-            "steps": args.steps,
-            "reports_sent": reports,
-        }
-    finally:
-        sidecar.terminate()
-        sidecar.wait(10)
-    print(json.dumps(result, indent=2))
-    print()
-    print("| figure | value | goal |")
-    print("| --- | --- | --- |")
+    batch_hook.sort()
+    batch_bare.sort()
+    growth = series[-1][1] - series[0][1]
+    data = {
+        "steps": args.steps,
+        "seconds": args.seconds,
+        "quick": args.quick,
+        "reports_sent": reports,
+        "connected_at_end": connected,
+        "rss_series": [{"step": s, "rss_bytes": r} for s, r in series],
+        "rss_growth_bytes": growth,
+        "batch_ns_per_call_median": batch_hook[len(batch_hook) // 2],
+        "bare_ns_per_call_median": batch_bare[len(batch_bare) // 2],
+        "goal_growth_bytes": 2 * 2**20,
+        "goal_met": growth <= 2 * 2**20,
+    }
     print(
-        f"| `on_step_end` per call, median (timer cost subtracted) | "
-        f"{result['on_step_end_median_ns'] / 1000:.3f} µs | ≤ 1 µs |"
-    )
-    print(
-        f"| `on_step_end` per call, p99 (timer cost subtracted) | "
-        f"{result['on_step_end_p99_ns'] / 1000:.3f} µs | ≤ 5 µs |"
-    )
-    print(
-        f"| `on_step_end` in batches of 1,000, median per call | "
-        f"{result['on_step_end_batch_ns']:.0f} ns (bare call {result['bare_call_batch_ns']:.0f} ns)"
-        " | |"
-    )
-    print(
-        f"| RSS growth after {args.steps:,} steps (reporter at 10 Hz, "
-        f"{reports} reports sent) | {result['rss_growth_bytes'] / 2**20:.2f} MiB | ≤ 2 MiB |"
+        f"RSS growth after {args.steps:,} steps ({reports} reports): "
+        f"{growth / 2**20:.2f} MiB; on_step_end in batches: "
+        f"{data['batch_ns_per_call_median']:.0f} ns/call (empty call "
+        f"{data['bare_ns_per_call_median']:.0f} ns)"
     )
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_result(args.json, "hook_memory", data, started)
     return 0
 
 

@@ -12,6 +12,10 @@ Faults (all optional):
   --hang-mode stop                               rank R SIGSTOPs itself at step S
   --hang-mode exit                               rank R exits abruptly (os._exit)
   --hang-mode spin                               rank R busy-loops holding the GIL
+  --hang-mode skip                               rank R skips step S's gradient
+                                                 allreduce and blocks in a recv
+                                                 no peer answers: its peers
+                                                 block in the allreduce it missed
   --ckpt-every K --ckpt-s T [--ckpt-rank R]      a declared checkpoint phase of
                                                  T seconds every K steps (all
                                                  ranks, or only rank R)
@@ -31,16 +35,26 @@ Gradient sync (trainprobe's comm hook):
                                                  hook.collective("metrics") every K steps
   --save-grads PREFIX --save-grads-at STEP       save the gradients after STEP's
                                                  backward to PREFIX-rank<R>.pt
+
+Baselines for the benchmarks (all optional):
+  --pg-timeout-s T          the gloo process group's timeout (torch default 30 min)
+  --nvrx                    send an NVRx RankMonitorClient heartbeat every step
+                            (run under ft_launcher); --nvrx-calc-at N: call its
+                            calculate_and_set_hb_timeouts() after step N
+  --start-file PATH         after start-up, wait for PATH to exist before step 1
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -57,7 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--interval-ms", type=int, default=200)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
-    p.add_argument("--hang-mode", choices=["sleep", "stop", "exit", "spin"], default="sleep")
+    p.add_argument(
+        "--hang-mode", choices=["sleep", "stop", "exit", "spin", "skip"], default="sleep"
+    )
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--ckpt-s", type=float, default=0.0)
     p.add_argument("--ckpt-rank", type=int, default=-1)
@@ -74,6 +90,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save-grads", default="")
     p.add_argument("--save-grads-at", type=int, default=5)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--pg-timeout-s", type=float, default=0.0, help="gloo timeout (0: default)")
+    p.add_argument("--nvrx", action="store_true", help="NVRx heartbeats (under ft_launcher)")
+    p.add_argument("--nvrx-calc-at", type=int, default=20)
+    p.add_argument("--start-file", default="", help="wait for this file before step 1")
     return p.parse_args(argv)
 
 
@@ -112,9 +132,43 @@ def setup_comm_hooks(
     return hook.watch_ddp(model, comm_hook=user, state=model.process_group)
 
 
+def skip_allreduce(model: nn.Module, loss: torch.Tensor, rank: int, world: int) -> None:
+    """Miss this step's gradient allreduce, then block where no peer will answer."""
+    with model.no_sync():
+        loss.backward()
+    dist.recv(torch.zeros(1), src=(rank + 1) % world)
+
+
+def wait_for_file(path: str) -> None:
+    while not Path(path).exists():
+        time.sleep(0.01)
+
+
+def nvrx_client() -> Any:
+    from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+    client = RankMonitorClient()
+    client.init_workload_monitoring()
+    return client
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    dist.init_process_group("gloo")
+    try:
+        return train(args)
+    except Exception as err:
+        # The gloo timeout, or a peer that vanished: when this rank found out.
+        log_event(
+            args.progress, rank=int(os.environ.get("RANK", -1)), event="error", error=repr(err)
+        )
+        raise
+
+
+def train(args: argparse.Namespace) -> int:
+    if args.pg_timeout_s > 0:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout_s))
+    else:
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(
@@ -127,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     log_event(
         args.progress, rank=rank, pid=os.getpid(), event="start", world=world, watched=watched
     )
+    if args.start_file:
+        wait_for_file(args.start_file)
+    nvrx = nvrx_client() if args.nvrx else None
     gen = torch.Generator().manual_seed(rank)
     for step in range(1, args.steps + 1):
         x = torch.randn(16, 32, generator=gen)
@@ -140,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 step=step,
                 mode=args.hang_mode,
             )
+            if args.hang_mode == "skip":
+                skip_allreduce(model, loss, rank, world)
             hang(args.hang_mode)
         if rank == args.delay_backward_rank and step == args.delay_backward_at:
             log_event(args.progress, rank=rank, event="delay", step=step)
@@ -160,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.step_s)
         if hook is not None:
             hook.on_step_end(step)
+        if nvrx is not None:
+            nvrx.send_heartbeat()
+            if step == args.nvrx_calc_at:
+                nvrx.calculate_and_set_hb_timeouts()
+                log_event(args.progress, rank=rank, event="nvrx_timeouts", **vars(nvrx.hb_timeouts))
         log_event(args.progress, rank=rank, event="step", step=step)
         if args.ckpt_every and step % args.ckpt_every == 0 and args.ckpt_rank in (-1, rank):
             if hook is not None:
