@@ -1,26 +1,74 @@
-"""Run every benchmark under bench/ and print their tables (``make bench``)."""
+"""Run every benchmark, then rewrite docs/PERFORMANCE.md from the results.
+
+    python bench/run_all.py            # make bench: full runs, results in bench/results/
+    python bench/run_all.py --quick    # make bench-quick: smoke test in a temporary
+                                       # directory; docs/PERFORMANCE.md is not touched
+    python bench/run_all.py --only cost,scale   # a subset (full runs), then the report
+
+Each benchmark runs in its own process and writes its result file (with the
+command that produced it); bench/report.py then renders the tables and plots.
+The benchmarks whose sections of docs/PERFORMANCE.md are written by hand
+(``EXTRA``) run too, and only print their tables.
+The order puts the CPU-sensitive scale and cost measurements first, while the
+machine is quietest, and the long detection benchmark last.
+"""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
+from _common import RESULTS
+
 HERE = Path(__file__).resolve().parent
-BENCHES = [
-    ["bench_hook.py"],
-    ["bench_detection.py", "--trials", "5", "--mode", "sleep"],
-    ["bench_detection.py", "--trials", "5", "--mode", "stop"],
+#: Benchmarks with hand-written sections: run (not in --quick), tables printed.
+EXTRA = [
     ["bench_sidecar_otel.py", "--rounds", "7"],
     ["bench_sidecar_otel.py", "--encoder"],
 ]
+BENCHES = ("scale", "cost", "hook_memory", "detection")
+SCRIPTS = {
+    "scale": "bench_scale.py",
+    "cost": "bench_cost.py",
+    "hook_memory": "bench_hook.py",
+    "detection": "bench_detection.py",
+}
 
 
 def main() -> int:
-    failed = 0
-    for argv in BENCHES:
-        print(f"\n### python bench/{' '.join(argv)}", flush=True)
-        failed += subprocess.run([sys.executable, str(HERE / argv[0]), *argv[1:]]).returncode != 0
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default=",".join(BENCHES))
+    args = p.parse_args()
+    names = [n for n in BENCHES if n in args.only.split(",")]
+    results = Path(tempfile.mkdtemp(prefix="tpbench-")) if args.quick else RESULTS
+    results.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name in names:
+        cmd = [sys.executable, str(HERE / SCRIPTS[name]), "--json", str(results / f"{name}.json")]
+        if args.quick:
+            cmd.append("--quick")
+        print(f"\n### {' '.join(cmd[1:])}", flush=True)
+        t0 = time.monotonic()
+        rc = subprocess.run(cmd).returncode
+        print(f"### {name}: exit {rc} after {time.monotonic() - t0:.0f} s", flush=True)
+        if rc != 0:
+            failed.append(name)
+    if not args.quick and args.only == ",".join(BENCHES):
+        for argv in EXTRA:
+            print(f"\n### python bench/{' '.join(argv)}", flush=True)
+            if subprocess.run([sys.executable, str(HERE / argv[0]), *argv[1:]]).returncode:
+                failed.append(argv[0])
+    report = [sys.executable, str(HERE / "report.py"), "--results", str(results)]
+    if args.quick:
+        report += ["--doc", str(results / "PERFORMANCE.md"), "--plots", str(results / "perf")]
+    failed += [] if subprocess.run(report).returncode == 0 else ["report"]
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 

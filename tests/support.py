@@ -81,8 +81,16 @@ def child_env(**extra: str) -> dict[str, str]:
 class SidecarProcess:
     """``python -m trainprobe.sidecar`` on a private Unix socket."""
 
-    def __init__(self, workdir: Path, *flags: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *flags: str,
+        env: dict[str, str] | None = None,
+        cpus: set[int] | None = None,
+    ) -> None:
         self.workdir = workdir
+        #: Pin the sidecar (every thread it will start) to these CPUs.
+        self.cpus = cpus
         self.socket = workdir / "sidecar.sock"
         self.state_dir = workdir / "state"
         self.log_path = workdir / "sidecar.log"
@@ -117,6 +125,7 @@ class SidecarProcess:
                 stderr=subprocess.STDOUT,
                 env=child_env(**self.env),
                 cwd=self.workdir,
+                preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None,
             )
         wait_for(
             lambda: "ready on" in self.log_text()[offset:] or self.proc.poll() is not None,

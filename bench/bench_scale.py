@@ -1,0 +1,199 @@
+"""Scale of one sidecar on one core: reports/s, report→verdict lag, memory, vs N.
+
+    python bench/bench_scale.py [--workers 250,500,1000,1500,2000,2500,3000]
+        [--hz 10] [--duration 10] [--generators 2] [--quick] [--json OUT]
+
+For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
+the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
+processes (bench/loadgen.py) pinned to the other CPUs simulate N workers of
+one job reporting at ``--hz`` over the real gRPC path (Unix socket, one
+stream per worker). The sidecar runs with every action set to ``observe``.
+
+Measured over a window of ``--duration`` seconds after a warm-up:
+
+- processed reports/s: the sidecar's own view (the sum of every worker's last
+  step from ``GetStatus`` at both ends of the window, divided by the steps per
+  report), next to what the generators sent;
+- the sidecar's CPU use (user+system from /proc, a fraction of one core);
+- the lag from report to verdict: probe workers send, once a second, a report
+  implying a HUNG verdict; lag = incident time - send time (tick every 100 ms);
+- RSS, and memory per worker = (RSS - RSS with no worker) / N.
+
+A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
+the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import add_repo_to_path, cpu_seconds, percentile, rss_bytes, write_result
+
+add_repo_to_path()
+
+from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+STEPS_PER_REPORT = 2
+LAG_GOAL_S = 0.2
+RATE_GOAL = 20_000
+
+
+def step_sum(sc: SidecarProcess) -> int:
+    return sum(w.step for w in sc.status("load").workers)
+
+
+def probe_lags(sends: dict[str, list[float]], incidents: list[dict]) -> list[float]:
+    """Lag of each probe report to the first verdict after it (inf if none)."""
+    lags = []
+    for job, times in sends.items():
+        verdicts = sorted(
+            r["time"] for r in incidents if r.get("job_id") == job and r["verdict"] == "HUNG"
+        )
+        for i, t in enumerate(times):
+            nxt = times[i + 1] if i + 1 < len(times) else math.inf
+            hit = next((v for v in verdicts if t - 0.001 <= v < nxt), None)
+            lags.append(math.inf if hit is None else hit - t)
+    return lags
+
+
+def run_level(n: int, args: argparse.Namespace, gen_cpus: set[int]) -> dict[str, Any]:
+    workdir = short_tmpdir("tps-")
+    flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
+    sc = SidecarProcess(workdir, *flags, "--heartbeat-timeout-s", "30", cpus={0}).start()
+    try:
+        time.sleep(1.0)
+        rss_idle = rss_bytes(sc.proc.pid)
+        stop = workdir / "stop"
+        gens = []
+        per = [n // args.generators + (i < n % args.generators) for i in range(args.generators)]
+        offset = 0
+        for g, count in enumerate(per):
+            out = workdir / f"gen{g}.json"
+            cmd = [
+                PYTHON,
+                str(HERE / "loadgen.py"),
+                *("--target", sc.target, "--workers", str(count), "--hz", str(args.hz)),
+                *("--rank-offset", str(offset), "--world-size", str(n)),
+                *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop)),
+                *("--probes", str(args.probes), "--steps-per-report", str(STEPS_PER_REPORT)),
+                *("--out", str(out)),
+            ]
+            offset += count
+            gens.append(
+                (
+                    subprocess.Popen(
+                        cmd,
+                        env=child_env(),
+                        preexec_fn=lambda: os.sched_setaffinity(0, gen_cpus),
+                    ),
+                    out,
+                )
+            )
+        ready_by = time.monotonic() + 120
+        while not all((workdir / f"ready{g}").exists() for g in range(len(gens))):
+            if time.monotonic() > ready_by or any(p.poll() is not None for p, _ in gens):
+                raise RuntimeError(f"N={n}: load generators did not get going")
+            time.sleep(0.1)
+        time.sleep(args.warmup)
+        s0, c0, t0 = step_sum(sc), cpu_seconds(sc.proc.pid), time.time()
+        time.sleep(args.duration)
+        s1, c1, t1 = step_sum(sc), cpu_seconds(sc.proc.pid), time.time()
+        rss = rss_bytes(sc.proc.pid)
+        time.sleep(0.5)
+        stop.touch()
+        outs = []
+        for proc, out in gens:
+            proc.wait(120)
+            outs.append(json.loads(out.read_text()))
+        time.sleep(0.5)
+        incidents = sc.incidents()
+    finally:
+        sc.stop()
+    b0, b1 = int(t0 * 10), int(t1 * 10)
+    sent = sum(v for o in outs for k, v in o["buckets"].items() if b0 <= int(k) < b1)
+    sends: dict[str, list[float]] = {}
+    for o in outs:
+        sends.update({job: [t for t in ts if t0 <= t < t1] for job, ts in o["probe_sends"].items()})
+    lags = probe_lags(sends, incidents)
+    processed_rate = (s1 - s0) / STEPS_PER_REPORT / (t1 - t0)
+    # The generators' counts cover the main job's and the probes' reports.
+    load_sent_rate = sent / ((b1 - b0) / 10) * n / (n + args.probes * args.generators)
+    lag_p99 = percentile(lags, 0.99)
+    return {
+        "workers": n,
+        "hz": args.hz,
+        "offered_per_s": n * args.hz,
+        "sent_per_s": load_sent_rate,
+        "processed_per_s": processed_rate,
+        "sidecar_cpu": (c1 - c0) / (t1 - t0),
+        "generator_cpu_s": sum(o["cpu_s"] for o in outs),
+        "lag_p50_s": percentile(lags, 0.5),
+        "lag_p99_s": lag_p99,
+        "lag_max_s": max(lags, default=math.nan),
+        "probes_sent": len(lags),
+        "probes_without_verdict": sum(1 for x in lags if math.isinf(x)),
+        "rss_bytes": rss,
+        "rss_idle_bytes": rss_idle,
+        "bytes_per_worker": (rss - rss_idle) / n,
+        "generator_errors": sum(o["n_errors"] for o in outs),
+        "sustained": processed_rate >= 0.97 * load_sent_rate and lag_p99 <= LAG_GOAL_S,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--workers", default="250,500,1000,1500,2000,2500,3000")
+    p.add_argument("--hz", type=float, default=10.0)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--generators", type=int, default=2)
+    p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
+    p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    levels = [int(x) for x in args.workers.split(",")]
+    if args.quick:
+        levels, args.duration = [100, 500], min(args.duration, 4.0)
+    cpus = sorted(os.sched_getaffinity(0))
+    gen_cpus = set(cpus[1:]) or {cpus[0]}
+    started = time.monotonic()
+    rows = []
+    for n in levels:
+        row = run_level(n, args, gen_cpus)
+        rows.append(row)
+        print(
+            f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
+            f"sidecar cpu {row['sidecar_cpu']:.2f} lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
+            f"p99 {row['lag_p99_s'] * 1000:.0f} ms rss {row['rss_bytes'] / 2**20:.0f} MiB "
+            f"({row['bytes_per_worker'] / 1024:.1f} KiB/worker) sustained={row['sustained']}",
+            flush=True,
+        )
+    ok = [r for r in rows if r["sustained"]]
+    best = max((r["processed_per_s"] for r in ok), default=0.0)
+    data = {
+        "params": {k: v for k, v in vars(args).items() if k != "json"},
+        "steps_per_report": STEPS_PER_REPORT,
+        "sidecar_cpus": [0],
+        "generator_cpus": sorted(gen_cpus),
+        "levels": rows,
+        "max_sustained_per_s": best,
+        "goal_per_s": RATE_GOAL,
+        "goal_met": best >= RATE_GOAL,
+    }
+    print(f"most reports/s sustained on one core: {best:.0f} (goal {RATE_GOAL})")
+    if args.json:
+        write_result(args.json, "scale", data, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Load generator for the scale benchmark: simulated workers over real gRPC.
+
+    python bench/loadgen.py --target unix:///path --workers 500 --hz 10
+        --rank-offset 0 --world-size 2000 --ready FILE --stop FILE --out result.json
+        [--probes 2] [--steps-per-report 2] [--fill 1000]
+
+Each simulated worker opens its own ``Connect`` stream, sends a ``Hello`` as
+rank ``rank-offset + i`` of one job (``load``), then a ``Report`` every
+``1/hz`` seconds with ``steps-per-report`` new steps, like a hook whose job
+runs that many steps per report interval. Its first report also carries
+``fill`` step times (of earlier steps), so the sidecar's per-worker state is
+at its steady-state size from the start. Once every worker has sent its first
+report the ``--ready`` file appears; the generator runs until the ``--stop``
+file does, then writes how many reports it sent in each 100 ms bucket.
+Workers are spread over one connection per 50 of them
+(``grpc.use_local_subchannel_pool`` keeps them apart).
+
+Probes are extra workers, each its own job. Once a second, for 300 ms (so
+that at least one tick sees it), their reports declare a phase that is
+already 10 s past its 1 s timeout: a report that implies a HUNG verdict at
+the sidecar's next tick. The send time of each such first report is written
+out, so the scale benchmark can measure the lag from report to verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc
+
+STREAMS_PER_CHANNEL = 50
+
+
+class Sim:
+    """One simulated worker's report stream."""
+
+    def __init__(self, job: str, rank: int, world: int, k: int, fill: int) -> None:
+        self.hello = probe_pb2.Hello(
+            protocol_version=PROTOCOL_VERSION,
+            hook_version="loadgen",
+            job_id=job,
+            rank=rank,
+            local_rank=rank % 8,
+            world_size=world,
+            host=f"loadgen-{os.getpid()}",  # not this host: the sidecar never signals it
+            pid=os.getpid(),
+            interval_ms=100,
+        )
+        self.k = k
+        self.fill = fill
+        self.seq = 0
+        self.step = 0
+
+    def report(self, overrun: bool = False) -> probe_pb2.WorkerMessage:
+        now = time.monotonic_ns()
+        n = self.fill + self.k if self.seq == 0 else self.k
+        self.seq += 1
+        dt = 0.05 + random.random() * 0.01
+        # Only the last k samples are new steps; a fill's older ones precede step 1.
+        steps = [max(0, s) for s in range(self.step + self.k - n + 1, self.step + self.k + 1)]
+        self.step += self.k
+        ends = [now - int((n - i - 1) * dt * 1e9) for i in range(n)]
+        rep = probe_pb2.Report(
+            seq=self.seq,
+            mono_ns=now,
+            wall_ns=time.time_ns(),
+            has_step=True,
+            last_step=self.step,
+            last_step_mono_ns=ends[-1],
+            step_stats=probe_pb2.StepStats(count=n, sum_s=n * dt, max_s=dt),
+            recent_steps=steps,
+            recent_step_end_mono_ns=ends,
+            recent_step_s=[dt] * n,
+            total_steps=self.step,
+        )
+        if overrun:
+            rep.active_phases.append(
+                probe_pb2.Phase(name="probe", start_mono_ns=now - 10_000_000_000, timeout_s=1.0)
+            )
+        return probe_pb2.WorkerMessage(report=rep)
+
+
+class Run:
+    """Shared state of one generator process."""
+
+    def __init__(self, workers: int) -> None:
+        self.stopped = False
+        self.first_sent = 0
+        self.workers = workers
+        self.buckets: dict[int, int] = {}
+        self.all_first = asyncio.Event()
+
+    def count(self, wall: float) -> None:
+        b = int(wall * 10)
+        self.buckets[b] = self.buckets.get(b, 0) + 1
+
+
+async def run_sim(
+    stub: probe_pb2_grpc.SidecarStub,
+    sim: Sim,
+    period: float,
+    run: Run,
+    probe_sends: list[float] | None,
+) -> None:
+    call = stub.Connect()
+    await call.write(probe_pb2.WorkerMessage(hello=sim.hello))
+    await call.write(sim.report())
+    run.first_sent += 1
+    if run.first_sent == run.workers:
+        run.all_first.set()
+    loop = asyncio.get_running_loop()
+    next_t = loop.time() + random.random() * period
+    cycle = 0.0
+    while not run.stopped:
+        await asyncio.sleep(max(0.0, next_t - loop.time()))
+        next_t += period
+        wall = time.time()
+        first = probe_sends is not None and run.all_first.is_set() and wall - cycle >= 1.0
+        if first:
+            cycle = wall
+        await call.write(sim.report(overrun=probe_sends is not None and wall - cycle < 0.3))
+        if first:
+            probe_sends.append(wall)  # type: ignore[union-attr]
+        run.count(wall)
+    await call.write(probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="loadgen done")))
+    await call.done_writing()
+    call.cancel()
+
+
+async def watch(run: Run, ready: Path, stop: Path) -> None:
+    await run.all_first.wait()
+    ready.touch()
+    while not stop.exists():
+        await asyncio.sleep(0.1)
+    run.stopped = True
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    channels = []
+    sims: list[tuple[Sim, list[float] | None]] = []
+    for i in range(args.workers):
+        rank = args.rank_offset + i
+        sims.append((Sim("load", rank, args.world_size, args.steps_per_report, args.fill), None))
+    probes: dict[str, list[float]] = {}
+    for i in range(args.probes):
+        job = f"probe-{args.rank_offset}-{i}"
+        probes[job] = []
+        sims.append((Sim(job, 0, 1, args.steps_per_report, 0), probes[job]))
+    run = Run(len(sims))
+    tasks = []
+    for idx, (sim, sends) in enumerate(sims):
+        if idx % STREAMS_PER_CHANNEL == 0:
+            ch = grpc.aio.insecure_channel(
+                args.target, options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            channels.append(ch)
+        stub = probe_pb2_grpc.SidecarStub(channels[-1])
+        tasks.append(run_sim(stub, sim, 1.0 / args.hz, run, sends))
+    watcher = asyncio.ensure_future(watch(run, Path(args.ready), Path(args.stop)))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    watcher.cancel()
+    errors = [repr(r) for r in results if isinstance(r, BaseException)]
+    for ch in channels:
+        await ch.close()
+    return {
+        "buckets": {str(k): v for k, v in sorted(run.buckets.items())},
+        "probe_sends": probes,
+        "errors": errors[:5],
+        "n_errors": len(errors),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--target", required=True)
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--hz", type=float, default=10.0)
+    p.add_argument("--rank-offset", type=int, default=0)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--ready", required=True, help="touched once every worker has reported")
+    p.add_argument("--stop", required=True, help="the generator stops when this file exists")
+    p.add_argument("--probes", type=int, default=0)
+    p.add_argument("--steps-per-report", type=int, default=2)
+    p.add_argument("--fill", type=int, default=1000)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    t0 = time.process_time()
+    result = asyncio.run(main_async(args))
+    result["cpu_s"] = time.process_time() - t0
+    Path(args.out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
