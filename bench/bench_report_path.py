@@ -1,0 +1,96 @@
+"""The sidecar's per-report Python work, stage by stage, without the network.
+
+    python bench/bench_report_path.py [--workers 2000] [--repeats 7] [--quick] [--json OUT]
+
+The same reports the scale benchmark's load generator sends (2 new steps,
+each worker's step-time window already full with 1,000 samples) go through
+the sidecar's own code in this process: ``WorkerMessage.FromString``,
+``convert.report_from_pb``, ``Registry.apply`` (validation, clock offsets, the
+step-time window and its p99), and one rules tick (``rules.evaluate``) over
+all workers. Each stage is timed over all workers, ``--repeats`` times; the
+minimum is kept (the least disturbed run). This is the part of the report
+path that trainprobe's own code controls; the rest is gRPC's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from _common import add_repo_to_path, write_result
+
+add_repo_to_path()
+
+from loadgen import Sim  # noqa: E402
+
+from trainprobe.proto import probe_pb2  # noqa: E402
+from trainprobe.sidecar import convert  # noqa: E402
+from trainprobe.sidecar.core.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--workers", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="3 repeats")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
+    started = time.monotonic()
+    n = args.workers
+    reg = Registry()
+    sims = [Sim("load", r, n, 2, 1000) for r in range(n)]
+    now = time.monotonic()
+    states = []
+    for sim in sims:
+        state = reg.open(convert.hello_from_pb(sim.hello), now)
+        reg.apply(state, convert.report_from_pb(sim.report().report), now)
+        states.append(state)
+    cfg = RuleConfig()
+    best = {"parse": 1e9, "convert": 1e9, "apply": 1e9, "tick": 1e9}
+    clock = time.perf_counter
+    for _ in range(args.repeats):
+        wire = [sim.report().SerializeToString() for sim in sims]
+        t0 = clock()
+        msgs = [probe_pb2.WorkerMessage.FromString(b) for b in wire]
+        t1 = clock()
+        reports = [convert.report_from_pb(m.report) for m in msgs]
+        t2 = clock()
+        now = time.monotonic()
+        for state, report in zip(states, reports, strict=True):
+            reg.apply(state, report, now)
+        t3 = clock()
+        evaluate(list(reg), cfg, time.monotonic())
+        t4 = clock()
+        for stage, dt in (("parse", t1 - t0), ("convert", t2 - t1), ("apply", t3 - t2)):
+            best[stage] = min(best[stage], dt / n * 1e6)
+        best["tick"] = min(best["tick"], (t4 - t3) * 1e3)
+    per_report = best["parse"] + best["convert"] + best["apply"]
+    tick_share_at_10hz = best["tick"] * 10 / 1000  # fraction of a core spent ticking
+    data = {
+        "workers": n,
+        "repeats": args.repeats,
+        "parse_us": best["parse"],
+        "convert_us": best["convert"],
+        "apply_us": best["apply"],
+        "per_report_us": per_report,
+        "tick_ms": best["tick"],
+        "tick_core_share": tick_share_at_10hz,
+        "python_ceiling_per_s": (1 - tick_share_at_10hz) / (per_report / 1e6),
+    }
+    print(
+        f"per report: parse {best['parse']:.1f} µs, convert {best['convert']:.1f} µs, "
+        f"apply {best['apply']:.1f} µs (total {per_report:.1f} µs); tick over {n} workers "
+        f"{best['tick']:.1f} ms ({tick_share_at_10hz:.0%} of a core at 10 ticks/s); ceiling "
+        f"without gRPC: {data['python_ceiling_per_s']:,.0f} reports/s"
+    )
+    if args.json:
+        write_result(args.json, "report_path", data, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
