@@ -11,6 +11,8 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from trainprobe.sidecar.core.thresholds import StepWindow
+
 
 class Verdict(str, enum.Enum):
     OK = "OK"
@@ -192,7 +194,7 @@ class WorkerState:
     total_steps: int = 0
     last_phase_end_at: float = 0.0
     active_phases: list[ActivePhase] = field(default_factory=list)
-    step_samples: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_SAMPLE_WINDOW))
+    step_samples: StepWindow = field(default_factory=lambda: StepWindow(STEP_SAMPLE_WINDOW))
     #: (received_at, total_steps) of recent reports, for the step rate.
     rate_points: deque[tuple[float, int]] = field(
         default_factory=lambda: deque(maxlen=_OFFSET_WINDOW)

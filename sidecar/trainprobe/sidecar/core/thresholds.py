@@ -10,14 +10,52 @@ taking the maximum, so one rank's fast steps never tighten another's limit.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+
+class StepWindow:
+    """The last ``maxlen`` step times in arrival order, also kept sorted.
+
+    Appending costs a bisect and a memmove instead of a sort of the whole
+    window per report, so the p99 is a lookup (the sidecar's report path
+    computes it on every report).
+    """
+
+    __slots__ = ("_fifo", "_sorted", "maxlen")
+
+    def __init__(self, maxlen: int) -> None:
+        self.maxlen = maxlen
+        self._fifo: deque[float] = deque()
+        self._sorted: list[float] = []
+
+    def append(self, x: float) -> None:
+        if len(self._fifo) == self.maxlen:
+            oldest = self._fifo.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
+        self._fifo.append(x)
+        bisect.insort(self._sorted, x)
+
+    def extend(self, xs: Iterable[float]) -> None:
+        for x in xs:
+            self.append(x)
+
+    def __len__(self) -> int:
+        return len(self._fifo)
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self._fifo)
+
+    def sorted(self) -> list[float]:
+        return self._sorted
 
 
 def p99(samples: Iterable[float]) -> float | None:
     """Nearest-rank 99th percentile; None without samples."""
-    ordered = sorted(samples)
+    ordered = samples.sorted() if isinstance(samples, StepWindow) else sorted(samples)
     if not ordered:
         return None
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]

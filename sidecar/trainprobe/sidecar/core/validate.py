@@ -37,10 +37,11 @@ def _check(cond: bool, message: str) -> None:
 
 
 def _duration(name: str, value: float) -> None:
-    _check(
-        math.isfinite(value) and 0.0 <= value <= MAX_DURATION_S,
-        f"{name}={value!r}: must be a finite number of seconds in 0..{MAX_DURATION_S:.0f}",
-    )
+    # Checked before the message is built: this runs for every step time of every report.
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_DURATION_S):
+        raise ValidationError(
+            f"{name}={value!r}: must be a finite number of seconds in 0..{MAX_DURATION_S:.0f}"
+        )
 
 
 def _text(name: str, value: str, required: bool = False) -> None:
@@ -108,8 +109,8 @@ def validate_report(r: ReportData) -> None:
         len(r.recent_step_end_mono_ns) == n and len(r.recent_step_s) == n,
         "recent_steps, recent_step_end_mono_ns and recent_step_s must have equal lengths",
     )
-    for s in r.recent_steps:
-        _check(s >= 0, f"recent step {s}: steps must be >= 0")
+    negative = next((s for s in r.recent_steps if s < 0), None)
+    _check(negative is None, f"recent step {negative}: steps must be >= 0")
     for d in r.recent_step_s:
         _duration("recent_step_s", d)
     if r.gpu is not None:
