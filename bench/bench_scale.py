@@ -1,7 +1,8 @@
 """Scale of one sidecar on one core: reports/s, report→verdict lag, memory, vs N.
 
     python bench/bench_scale.py [--workers 250,500,1000,1500,2000,2500,3000]
-        [--hz 10] [--duration 10] [--generators 2] [--quick] [--json OUT]
+        [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
+        [--quick] [--json OUT]
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
@@ -21,6 +22,9 @@ Measured over a window of ``--duration`` seconds after a warm-up:
 
 A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
 the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
+
+Then one more run at ``--profile-workers`` records the sidecar with py-spy
+(100 samples/s, non-blocking) over the window: where its one core goes.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, percentile, rss_bytes, write_result
+from _common import REPO, add_repo_to_path, cpu_seconds, percentile, rss_bytes, write_result
 
 add_repo_to_path()
 
+import grpc  # noqa: E402
+
 from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir  # noqa: E402
+from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_REPORT = 2
@@ -48,7 +55,12 @@ RATE_GOAL = 20_000
 
 
 def step_sum(sc: SidecarProcess) -> int:
-    return sum(w.step for w in sc.status("load").workers)
+    """The sum of every simulated worker's last step, as the sidecar knows it."""
+    with grpc.insecure_channel(sc.target) as ch:
+        reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
+            probe_pb2.StatusRequest(job_id="load"), timeout=60
+        )
+    return sum(w.step for w in reply.workers)
 
 
 def probe_lags(sends: dict[str, list[float]], incidents: list[dict]) -> list[float]:
@@ -65,7 +77,41 @@ def probe_lags(sends: dict[str, list[float]], incidents: list[dict]) -> list[flo
     return lags
 
 
-def run_level(n: int, args: argparse.Namespace, gen_cpus: set[int]) -> dict[str, Any]:
+def profile_summary(raw: Path) -> dict[str, Any]:
+    """Self shares per frame and inclusive shares per function, from py-spy's raw stacks."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1].replace(str(REPO) + "/", "")
+        own[leaf] = own.get(leaf, 0) + n
+        for fn in {f.split(" (")[0] for f in frames}:
+            incl[fn] = incl.get(fn, 0) + n
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:12]
+    keys = (
+        "SidecarServicer._read",
+        "report_from_pb",
+        "Registry.apply",
+        "validate_report",
+        "p99",
+        "Engine.tick",
+    )
+    return {
+        "samples": total,
+        "self_top": [{"frame": f, "share": v / max(total, 1)} for f, v in top],
+        "inclusive": {k: incl.get(k, 0) / max(total, 1) for k in keys},
+    }
+
+
+def run_level(
+    n: int, args: argparse.Namespace, gen_cpus: set[int], profile: Path | None = None
+) -> dict[str, Any]:
     workdir = short_tmpdir("tps-")
     flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
     sc = SidecarProcess(workdir, *flags, "--heartbeat-timeout-s", "30", cpus={0}).start()
@@ -105,8 +151,22 @@ def run_level(n: int, args: argparse.Namespace, gen_cpus: set[int]) -> dict[str,
             time.sleep(0.1)
         time.sleep(args.warmup)
         s0, c0, t0 = step_sum(sc), cpu_seconds(sc.proc.pid), time.time()
+        spy = None
+        if profile is not None:
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    *("record", "--pid", str(sc.proc.pid), "--rate", "100", "--nonblocking"),
+                    *("--duration", str(int(args.duration)), "--format", "raw"),
+                    *("--output", str(profile)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         time.sleep(args.duration)
         s1, c1, t1 = step_sum(sc), cpu_seconds(sc.proc.pid), time.time()
+        if spy is not None:
+            spy.wait(60)
         rss = rss_bytes(sc.proc.pid)
         time.sleep(0.5)
         stop.touch()
@@ -157,12 +217,13 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--generators", type=int, default=2)
     p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
+    p.add_argument("--profile-workers", type=int, default=1000, help="0: no profile")
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
     args = p.parse_args()
     levels = [int(x) for x in args.workers.split(",")]
     if args.quick:
-        levels, args.duration = [100, 500], min(args.duration, 4.0)
+        levels, args.duration, args.profile_workers = [100, 500], min(args.duration, 4.0), 100
     cpus = sorted(os.sched_getaffinity(0))
     gen_cpus = set(cpus[1:]) or {cpus[0]}
     started = time.monotonic()
@@ -177,6 +238,13 @@ def main() -> int:
             f"({row['bytes_per_worker'] / 1024:.1f} KiB/worker) sustained={row['sustained']}",
             flush=True,
         )
+    profile = None
+    if args.profile_workers:
+        raw = Path(short_tmpdir("tpspy-")) / "sidecar.txt"
+        row = run_level(args.profile_workers, args, gen_cpus, profile=raw)
+        profile = {"workers": args.profile_workers, "level": row, **profile_summary(raw)}
+        for item in profile["self_top"][:8]:
+            print(f"  {item['share']:6.1%} {item['frame']}")
     ok = [r for r in rows if r["sustained"]]
     best = max((r["processed_per_s"] for r in ok), default=0.0)
     data = {
@@ -185,6 +253,7 @@ def main() -> int:
         "sidecar_cpus": [0],
         "generator_cpus": sorted(gen_cpus),
         "levels": rows,
+        "profile": profile,
         "max_sustained_per_s": best,
         "goal_per_s": RATE_GOAL,
         "goal_met": best >= RATE_GOAL,

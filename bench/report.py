@@ -235,7 +235,44 @@ def detection_section(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def scale_section(r: dict[str, Any]) -> list[str]:
+def profile_lines(r: dict[str, Any], path: dict[str, Any] | None) -> list[str]:
+    """Where the sidecar's core goes: the py-spy profile and the no-network stages."""
+    out: list[str] = []
+    prof = r.get("profile")
+    if prof:
+        lvl = prof["level"]
+        inc = prof["inclusive"]
+        out += [
+            f"Where the core goes (py-spy, 100 Hz, over the window of one more run at "
+            f"N = {prof['workers']:,}: {lvl['processed_per_s']:,.0f} reports/s, sidecar CPU "
+            f"{lvl['sidecar_cpu'] * 100:.0f}%; shares of {prof['samples']} samples, gRPC's C "
+            "code is billed to the Python line that awaits it):",
+            "",
+            f"- inclusive: the report stream loop `SidecarServicer._read` "
+            f"{inc['SidecarServicer._read']:.0%}, of which `Registry.apply` "
+            f"{inc['Registry.apply']:.0%} (`validate_report` {inc['validate_report']:.0%}, "
+            f"`p99` {inc['p99']:.0%}) and `convert.report_from_pb` {inc['report_from_pb']:.0%}; "
+            f"the rules tick `Engine.tick` {inc['Engine.tick']:.0%}.",
+            "- top frames by own time: "
+            + "; ".join(f"`{x['frame']}` {x['share']:.0%}" for x in prof["self_top"][:6])
+            + ".",
+            "",
+        ]
+    if path:
+        out += [
+            f"The same Python work without the network (`{path['command']}`, "
+            f"{path['workers']:,} workers, best of {path['repeats']}): per report "
+            f"parse {path['parse_us']:.1f} µs, convert {path['convert_us']:.1f} µs, "
+            f"`Registry.apply` {path['apply_us']:.1f} µs (together {path['per_report_us']:.1f} µs);"
+            f" a rules tick over all workers {path['tick_ms']:.1f} ms "
+            f"({path['tick_core_share']:.0%} of a core at 10 ticks/s). Without gRPC this code "
+            f"alone would cap one core at about {path['python_ceiling_per_s']:,.0f} reports/s.",
+            "",
+        ]
+    return out
+
+
+def scale_section(r: dict[str, Any], path: dict[str, Any] | None = None) -> list[str]:
     p = r["params"]
     out = [
         "## Scale of one sidecar",
@@ -267,7 +304,7 @@ def scale_section(r: dict[str, Any]) -> list[str]:
             f"{s(row['lag_p99_s'] * 1000, ' ms', 0)} | {row['rss_bytes'] / 2**20:.0f} MiB | "
             f"{row['bytes_per_worker'] / 1024:.1f} KiB | {'yes' if row['sustained'] else 'no'} |"
         )
-    out += ["", "![scale of one sidecar](perf/scale.png)", ""]
+    out += ["", *profile_lines(r, path), "![scale of one sidecar](perf/scale.png)", ""]
     return out
 
 
@@ -293,6 +330,7 @@ def render(results: Path, plots_dir: Path) -> str:
 
     cost, det = load(results, "cost"), load(results, "detection")
     scale, mem = load(results, "scale"), load(results, "hook_memory")
+    path = load(results, "report_path")
     plots_dir.mkdir(parents=True, exist_ok=True)
     lines = [
         BEGIN,
@@ -304,7 +342,7 @@ def render(results: Path, plots_dir: Path) -> str:
     for res, section, plot, name in (
         (cost, cost_section, plots.cost_plot, "cost"),
         (det, detection_section, plots.detection_plot, "detection"),
-        (scale, scale_section, plots.scale_plot, "scale"),
+        (scale, lambda r: scale_section(r, path), plots.scale_plot, "scale"),
         (mem, memory_section, plots.hook_memory_plot, "hook_memory"),
     ):
         if res is None:

@@ -30,8 +30,9 @@ EXTRA = [
     ["bench_sidecar_otel.py", "--rounds", "7"],
     ["bench_sidecar_otel.py", "--encoder"],
 ]
-BENCHES = ("scale", "cost", "hook_memory", "detection")
+BENCHES = ("report_path", "scale", "cost", "hook_memory", "detection")
 SCRIPTS = {
+    "report_path": "bench_report_path.py",
     "scale": "bench_scale.py",
     "cost": "bench_cost.py",
     "hook_memory": "bench_hook.py",
