@@ -15,7 +15,9 @@ Measured over a window of ``--duration`` seconds after a warm-up:
 - processed reports/s: the sidecar's own view (the sum of every worker's last
   step from ``GetStatus`` at both ends of the window, divided by the steps per
   report), next to what the generators sent;
-- the sidecar's CPU use (user+system from /proc, a fraction of one core);
+- the sidecar's CPU use (user+system from /proc, a fraction of one core), and
+  reports processed per CPU-second (its capacity at that per-report cost, even
+  when other processes on CPU 0 left it less than the whole core);
 - the lag from report to verdict: probe workers send, once a second, a report
   implying a HUNG verdict; lag = incident time - send time (tick every 100 ms);
 - RSS, and memory per worker = (RSS - RSS with no worker) / N.
@@ -195,6 +197,9 @@ def run_level(
         "sent_per_s": load_sent_rate,
         "processed_per_s": processed_rate,
         "sidecar_cpu": (c1 - c0) / (t1 - t0),
+        # Reports per second of sidecar CPU: what a whole core would sustain at this
+        # per-report cost, whatever share of CPU 0 other processes left it.
+        "reports_per_cpu_s": processed_rate / max((c1 - c0) / (t1 - t0), 1e-9),
         "generator_cpu_s": sum(o["cpu_s"] for o in outs),
         "lag_p50_s": percentile(lags, 0.5),
         "lag_p99_s": lag_p99,

@@ -290,6 +290,7 @@ def scale_section(r: dict[str, Any], path: dict[str, Any] | None = None) -> list
             "sent/s",
             "processed/s",
             "sidecar CPU",
+            "reports per CPU-s",
             "lag p50",
             "lag p99",
             "RSS",
@@ -300,7 +301,8 @@ def scale_section(r: dict[str, Any], path: dict[str, Any] | None = None) -> list
     for row in r["levels"]:
         out.append(
             f"| {row['workers']:,} | {row['sent_per_s']:,.0f} | {row['processed_per_s']:,.0f} | "
-            f"{row['sidecar_cpu'] * 100:.0f}% | {s(row['lag_p50_s'] * 1000, ' ms', 0)} | "
+            f"{row['sidecar_cpu'] * 100:.0f}% | {row['reports_per_cpu_s']:,.0f} | "
+            f"{s(row['lag_p50_s'] * 1000, ' ms', 0)} | "
             f"{s(row['lag_p99_s'] * 1000, ' ms', 0)} | {row['rss_bytes'] / 2**20:.0f} MiB | "
             f"{row['bytes_per_worker'] / 1024:.1f} KiB | {'yes' if row['sustained'] else 'no'} |"
         )
