@@ -201,9 +201,10 @@ def detection_section(r: dict[str, Any]) -> list[str]:
             if g is None:
                 continue
             v, k, a = g["verdict_s"], g["culprit_dead_s"], g["all_dead_s"]
+            threshold = p["gloo_timeout_s"] if tool == "gloo" else g["threshold_s"]["median"]
             out.append(
                 f"| {KIND_TEXT.get(kind, kind)} | {TOOL_TEXT[tool]} | {g['n']} | "
-                f"{s(g['threshold_s']['median'])} | {s(v['median'])} / {s(v['max'])} | "
+                f"{s(threshold)} | {s(v['median'])} / {s(v['max'])} | "
                 f"{s(k['median'])} / {s(k['max'])} | {s(a['median'])} / {s(a['max'])} | "
                 f"{g['not_killed']} | {g['false_kills']} |"
             )
