@@ -2,13 +2,16 @@
 
     python bench/bench_scale.py [--workers 250,500,1000,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
-        [--quick] [--json OUT]
+        [--telemetry off|on] [--quick] [--json OUT]
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
 processes (bench/loadgen.py) pinned to the other CPUs simulate N workers of
 one job reporting at ``--hz`` over the real gRPC path (Unix socket, one
-stream per worker). The sidecar runs with every action set to ``observe``.
+stream per worker). The sidecar runs with every action set to ``observe``,
+and with its OpenTelemetry export off (``--telemetry off``, the liveness path
+alone) or as shipped (``--telemetry on``: spans and metrics as OTLP-JSON
+lines in its state directory).
 
 Measured over a window of ``--duration`` seconds after a warm-up:
 
@@ -116,6 +119,7 @@ def run_level(
 ) -> dict[str, Any]:
     workdir = short_tmpdir("tps-")
     flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
+    flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
     sc = SidecarProcess(workdir, *flags, "--heartbeat-timeout-s", "30", cpus={0}).start()
     try:
         time.sleep(1.0)
@@ -223,6 +227,7 @@ def main() -> int:
     p.add_argument("--generators", type=int, default=2)
     p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
     p.add_argument("--profile-workers", type=int, default=1000, help="0: no profile")
+    p.add_argument("--telemetry", choices=["off", "on"], default="off")
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -259,6 +264,7 @@ def main() -> int:
         "generator_cpus": sorted(gen_cpus),
         "levels": rows,
         "profile": profile,
+        "telemetry": args.telemetry,
         "max_sustained_per_s": best,
         "goal_per_s": RATE_GOAL,
         "goal_met": best >= RATE_GOAL,

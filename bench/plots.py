@@ -81,11 +81,22 @@ def detection_plot(res: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def scale_plot(res: dict[str, Any], out: Path) -> None:
+def scale_plot(res: dict[str, Any], out: Path, tele: dict[str, Any] | None = None) -> None:
     """Reports/s, p99 lag, CPU and memory of one sidecar against N workers."""
     rows = res["levels"]
     n = [r["workers"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    if tele is not None:
+        tn = [r["workers"] for r in tele["levels"]]
+        axes[0].plot(tn, [r["processed_per_s"] for r in tele["levels"]], "^-", color="purple")
+        axes[0].plot([], [], "^-", color="purple", label="processed, telemetry on")
+        axes[1].plot(
+            tn,
+            [min(r["lag_p99_s"], 10) * 1000 for r in tele["levels"]],
+            "^-",
+            color="purple",
+            label="p99, telemetry on",
+        )
     ax = axes[0]
     ax.plot(n, [r["sent_per_s"] for r in rows], "o--", label="sent by the generators")
     ax.plot(n, [r["processed_per_s"] for r in rows], "o-", label="processed by the sidecar")

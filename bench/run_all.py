@@ -25,15 +25,22 @@ from pathlib import Path
 from _common import RESULTS
 
 HERE = Path(__file__).resolve().parent
+#: The sidecar as shipped (telemetry on) saturates early: fewer, smaller levels.
+ARGS = {
+    "scale_telemetry": [
+        *("--telemetry", "on", "--workers", "100,250,500,1000", "--profile-workers", "250")
+    ],
+}
 #: Benchmarks with hand-written sections: run (not in --quick), tables printed.
 EXTRA = [
     ["bench_sidecar_otel.py", "--rounds", "7"],
     ["bench_sidecar_otel.py", "--encoder"],
 ]
-BENCHES = ("report_path", "scale", "cost", "hook_memory", "detection")
+BENCHES = ("report_path", "scale", "scale_telemetry", "cost", "hook_memory", "detection")
 SCRIPTS = {
     "report_path": "bench_report_path.py",
     "scale": "bench_scale.py",
+    "scale_telemetry": "bench_scale.py",
     "cost": "bench_cost.py",
     "hook_memory": "bench_hook.py",
     "detection": "bench_detection.py",
@@ -50,7 +57,8 @@ def main() -> int:
     results.mkdir(parents=True, exist_ok=True)
     failed = []
     for name in names:
-        cmd = [sys.executable, str(HERE / SCRIPTS[name]), "--json", str(results / f"{name}.json")]
+        cmd = [sys.executable, str(HERE / SCRIPTS[name]), *ARGS.get(name, [])]
+        cmd += ["--json", str(results / f"{name}.json")]
         if args.quick:
             cmd.append("--quick")
         print(f"\n### {' '.join(cmd[1:])}", flush=True)
