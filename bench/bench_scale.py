@@ -1,6 +1,6 @@
 """Scale of one sidecar on one core: reports/s, report→verdict lag, memory, vs N.
 
-    python bench/bench_scale.py [--workers 250,500,1000,1500,2000,2500,3000]
+    python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
         [--telemetry off|on] [--quick] [--json OUT]
 
@@ -150,11 +150,16 @@ def run_level(
                     out,
                 )
             )
-        ready_by = time.monotonic() + 120
+        ready_by = time.monotonic() + 180
         while not all((workdir / f"ready{g}").exists() for g in range(len(gens))):
             if time.monotonic() > ready_by or any(p.poll() is not None for p, _ in gens):
                 raise RuntimeError(f"N={n}: load generators did not get going")
             time.sleep(0.1)
+        # Every worker's first report (with its window fill) applied: no backlog left.
+        while step_sum(sc) < n * STEPS_PER_REPORT:
+            if time.monotonic() > ready_by:
+                raise RuntimeError(f"N={n}: the sidecar did not take every first report")
+            time.sleep(0.2)
         time.sleep(args.warmup)
         s0, c0, t0 = step_sum(sc), cpu_seconds(sc.proc.pid), time.time()
         spy = None
@@ -220,7 +225,7 @@ def run_level(
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--workers", default="250,500,1000,1500,2000,2500,3000")
+    p.add_argument("--workers", default="250,500,750,1000,1250,1500,2000,2500,3000")
     p.add_argument("--hz", type=float, default=10.0)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
@@ -238,8 +243,15 @@ def main() -> int:
     gen_cpus = set(cpus[1:]) or {cpus[0]}
     started = time.monotonic()
     rows = []
+    failed: list[dict[str, Any]] = []
     for n in levels:
-        row = run_level(n, args, gen_cpus)
+        try:
+            row = run_level(n, args, gen_cpus)
+        except (RuntimeError, grpc.RpcError, subprocess.TimeoutExpired) as err:
+            # A level the sidecar cannot even take on: no point going higher.
+            print(f"N={n:5}: {err}", flush=True)
+            failed.append({"workers": n, "error": str(err)})
+            break
         rows.append(row)
         print(
             f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
@@ -263,6 +275,7 @@ def main() -> int:
         "sidecar_cpus": [0],
         "generator_cpus": sorted(gen_cpus),
         "levels": rows,
+        "failed_levels": failed,
         "profile": profile,
         "telemetry": args.telemetry,
         "max_sustained_per_s": best,

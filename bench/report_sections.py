@@ -290,6 +290,8 @@ def scale_rows(r: dict[str, Any]) -> list[str]:
             f"{s(row['lag_p99_s'] * 1000, ' ms', 0)} | {row['rss_bytes'] / 2**20:.0f} MiB | "
             f"{row['bytes_per_worker'] / 1024:.1f} KiB | {'yes' if row['sustained'] else 'no'} |"
         )
+    for row in r.get("failed_levels", []):
+        out.append(f"| {row['workers']:,} | {row['error']} |" + " |" * 8)
     return out
 
 
