@@ -106,6 +106,8 @@ def profile_summary(raw: Path) -> dict[str, Any]:
         "validate_report",
         "p99",
         "Engine.tick",
+        "Telemetry.on_report",
+        "BatchProcessor.worker",
     )
     return {
         "samples": total,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from _common import fmt_us
+from _common import REPO, fmt_us
 
 KIND_TEXT = {
     "sleep": "sleep inside a step",
@@ -39,8 +39,9 @@ def yes(ok: bool) -> str:
 
 def provenance(r: dict[str, Any]) -> str:
     m = r["machine"]
+    command = r["command"].replace(str(REPO) + "/", "")
     return (
-        f"`{r['command']}` — finished {r['finished_at']}, took {r['wall_s']:.0f} s; "
+        f"`{command}` — finished {r['finished_at']}, took {r['wall_s']:.0f} s; "
         f"{m['cpus']} CPUs, load average {m['loadavg_at_start'][0]} at start"
     )
 
@@ -249,7 +250,13 @@ def profile_lines(r: dict[str, Any], path: dict[str, Any] | None) -> list[str]:
             f"{inc['SidecarServicer._read']:.0%}, of which `Registry.apply` "
             f"{inc['Registry.apply']:.0%} (`validate_report` {inc['validate_report']:.0%}, "
             f"`p99` {inc['p99']:.0%}) and `convert.report_from_pb` {inc['report_from_pb']:.0%}; "
-            f"the rules tick `Engine.tick` {inc['Engine.tick']:.0%}.",
+            f"the rules tick `Engine.tick` {inc['Engine.tick']:.0%}"
+            + (
+                f"; OpenTelemetry: `Telemetry.on_report` {inc['Telemetry.on_report']:.0%} and "
+                f"the span export thread {inc['BatchProcessor.worker']:.0%}."
+                if inc.get("Telemetry.on_report")
+                else "."
+            ),
             "- top frames by own time: "
             + "; ".join(f"`{x['frame']}` {x['share']:.0%}" for x in prof["self_top"][:6])
             + ".",
@@ -257,7 +264,8 @@ def profile_lines(r: dict[str, Any], path: dict[str, Any] | None) -> list[str]:
         ]
     if path:
         out += [
-            f"The same Python work without the network (`{path['command']}`, "
+            "The same Python work without the network "
+            f"(`{path['command'].replace(str(REPO) + '/', '')}`, "
             f"{path['workers']:,} workers, best of {path['repeats']}): per report "
             f"parse {path['parse_us']:.1f} µs, convert {path['convert_us']:.1f} µs, "
             f"`Registry.apply` {path['apply_us']:.1f} µs (together {path['per_report_us']:.1f} µs);"

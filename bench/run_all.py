@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import RESULTS
+from _common import REPO, RESULTS
 
 HERE = Path(__file__).resolve().parent
 #: The sidecar as shipped (telemetry on) saturates early: fewer, smaller levels.
@@ -58,12 +58,13 @@ def main() -> int:
     failed = []
     for name in names:
         cmd = [sys.executable, str(HERE / SCRIPTS[name]), *ARGS.get(name, [])]
-        cmd += ["--json", str(results / f"{name}.json")]
+        out = results / f"{name}.json"
+        cmd += ["--json", str(out.relative_to(REPO) if out.is_relative_to(REPO) else out)]
         if args.quick:
             cmd.append("--quick")
         print(f"\n### {' '.join(cmd[1:])}", flush=True)
         t0 = time.monotonic()
-        rc = subprocess.run(cmd).returncode
+        rc = subprocess.run(cmd, cwd=REPO).returncode
         print(f"### {name}: exit {rc} after {time.monotonic() - t0:.0f} s", flush=True)
         if rc != 0:
             failed.append(name)
