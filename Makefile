@@ -58,7 +58,8 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	touch $@
 
 # Every benchmark, then docs/PERFORMANCE.md and docs/perf/*.png rewritten from
-# the results (about 45 minutes on the 2-core development machine).
+# the results: about 40 minutes on a quiet 2-core machine, the detection
+# benchmark most of it (it took 56 minutes on the loaded development machine).
 bench: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py
 
