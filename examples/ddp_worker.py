@@ -11,11 +11,17 @@ Faults (all optional):
                                                  block in the gradient allreduce
   --hang-mode stop                               rank R SIGSTOPs itself at step S
   --hang-mode exit                               rank R exits abruptly (os._exit)
-  --hang-mode spin                               rank R busy-loops holding the GIL
+  --hang-mode spin                               rank R busy-loops in Python (it
+                                                 still lets other threads run)
   --hang-mode skip                               rank R skips step S's gradient
                                                  allreduce and blocks in a recv
                                                  no peer answers: its peers
                                                  block in the allreduce it missed
+  --hang-mode gil                                rank R blocks in a C call that holds
+                                                 the GIL (read() on an empty pipe through
+                                                 ctypes.PyDLL): no thread of the process
+                                                 runs Python, as with a C extension that
+                                                 blocks without releasing the GIL
   --ckpt-every K --ckpt-s T [--ckpt-rank R]      a declared checkpoint phase of
                                                  T seconds every K steps (all
                                                  ranks, or only rank R)
@@ -72,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
     p.add_argument(
-        "--hang-mode", choices=["sleep", "stop", "exit", "spin", "skip"], default="sleep"
+        "--hang-mode", choices=["sleep", "stop", "exit", "spin", "skip", "gil"], default="sleep"
     )
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--ckpt-s", type=float, default=0.0)
@@ -113,6 +119,23 @@ def hang(mode: str) -> None:
     elif mode == "spin":
         while True:
             pass
+    elif mode == "gil":
+        hold_gil_in_c()
+
+
+def hold_gil_in_c() -> None:
+    """Block forever in a C call without releasing the GIL.
+
+    ``ctypes.PyDLL`` (unlike ``CDLL``) keeps the GIL during the call, as a C
+    extension that forgets ``Py_BEGIN_ALLOW_THREADS`` does. ``read`` on a pipe
+    nobody writes to blocks, and is restarted after a signal handler
+    (SA_RESTART), so even faulthandler's signal does not end it.
+    """
+    import ctypes
+
+    r, _w = os.pipe()
+    buf = ctypes.create_string_buffer(1)
+    ctypes.PyDLL(None).read(r, buf, 1)
 
 
 def setup_comm_hooks(

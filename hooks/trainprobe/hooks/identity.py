@@ -154,7 +154,8 @@ def resolve_identity(
         rank=rank,
         local_rank=local_rank,
         world_size=world_size,
-        host=socket.gethostname(),
+        # TRAINPROBE_HOST: the node or pod name people know the host by.
+        host=os.environ.get("TRAINPROBE_HOST", "").strip() or socket.gethostname(),
         pid=os.getpid(),
         ray=ray,
         rank_guessed=guessed,

@@ -17,7 +17,7 @@ from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.reporter import Reporter
-from trainprobe.hooks.stacks import format_all_stacks
+from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
 from trainprobe.hooks.steps import (
     RING_MASK,
     PhaseRecord,
@@ -157,6 +157,10 @@ class LivenessProbeHook(CollectiveMethods):
                 "create one per process and share it (both would report as rank %d)",
                 self.identity.rank,
             )
+        #: faulthandler on a signal: stacks the sidecar can read while a C call holds the GIL.
+        self.stack_signal = StackSignal()
+        if start:
+            self.stack_signal.arm()
         _live_hooks.add(self)
         atexit.register(self.close)
         if start:
@@ -210,6 +214,7 @@ class LivenessProbeHook(CollectiveMethods):
         if self.ray_handle is not None:
             self.ray_handle.stop()
         self._reporter.stop(timeout_s=2.0)
+        self.stack_signal.disarm()
 
     @property
     def connected(self) -> bool:
@@ -244,6 +249,8 @@ class LivenessProbeHook(CollectiveMethods):
             interval_ms=self.interval_ms,
             gpu_uuid=gpu_uuid,
             cuda_device=cuda_device,
+            stack_signal=self.stack_signal.signum,
+            stack_file=self.stack_signal.path,
             ray=probe_pb2.RayIdentity(
                 job_id=ident.ray.job_id,
                 node_id=ident.ray.node_id,
@@ -283,8 +290,13 @@ class LivenessProbeHook(CollectiveMethods):
         kind = command.WhichOneof("kind")
         if kind == "dump_stacks":
             stacks = format_all_stacks(skip_thread_ids=frozenset({threading.get_ident()}))
+            fr = flight_recorder_json() if command.dump_stacks.include_flight_recorder else ""
             return probe_pb2.CommandResult(
-                command_id=command.id, ok=True, python_stacks=stacks, method="in-process"
+                command_id=command.id,
+                ok=True,
+                python_stacks=stacks,
+                flight_recorder_json=fr,
+                method="in-process",
             )
         if kind == "abort":
             self._abort(command.abort.reason, command.abort.grace_s)

@@ -190,22 +190,7 @@ class Actions:
         return stacks
 
     async def kill(self, incident: Incident, targets: list[WorkerState], restart: bool) -> None:
-        for t in targets:
-            t.killed_by_us = True  # its exit is expected: no DEAD incident for it
-        outcomes = await asyncio.gather(
-            *(self.killer.kill(t, self.kill_grace_s, restart) for t in targets),
-            return_exceptions=True,
-        )
-        records = {}
-        killed_at = self._clock()
-        for t, o in zip(targets, outcomes, strict=False):
-            records[str(t.hello.rank)] = (
-                {"pid": t.hello.pid, "error": repr(o)} if isinstance(o, BaseException) else o
-            )
-            if self.recovery is not None and isinstance(o, dict) and o.get("exited"):
-                method = str(o.get("method", ""))
-                self.recovery.expect(incident.id, t.key, t.hello.pid, killed_at, method)
-        ok = all(isinstance(o, dict) and o.get("exited") and not o.get("error") for o in outcomes)
+        records, ok = await self._kill_all(incident.id, targets, restart)
         log.warning(
             "incident %s: %s ranks %s -> %s",
             incident.id,
@@ -214,3 +199,49 @@ class Actions:
             "done" if ok else records,
         )
         self._record(incident, ok=ok, outcomes=records)
+
+    async def sweep(self, episode_id: str, job_id: str, ranks: list[int], action: str) -> None:
+        """Kill what is left of a hung job once its grace is over (``job_kill_grace_s``)."""
+        targets = [
+            s for s in (self.registry.get(WorkerKey(job_id, r)) for r in ranks) if s is not None
+        ]
+        records, ok = await self._kill_all(episode_id, targets, restart=action == "restart")
+        log.warning(
+            "hang episode %s: swept ranks %s of job %s -> %s",
+            episode_id,
+            ranks,
+            job_id,
+            "done" if ok else records,
+        )
+        self.incident_log.write(
+            {
+                "type": "action",
+                "incident_id": episode_id,
+                "job_id": job_id,
+                "action": action,
+                "phase": "job_kill_grace",
+                "ok": ok,
+                "outcomes": records,
+            }
+        )
+
+    async def _kill_all(
+        self, incident_id: str, targets: list[WorkerState], restart: bool
+    ) -> tuple[dict[str, object], bool]:
+        for t in targets:
+            t.killed_by_us = True  # its exit is expected: no DEAD incident for it
+        outcomes = await asyncio.gather(
+            *(self.killer.kill(t, self.kill_grace_s, restart) for t in targets),
+            return_exceptions=True,
+        )
+        records: dict[str, object] = {}
+        killed_at = self._clock()
+        for t, o in zip(targets, outcomes, strict=False):
+            records[str(t.hello.rank)] = (
+                {"pid": t.hello.pid, "error": repr(o)} if isinstance(o, BaseException) else o
+            )
+            if self.recovery is not None and isinstance(o, dict) and o.get("exited"):
+                method = str(o.get("method", ""))
+                self.recovery.expect(incident_id, t.key, t.hello.pid, killed_at, method)
+        ok = all(isinstance(o, dict) and o.get("exited") and not o.get("error") for o in outcomes)
+        return records, ok

@@ -41,6 +41,8 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         gpu_uuid=m.gpu_uuid,
         cuda_device=m.cuda_device if m.gpu_uuid else -1,
         labels=dict(m.labels),
+        stack_signal=m.stack_signal,
+        stack_file=m.stack_file,
     )
 
 

@@ -3,6 +3,12 @@
 Data flows one way: registry -> rules -> findings -> incidents -> policy ->
 (incident log, exporters, actions). Actions run as tasks, so a slow kill
 never delays the next tick.
+
+A job's hang is one episode (:mod:`trainprobe.sidecar.core.episodes`): its
+first HUNG/UNRESPONSIVE incident is diagnosed over every rank of the job,
+targets the culprits, and waits for their stacks before it is logged,
+exported and acted on (:class:`~trainprobe.sidecar.hangs.HangDesk`); the
+job's later incidents are logged as updates of the episode.
 """
 
 from __future__ import annotations
@@ -14,12 +20,17 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from trainprobe.sidecar.core.episodes import CulpritPolicy, Episode, update_record
 from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
+from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
+from trainprobe.sidecar.hangs import HangDesk, StackSource
 from trainprobe.sidecar.incident_log import IncidentLog
+
+__all__ = ["ActionRunner", "Engine", "IncidentSink"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -32,6 +43,8 @@ class IncidentSink(Protocol):
 
 class ActionRunner(Protocol):
     async def execute(self, incident: Incident) -> None: ...
+
+    async def sweep(self, episode_id: str, job_id: str, ranks: list[int], action: str) -> None: ...
 
 
 class Engine:
@@ -46,6 +59,10 @@ class Engine:
         actions: ActionRunner,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        culprits: CulpritPolicy | None = None,
+        stacks: StackSource | None = None,
+        job_view: JobView | None = None,
+        sidecar_id: str = "",
     ) -> None:
         self.registry = registry
         self.rules = rules
@@ -55,6 +72,18 @@ class Engine:
         self.sinks: list[IncidentSink] = []
         self.episodes = EpisodeTracker()
         self.budget = KillBudget(policy.max_kills_per_hour)
+        self.hangs = HangDesk(
+            registry,
+            rules,
+            policy,
+            self.budget,
+            culprits,
+            stacks,
+            job_view,
+            sidecar_id,
+            clock,
+            wall_clock,
+        )
         self._clock = clock
         self._wall = wall_clock
         self._tasks: set[asyncio.Task[None]] = set()
@@ -69,14 +98,36 @@ class Engine:
         findings = evaluate(workers, self.rules, now)
         self._set_verdicts(workers, findings)
         fresh = self.episodes.new_findings(findings)
-        if not fresh:
-            return []
         states = {w.key: w for w in workers}
-        incidents = group_incidents(fresh, states, now, self._wall())
-        for incident in incidents:
+        incidents = group_incidents(fresh, states, now, self._wall()) if fresh else []
+        routing = self.hangs.episodes.route(incidents)
+        for episode_id, incident, expected in routing.updates:
+            self.incident_log.write(update_record(episode_id, incident, expected))
+        for incident in routing.plain:
             decide(incident, self.policy, self.budget, now)
             self._dispatch(incident)
-        return incidents
+        opened = [*routing.plain]
+        for incident in routing.openers:
+            self._dispatch(*self.hangs.open(incident, workers, findings, now))
+            opened.append(incident)
+        for incident, inspect, ep in self.hangs.follow(workers, findings, now):
+            self._dispatch(incident, inspect, ep)
+            opened.append(incident)
+        for ep, ranks in self.hangs.due_sweeps(workers, now):
+            log.warning(
+                "job %s: ranks %s still there %gs into hang episode %s: %s",
+                ep.job_id,
+                ranks,
+                self.hangs.episodes.policy.job_kill_grace_s,
+                ep.id,
+                ep.action,
+            )
+            self._spawn(self.actions.sweep(ep.id, ep.job_id, ranks, ep.action), ep.incident)
+        for ep in self.hangs.settle(workers):
+            log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
+        return opened
+
+    # -- dispatch ----------------------------------------------------------------
 
     def _set_verdicts(self, workers: list[WorkerState], findings: list[Finding]) -> None:
         worst: dict[object, Finding] = {}
@@ -89,11 +140,32 @@ class Engine:
             w.verdict = f.verdict if f else Verdict.OK
             w.verdict_rule = f.rule if f else ""
 
-    def _dispatch(self, incident: Incident) -> None:
+    def _dispatch(
+        self,
+        incident: Incident,
+        inspect: list[WorkerState] | None = None,
+        episode: Episode | None = None,
+    ) -> None:
+        if inspect and self.hangs.stacks is not None:
+            self._spawn(self._inspect_then_act(incident, inspect, episode), incident)
+        else:
+            self._publish(incident)
+            self._spawn(self.actions.execute(incident), incident)
+
+    async def _inspect_then_act(
+        self, incident: Incident, inspect: list[WorkerState], episode: Episode | None
+    ) -> None:
+        # Stacks first: the incident (and its span) says where the culprit is stuck.
+        await self.hangs.inspect(incident, inspect, episode)
+        self._publish(incident)
+        await self.actions.execute(incident)
+
+    def _publish(self, incident: Incident) -> None:
         level = logging.WARNING if incident.verdict != Verdict.DEAD else logging.INFO
+        text = (incident.diagnosis or {}).get("text")
         log.log(
             level,
-            "incident %s: job %s ranks %s %s (%s), detected %.2fs after onset; action %s%s",
+            "incident %s: job %s ranks %s %s (%s), detected %.2fs after onset; action %s on %s%s%s",
             incident.id,
             incident.job_id,
             incident.ranks,
@@ -101,7 +173,9 @@ class Engine:
             incident.rule,
             incident.detection_latency_s,
             incident.action,
+            incident.targets,
             " (dry run)" if incident.dry_run else "",
+            f"\n  {text}" if text else "",
         )
         self.incident_log.write(incident.to_record())
         for sink in self.sinks:
@@ -109,20 +183,24 @@ class Engine:
                 sink.on_incident(incident)
             except Exception:
                 log.exception("incident sink %r failed", sink)
-        task = asyncio.ensure_future(self._act(incident))
+
+    def _spawn(self, coro: object, incident: Incident | None) -> None:
+        task = asyncio.ensure_future(self._guard(coro, incident))  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _act(self, incident: Incident) -> None:
+    async def _guard(self, coro: object, incident: Incident | None) -> None:
         try:
-            await self.actions.execute(incident)
+            await coro  # type: ignore[misc]
         except Exception as err:
-            log.exception("action %s for incident %s failed", incident.action, incident.id)
+            what = incident.id if incident is not None else "?"
+            action = incident.action if incident is not None else "?"
+            log.exception("action %s for incident %s failed", action, what)
             self.incident_log.write(
                 {
                     "type": "action",
-                    "incident_id": incident.id,
-                    "action": incident.action,
+                    "incident_id": what,
+                    "action": action,
                     "ok": False,
                     "error": repr(err),
                 }

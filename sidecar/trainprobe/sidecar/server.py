@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import socket
@@ -31,6 +32,8 @@ from trainprobe.sidecar.actions import (
     default_killer,
 )
 from trainprobe.sidecar.convert import status_pb
+from trainprobe.sidecar.core.episodes import CulpritPolicy
+from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.policy import ActionPolicy
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
@@ -41,6 +44,7 @@ from trainprobe.sidecar.incident_log import IncidentLog
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.servicer import Commander, SidecarServicer
 from trainprobe.sidecar.settings import Settings
+from trainprobe.sidecar.stackdump import StackCollector
 
 log = logging.getLogger("trainprobe.sidecar")
 SIDECAR_VERSION = "0.1.0"
@@ -165,6 +169,11 @@ class Sidecar:
             recovery=self.recovery,
             clock=clock,
         )
+        self.stacks = StackCollector(
+            self.commander, timeout_s=settings.stack_timeout_s, py_spy=settings.py_spy
+        )
+        #: Other sidecars' ranks of the same jobs, when a job coordinator is reachable.
+        self.job_view = JobView()
         self.engine = Engine(
             self.registry,
             rule_config(settings),
@@ -172,8 +181,14 @@ class Sidecar:
             self.incident_log,
             self.actions,
             clock=clock,
+            culprits=CulpritPolicy(settings.on_inconclusive, settings.job_kill_grace_s),
+            stacks=self.stacks,
+            job_view=self.job_view,
+            sidecar_id=f"{socket.gethostname()}:{os.getpid()}",
         )
-        self.servicer = SidecarServicer(self.registry, self.commander, self.status, clock=clock)
+        self.servicer = SidecarServicer(
+            self.registry, self.commander, self.status, self.diagnose, clock=clock
+        )
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []
@@ -195,6 +210,22 @@ class Sidecar:
             rows.append(status_pb(w, now, thresholds[job]))
         return probe_pb2.StatusReply(
             workers=rows, sidecar_version=SIDECAR_VERSION, node=socket.gethostname()
+        )
+
+    async def diagnose(self, job_id: str) -> probe_pb2.DiagnoseReply:
+        """The current culprit analysis of a job (LookupError if none of it reported here).
+
+        Without a job id, the only job this sidecar serves.
+        """
+        if not job_id:
+            jobs = {w.hello.job_id for w in self.registry}
+            if len(jobs) != 1:
+                raise LookupError(f"--job is needed: this sidecar serves {len(jobs)} jobs")
+            job_id = jobs.pop()
+        diag, episode = self.engine.hangs.diagnose(job_id)
+        record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
+        return probe_pb2.DiagnoseReply(
+            job_id=job_id, text=diag.text, json=json.dumps(record, default=str)
         )
 
     async def start(self) -> None:

@@ -163,7 +163,11 @@ class SidecarServicer:
             )
         if self._diagnose is None:
             await self._reject(context, grpc.StatusCode.UNIMPLEMENTED, "diagnosis is not enabled")
-        return await self._diagnose(request.job_id)  # type: ignore[misc]
+        try:
+            return await self._diagnose(request.job_id)  # type: ignore[misc]
+        except LookupError as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err.args[0] if err.args else err))
+            raise
 
     async def Connect(self, request_iterator: Any, context: Any) -> None:
         state: WorkerState | None = None

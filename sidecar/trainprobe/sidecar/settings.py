@@ -121,6 +121,14 @@ def _optional_text(v: Any) -> str | None:
     return s or None
 
 
+def _tool(v: Any) -> str:
+    """``auto``, ``off``, or the path of an executable."""
+    s = "" if v is None else str(v).strip()
+    if s.lower() in ("", "off", "none", "false", "0"):
+        return "off"
+    return "auto" if s.lower() == "auto" else s
+
+
 def _path(v: Any) -> Path:
     s = str(v).strip()
     if not s:
@@ -225,11 +233,16 @@ class Settings:
     dry_run: bool = False
     kill_grace_s: float = 5.0
     max_kills_per_hour: int = 10
+    on_inconclusive: str = "kill_stalled"
+    job_kill_grace_s: float = 10.0
+    stack_timeout_s: float = 1.0
     # integrations
     ray_address: str | None = None
     ray_timeout_s: float = 10.0
     ray_per_node: bool = False
     telemetry: bool = True
+    job_sync_interval_ms: int = 500
+    py_spy: str = "auto"
     otlp_endpoint: str | None = None
     trace_every_n_steps: int = 100
     metrics_port: int | None = None
@@ -365,6 +378,29 @@ OPTIONS: tuple[Option, ...] = (
         _A,
     ),
     Option(
+        "on_inconclusive",
+        _choice("kill_stalled", "observe"),
+        "When a hang's culprit analysis names no rank (every rank waits in one collective, "
+        "no collective data): kill_stalled = the on_hung/on_unresponsive action hits every "
+        "stalled rank; observe = only the incident.",
+        _A,
+    ),
+    Option(
+        "job_kill_grace_s",
+        _seconds(0, 3600),
+        "After a hang's culprits are killed, the job's other ranks that are still alive and "
+        "have not stepped since are killed this many seconds later (Ray Train usually ends "
+        "them first).",
+        _A,
+    ),
+    Option(
+        "stack_timeout_s",
+        _seconds(0.05, 60),
+        "How long a culprit's hook has to send its Python stacks before the sidecar reads "
+        "them from outside (py-spy, then the hook's faulthandler signal).",
+        _A,
+    ),
+    Option(
         "ray_address",
         _optional_text,
         "Ray cluster to kill Ray actors through ('auto' finds the local one); none = signal pids.",
@@ -384,6 +420,20 @@ OPTIONS: tuple[Option, ...] = (
         _boolean,
         "Export OpenTelemetry traces and metrics (to otlp_endpoint, else to files in "
         "state_dir). OTEL_SDK_DISABLED=true also turns it off. See docs/OBSERVABILITY.md.",
+        _I,
+    ),
+    Option(
+        "job_sync_interval_ms",
+        _integer(50, 60_000),
+        "Under Ray, how often each sidecar shares its ranks' summaries through the job's "
+        "coordinator actor (every sidecar then analyses the whole job).",
+        _I,
+    ),
+    Option(
+        "py_spy",
+        _tool,
+        "py-spy for stacks of a rank whose hook cannot answer (a C call holds the GIL, "
+        "SIGSTOP): auto = on PATH or next to this Python; off; or a path.",
         _I,
     ),
     Option(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Diagnosis kinds.
 UNRESPONSIVE = "unresponsive"
@@ -48,6 +48,8 @@ class RankSummary:
     world_size: int
     host: str = ""
     pid: int = 0
+    #: Ray node id, when the rank runs under Ray (hosts can repeat there).
+    node: str = ""
     #: True while reports arrive within the heartbeat limit.
     reporting: bool = True
     #: "", "goodbye", "vanished" or "rejected".
@@ -70,16 +72,36 @@ class RankSummary:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """What :func:`analyze` concluded about one job.
+
+    ``culprits`` are the ranks the others wait for; ``waiting`` the ranks
+    seen waiting in a collective (never culprits). ``where`` maps a culprit to
+    the place its stack shows it stuck at, once stacks were captured.
+    """
+
     kind: str
     culprits: tuple[int, ...] = ()
     waiting: tuple[int, ...] = ()
     confidence: float = 0.0
     summary: str = ""
     evidence: dict[str, object] = field(default_factory=dict)
+    where: dict[int, str] = field(default_factory=dict)
 
     @property
     def conclusive(self) -> bool:
         return bool(self.culprits) and self.kind not in (INCONCLUSIVE, HEALTHY)
+
+    @property
+    def text(self) -> str:
+        """The one-paragraph explanation an incident and ``trainprobe diagnose`` show."""
+        parts = [self.summary]
+        for rank, place in sorted(self.where.items()):
+            parts.append(f"rank {rank} is stuck at {place}")
+        return "; ".join(p for p in parts if p)
+
+    def with_where(self, where: dict[int, str]) -> Diagnosis:
+        """The same diagnosis, with the places the culprits are stuck at."""
+        return replace(self, where={**self.where, **where})
 
     def to_record(self) -> dict[str, object]:
         return {
@@ -87,13 +109,19 @@ class Diagnosis:
             "culprits": list(self.culprits),
             "waiting": list(self.waiting),
             "confidence": round(self.confidence, 2),
+            "conclusive": self.conclusive,
             "summary": self.summary,
+            "text": self.text,
+            "where": {str(k): v for k, v in sorted(self.where.items())},
             "evidence": self.evidence,
         }
 
 
 def _where(r: RankSummary) -> str:
-    return f"rank {r.rank}" + (f" on {r.host}" if r.host else "")
+    on = f" on {r.host}" if r.host else ""
+    if r.node:
+        on += f" (Ray node {r.node[:8]})" if r.host else f" on Ray node {r.node[:8]}"
+    return f"rank {r.rank}{on}"
 
 
 def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:

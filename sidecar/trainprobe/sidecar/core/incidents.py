@@ -18,6 +18,11 @@ _ids = itertools.count(1)
 _PREFIX = f"{os.getpid():x}"
 
 
+def next_incident_id() -> str:
+    """A new incident id, unique within this sidecar process (pid prefix)."""
+    return f"{_PREFIX}-{next(_ids)}"
+
+
 @dataclass
 class Incident:
     """One detection: the unit written to the incident log and exported."""
@@ -116,7 +121,7 @@ def group_incidents(
         )
         incidents.append(
             Incident(
-                id=f"{_PREFIX}-{next(_ids)}",
+                id=next_incident_id(),
                 time=wall_now,
                 detected_at=now,
                 job_id=job,

@@ -68,6 +68,9 @@ class HelloData:
     gpu_uuid: str = ""
     cuda_device: int = -1
     labels: dict[str, str] = field(default_factory=dict)
+    #: faulthandler's signal and output file in the worker (0 / "": not armed).
+    stack_signal: int = 0
+    stack_file: str = ""
 
     @property
     def key(self) -> WorkerKey:

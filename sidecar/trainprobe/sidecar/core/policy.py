@@ -62,7 +62,12 @@ def decide(incident: Incident, policy: ActionPolicy, budget: KillBudget, now: fl
     """Set ``incident.action``, ``action_reason`` and ``dry_run`` in place."""
     action = policy.for_verdict(incident.verdict)
     reason = f"on_{incident.verdict.value.lower()}={action}"
-    if action in DESTRUCTIVE and not budget.spend(incident.job_id, now):
+    if action in DESTRUCTIVE and not incident.targets:
+        # A diagnosed hang whose culprits live elsewhere: nothing here to kill,
+        # and no kill spent from the budget.
+        reason = f"{reason}, but no rank of this sidecar is a target: observing only"
+        action = "observe"
+    elif action in DESTRUCTIVE and not budget.spend(incident.job_id, now):
         reason = (
             f"{reason}, but job {incident.job_id!r} used its {budget.limit} kills this hour "
             "(max_kills_per_hour): observing only"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from trainprobe.sidecar.core.culprit import GroupProgress, RankSummary
 from trainprobe.sidecar.core.model import WorkerState
 
+__all__ = ["summarize"]
+
 
 def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSummary:
     """What other sidecars (and the culprit analysis) need to know of ``w`` at ``now``."""
@@ -32,6 +34,7 @@ def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSumma
         world_size=w.hello.world_size,
         host=w.hello.host,
         pid=w.hello.pid,
+        node=w.hello.ray.node_id,
         reporting=w.connected and report_age <= heartbeat_limit_s,
         ended=w.ended,
         report_age_s=round(report_age, 3),

@@ -72,6 +72,17 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
     _check(h.pid > 0, f"pid={h.pid}: must be > 0")
     _check(10 <= h.interval_ms <= 60_000, f"interval_ms={h.interval_ms}: must be in 10..60000")
     _check(len(h.labels) <= MAX_PHASES, f"{len(h.labels)} labels; at most {MAX_PHASES}")
+    # The sidecar sends this signal to the worker's pid: only a real-time one
+    # (Linux SIGRTMIN..SIGRTMAX), never one that stops or kills by design.
+    _check(
+        h.stack_signal == 0 or 34 <= h.stack_signal <= 64,
+        f"stack_signal={h.stack_signal}: must be 0 or a real-time signal (34..64)",
+    )
+    _check(len(h.stack_file) <= 4096, "stack_file is longer than 4096 characters")
+    _check(
+        not h.stack_file or h.stack_file.startswith("/"),
+        "stack_file must be an absolute path",
+    )
 
 
 def _phase(where: str, p: PhaseData) -> None:

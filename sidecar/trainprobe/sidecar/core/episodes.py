@@ -1,0 +1,242 @@
+"""A job's hang is one episode: diagnose once, act on the culprits, absorb the rest.
+
+When one rank hangs, its peers stall too, in later ticks and under other
+rules (the stall rule on one rank, ``sync_inflight`` on another, ``heartbeat``
+on a third), and once a rank is killed its peers exit. Per-rank edge
+triggering alone would make each of those a new incident and a new kill.
+:class:`JobEpisodes` keeps one open episode per job from the first HUNG or
+UNRESPONSIVE incident until every process it involved has exited, been
+replaced or made progress again; in between, the job's further incidents
+are recorded as updates of the episode (a peer's exit is an *expected*
+update), never acted on twice.
+
+:func:`plan_targets` picks whom the episode's action hits: the culprits
+this sidecar serves when the diagnosis is conclusive, else the configured
+fallback (kill every stalled rank, or observe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from trainprobe.sidecar.core.culprit import Diagnosis
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.model import Verdict, WorkerState
+
+__all__ = [
+    "HANG_VERDICTS",
+    "INCONCLUSIVE_CHOICES",
+    "CulpritPolicy",
+    "Episode",
+    "JobEpisodes",
+    "Routing",
+    "plan_targets",
+    "update_record",
+]
+
+HANG_VERDICTS = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE})
+#: ``on_inconclusive`` values.
+INCONCLUSIVE_CHOICES = ("kill_stalled", "observe")
+
+
+@dataclass(frozen=True)
+class CulpritPolicy:
+    """What to do with a job's hang beyond the per-verdict action."""
+
+    #: Without a named culprit: ``kill_stalled`` (every stalled rank) or ``observe``.
+    on_inconclusive: str = "kill_stalled"
+    #: After a destructive action, ranks of the job still alive this long later are killed.
+    job_kill_grace_s: float = 10.0
+
+
+@dataclass
+class Episode:
+    """One job's hang, from its first incident here until its processes are gone."""
+
+    id: str
+    job_id: str
+    opened_at: float
+    #: rank -> pid of every rank of the job this sidecar served when it opened.
+    pids: dict[int, int]
+    diagnosis: Diagnosis
+    #: The incident that opened it (a follower's may have no local incident).
+    incident: Incident | None = None
+    #: The policy's action for the verdict; a destructive one sweeps the job after the grace.
+    action: str = "observe"
+    sweep_at: float | None = None
+    swept: bool = False
+    #: The coordinator's episode this follows ("" when opened here).
+    remote_id: str = ""
+    updates: int = 0
+    #: Where culprits are stuck (rank -> place), once their stacks were read.
+    where: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def leader(self) -> bool:
+        return not self.remote_id
+
+
+@dataclass
+class Routing:
+    """A tick's incidents sorted out: which open an episode, which update one."""
+
+    openers: list[Incident] = field(default_factory=list)
+    #: (episode id, incident, expected) for incidents folded into an episode.
+    updates: list[tuple[str, Incident, bool]] = field(default_factory=list)
+    #: Incidents outside any hang episode (DEGRADED, a DEAD rank of a healthy job).
+    plain: list[Incident] = field(default_factory=list)
+
+
+def update_record(episode_id: str, incident: Incident, expected: bool) -> dict[str, object]:
+    """The ``incident_update`` log record of an incident folded into an episode."""
+    return {
+        "type": "incident_update",
+        "incident_id": episode_id,
+        "job_id": incident.job_id,
+        "rule": incident.rule,
+        "verdict": incident.verdict.value,
+        "ranks": incident.ranks,
+        "pids": incident.pids,
+        "expected": expected,
+        "evidence": incident.evidence,
+    }
+
+
+def plan_targets(
+    diagnosis: Diagnosis,
+    served: Iterable[int],
+    stalled: Iterable[int],
+    policy: CulpritPolicy,
+) -> tuple[list[int], str]:
+    """The ranks this sidecar's action hits, and why.
+
+    ``served``: ranks of the job this sidecar can act on; ``stalled``: those
+    of them that the rules find hung or unresponsive now.
+    """
+    served = set(served)
+    if diagnosis.conclusive:
+        culprits = list(diagnosis.culprits)
+        mine = [r for r in culprits if r in served]
+        why = (
+            f"culprit rank(s) {culprits} ({diagnosis.kind}, confidence {diagnosis.confidence:.2f})"
+        )
+        others = [r for r in culprits if r not in served]
+        if others:
+            why += f"; rank(s) {others} are served by another sidecar, which acts on them"
+        return mine, why
+    fallback = policy.on_inconclusive
+    why = f"diagnosis {diagnosis.kind}: no culprit named; on_inconclusive={fallback}"
+    if fallback == "kill_stalled":
+        return sorted(set(stalled) & served), why
+    return [], why
+
+
+def _resolved(state: WorkerState | None, pid: int, since: float) -> bool:
+    """Whether a process of an episode no longer holds it open."""
+    if state is None or state.hello.pid != pid:
+        return True  # forgotten, or replaced by a new process
+    if state.ended or state.killed_by_us:
+        return True
+    progressed = state.has_step and state.last_step_at > since
+    return progressed and state.verdict not in HANG_VERDICTS
+
+
+class JobEpisodes:
+    """The open hang episodes of this sidecar's jobs (at most one per job)."""
+
+    def __init__(self, policy: CulpritPolicy) -> None:
+        self.policy = policy
+        self._open: dict[str, Episode] = {}
+        #: Coordinator episode ids already followed here (never followed twice).
+        self._followed: set[str] = set()
+
+    def __iter__(self) -> Iterator[Episode]:
+        return iter(list(self._open.values()))
+
+    def get(self, job_id: str) -> Episode | None:
+        return self._open.get(job_id)
+
+    def route(self, incidents: list[Incident]) -> Routing:
+        """Sort a tick's incidents: the first hang of a job opens its episode."""
+        out = Routing()
+        opening: dict[str, str] = {}
+        for inc in incidents:
+            hang = inc.verdict in HANG_VERDICTS
+            if hang and inc.job_id not in self._open and inc.job_id not in opening:
+                opening[inc.job_id] = inc.id
+                out.openers.append(inc)
+        opener_ids = set(opening.values())
+        for inc in incidents:
+            if inc.id in opener_ids:
+                continue
+            ep = self._open.get(inc.job_id)
+            episode_id = ep.id if ep is not None else opening.get(inc.job_id)
+            if episode_id is None:
+                out.plain.append(inc)
+            else:
+                # A rank of a hung job that exits is what the episode's action leads to.
+                out.updates.append((episode_id, inc, inc.verdict == Verdict.DEAD))
+                if ep is not None:
+                    ep.updates += 1
+        return out
+
+    def open(
+        self,
+        job_id: str,
+        episode_id: str,
+        diagnosis: Diagnosis,
+        pids: dict[int, int],
+        action: str,
+        now: float,
+        incident: Incident | None = None,
+        remote_id: str = "",
+    ) -> Episode:
+        """Open the job's episode; ``action`` is what the policy does for its verdict."""
+        destructive = action in ("kill", "restart")
+        ep = Episode(
+            id=episode_id,
+            job_id=job_id,
+            opened_at=now,
+            pids=dict(pids),
+            diagnosis=diagnosis,
+            incident=incident,
+            action=action,
+            sweep_at=now + self.policy.job_kill_grace_s if destructive else None,
+            remote_id=remote_id,
+        )
+        self._open[job_id] = ep
+        if remote_id:
+            self._followed.add(remote_id)
+        return ep
+
+    def should_follow(self, remote_id: str, job_id: str) -> bool:
+        """Whether a coordinator's episode is new to this sidecar."""
+        return remote_id not in self._followed and job_id not in self._open
+
+    def due_sweeps(self, now: float) -> list[Episode]:
+        """Episodes whose grace is over and whose job was not swept yet."""
+        out = []
+        for ep in self._open.values():
+            if ep.sweep_at is not None and not ep.swept and now >= ep.sweep_at:
+                ep.swept = True
+                out.append(ep)
+        return out
+
+    @staticmethod
+    def remaining(ep: Episode, states: dict[int, WorkerState]) -> list[int]:
+        """Ranks of ``ep`` whose process still holds the job (to sweep)."""
+        return sorted(
+            rank
+            for rank, pid in ep.pids.items()
+            if not _resolved(states.get(rank), pid, ep.opened_at)
+        )
+
+    def settle(self, states_by_job: dict[str, dict[int, WorkerState]]) -> list[Episode]:
+        """Close the episodes whose processes all exited, were replaced or progressed."""
+        closed = []
+        for job_id, ep in list(self._open.items()):
+            if not self.remaining(ep, states_by_job.get(job_id, {})):
+                del self._open[job_id]
+                closed.append(ep)
+        return closed

@@ -1,0 +1,115 @@
+"""Where a rank is stuck, read out of a Python stack dump.
+
+Three dumpers produce three formats, and the sidecar may get any of them:
+
+- the hook's own answer (``traceback.format_stack`` per thread, outermost
+  frame first, each thread headed ``Thread 0x... "name" (most recent call last):``);
+- ``faulthandler`` (innermost first, ``File "f.py", line 88 in fn``; no thread
+  names, the signalled thread is ``Current thread``);
+- ``py-spy dump`` (innermost first, ``fn (f.py:88)`` under ``Thread N (idle): "name"``).
+
+:func:`parse_stacks` turns each into :class:`ThreadStack` objects with frames
+innermost first; :func:`stuck_at` names the place a human wants: the main
+thread's innermost frame in the user's own code, and the innermost frame of
+all when that is in a library (``torch``, the standard library).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Frame", "ThreadStack", "parse_stacks", "stuck_at"]
+
+_HOOK_HEADER = re.compile(r'^Thread (0x[0-9a-f]+) "(.*)" \(most recent call last\):$')
+_HOOK_FRAME = re.compile(r'^  File "(.+)", line (\d+), in (.+)$')
+_FH_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
+_FH_FRAME = re.compile(r'^  File "(.+)", line (\d+) in (.+)$')
+_SPY_HEADER = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \((\w+)\)(?:: "(.*)")?$')
+_SPY_FRAME = re.compile(r"^\s{4}(.+) \((.+):(\d+)\)$")
+
+#: Path parts of code that is not the user's: a frame there is a symptom, not a cause.
+_LIBRARY_MARKS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/trainprobe/")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+    @property
+    def library(self) -> bool:
+        return any(mark in self.file for mark in _LIBRARY_MARKS)
+
+    def __str__(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread's frames, innermost first."""
+
+    name: str
+    frames: tuple[Frame, ...]
+    #: py-spy's "active"/"idle"/..., faulthandler's "current"; "" when unknown.
+    state: str = ""
+
+    @property
+    def is_main(self) -> bool:
+        if self.name:
+            return self.name == "MainThread"
+        # faulthandler has no names: the main thread is the one running the script.
+        return bool(self.frames) and self.frames[-1].function == "<module>"
+
+
+def parse_stacks(text: str) -> list[ThreadStack]:
+    """Every thread found in ``text``, in any of the three formats."""
+    threads: list[ThreadStack] = []
+    name, state, frames, reverse = "", "", [], False
+
+    def flush() -> None:
+        if frames or name:
+            ordered = tuple(reversed(frames)) if reverse else tuple(frames)
+            threads.append(ThreadStack(name, ordered, state))
+
+    started = False
+    for line in text.splitlines():
+        if m := _HOOK_HEADER.match(line):
+            if started:
+                flush()
+            name, state, frames, reverse, started = m.group(2), "", [], True, True
+        elif m := _FH_HEADER.match(line):
+            if started:
+                flush()
+            state = "current" if m.group(1) == "Current thread" else ""
+            name, frames, reverse, started = "", [], False, True
+        elif m := _SPY_HEADER.match(line):
+            if started:
+                flush()
+            name, state, frames, reverse = m.group(3) or "", m.group(2), [], False
+            started = True
+        elif m := _HOOK_FRAME.match(line) or _FH_FRAME.match(line):
+            frames.append(Frame(m.group(1), int(m.group(2)), m.group(3)))
+        elif m := _SPY_FRAME.match(line):
+            frames.append(Frame(m.group(2), int(m.group(3)), m.group(1)))
+    if started:
+        flush()
+    return threads
+
+
+def stuck_at(text: str) -> str:
+    """``"train.py:88 in load_batch"``: where the main thread is; "" if unknown.
+
+    When the innermost frame is library code, both are named:
+    ``"train.py:88 in step (innermost: distributed_c10d.py:2806 in all_reduce)"``.
+    """
+    threads = [t for t in parse_stacks(text) if t.frames]
+    if not threads:
+        return ""
+    main = next((t for t in threads if t.is_main), threads[0])
+    innermost = main.frames[0]
+    user = next((f for f in main.frames if not f.library), None)
+    if user is None or user == innermost:
+        return str(innermost)
+    return f"{user} (innermost: {innermost})"

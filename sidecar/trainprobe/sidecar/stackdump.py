@@ -1,0 +1,201 @@
+"""Reading a rank's Python stacks before acting on it, by whatever way works.
+
+1. **in-process**: the DumpStacks command over the worker's own stream; its
+   reporter thread answers with ``sys._current_frames()`` and the Flight
+   Recorder's in-flight entries. Needs the GIL, so it gets ``timeout_s``.
+2. **py-spy**: ``py-spy dump --pid P --nonblocking`` reads the stacks from the
+   process's memory; works on a process holding the GIL in C or stopped by
+   SIGSTOP, but needs ptrace permission (root, or ``CAP_SYS_PTRACE`` in a
+   container). ``--nonblocking`` never pauses the process.
+3. **faulthandler**: the signal the hook armed (announced in its Hello); the
+   C handler writes every thread's stack to a file without the GIL. It cannot
+   run in a stopped process.
+
+2 and 3 need the process in this sidecar's PID namespace. Each record says
+which method worked and why the others did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.stackframes import stuck_at
+from trainprobe.sidecar.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.servicer import Commander
+
+__all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy"]
+
+#: Longest stack text an incident keeps per rank (the main thread comes first).
+MAX_STACK_CHARS = 16_000
+#: Longest Flight Recorder JSON an incident keeps per rank.
+MAX_FR_CHARS = 32_000
+
+
+def find_py_spy(setting: str) -> str:
+    """The py-spy executable for ``setting`` (``auto``, ``off`` or a path); "" if none."""
+    if setting == "off":
+        return ""
+    if setting != "auto":
+        return setting if os.access(setting, os.X_OK) else ""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"  # a venv's bin, not always on PATH
+    return str(beside) if os.access(beside, os.X_OK) else ""
+
+
+def _flight_recorder(raw: str) -> object:
+    if not raw:
+        return None
+    if len(raw) > MAX_FR_CHARS:
+        return {"truncated": True, "json": raw[:MAX_FR_CHARS]}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"unparsed": raw[:MAX_FR_CHARS]}
+
+
+class StackCollector:
+    """Gets one rank's stacks: in-process, then py-spy, then faulthandler."""
+
+    def __init__(
+        self,
+        commander: Commander,
+        timeout_s: float = 1.0,
+        py_spy: str = "auto",
+        py_spy_timeout_s: float = 5.0,
+        signal_wait_s: float = 1.0,
+    ) -> None:
+        self.commander = commander
+        self.timeout_s = timeout_s
+        self.py_spy = find_py_spy(py_spy)
+        self.py_spy_setting = py_spy
+        self.py_spy_timeout_s = py_spy_timeout_s
+        self.signal_wait_s = signal_wait_s
+
+    async def collect(self, state: WorkerState) -> dict[str, object]:
+        """The record of one rank: method, stacks, where, flight_recorder, attempts."""
+        t0 = time.monotonic()
+        attempts: list[dict[str, str]] = []
+        found = await self._in_process(state, attempts)
+        if found is None and not state.local:
+            attempts.append(
+                {"method": "py-spy/faulthandler", "error": "process not in this sidecar's host"}
+            )
+        elif found is None and not self._same_process(state):
+            attempts.append({"method": "py-spy/faulthandler", "error": "process is gone"})
+        elif found is None:
+            found = await self._py_spy(state, attempts) or await self._faulthandler(state, attempts)
+        method, text, fr = found if found is not None else ("", "", "")
+        return {
+            "method": method,
+            "seconds": round(time.monotonic() - t0, 3),
+            "where": stuck_at(text),
+            "stacks": text[:MAX_STACK_CHARS],
+            "truncated": len(text) > MAX_STACK_CHARS,
+            "flight_recorder": _flight_recorder(fr),
+            "attempts": attempts,
+        }
+
+    def _same_process(self, state: WorkerState) -> bool:
+        pid = state.hello.pid
+        if not pid_alive(pid):
+            return False
+        ticks = proc_start_ticks(pid)
+        return state.proc_start_ticks is None or ticks in (None, state.proc_start_ticks)
+
+    async def _in_process(
+        self, state: WorkerState, attempts: list[dict[str, str]]
+    ) -> tuple[str, str, str] | None:
+        if not self.commander.connected(state.key):
+            attempts.append({"method": "in-process", "error": "worker is not connected"})
+            return None
+        result = await self.commander.request(
+            state.key,
+            self.timeout_s,
+            dump_stacks=probe_pb2.DumpStacks(include_flight_recorder=True),
+        )
+        if result is None:
+            error = f"no answer within {self.timeout_s:g}s (GIL held, or process stopped)"
+        elif not result.ok or not result.python_stacks:
+            error = result.error or "empty answer"
+        else:
+            return result.method or "in-process", result.python_stacks, result.flight_recorder_json
+        attempts.append({"method": "in-process", "error": error})
+        return None
+
+    async def _py_spy(
+        self, state: WorkerState, attempts: list[dict[str, str]]
+    ) -> tuple[str, str, str] | None:
+        if not self.py_spy:
+            why = "py_spy=off" if self.py_spy_setting == "off" else "py-spy is not installed"
+            attempts.append({"method": "py-spy", "error": why})
+            return None
+        cmd = [self.py_spy, "dump", "--pid", str(state.hello.pid), "--nonblocking"]
+        cmd.append("--full-filenames")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+        except OSError as err:
+            attempts.append({"method": "py-spy", "error": f"cannot run {self.py_spy}: {err}"})
+            return None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.py_spy_timeout_s)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            why = f"timed out after {self.py_spy_timeout_s:g}s"
+            attempts.append({"method": "py-spy", "error": why})
+            return None
+        text = out.decode(errors="replace")
+        if proc.returncode == 0 and text.strip():
+            return "py-spy", text, ""
+        # py-spy's error is its first line (the rest is a Rust backtrace).
+        first = (err.decode(errors="replace").strip().splitlines() or ["no output"])[0]
+        attempts.append({"method": "py-spy", "error": f"exit {proc.returncode}: {first}"})
+        return None
+
+    async def _faulthandler(
+        self, state: WorkerState, attempts: list[dict[str, str]]
+    ) -> tuple[str, str, str] | None:
+        signum, path = state.hello.stack_signal, state.hello.stack_file
+        if not signum or not path:
+            attempts.append({"method": "faulthandler", "error": "the hook armed no signal"})
+            return None
+        try:
+            start = os.stat(path).st_size
+            os.kill(state.hello.pid, signum)
+        except OSError as err:
+            attempts.append({"method": "faulthandler", "error": str(err)})
+            return None
+        deadline = time.monotonic() + self.signal_wait_s
+        size = start
+        # The handler writes in bursts; wait until the file stops growing.
+        text = ""
+        with contextlib.suppress(OSError):
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                now = os.stat(path).st_size
+                if now > start and now == size:
+                    break
+                size = now
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                text = fh.read().decode(errors="replace")
+        if text.strip():
+            return "faulthandler", text, ""
+        attempts.append(
+            {"method": "faulthandler", "error": f"no stacks within {self.signal_wait_s:g}s"}
+        )
+        return None
