@@ -180,3 +180,15 @@ def test_waiting_ranks_are_never_blamed() -> None:
                 and (g.inflight_seq, g.inflight_op) == (majority["seq"], majority["op"])
             ):
                 assert r.rank not in d.culprits, (combo, d)
+
+
+def test_the_text_says_where_the_culprit_is_stuck() -> None:
+    d = analyze([waiting(0), waiting(1), idle(2, node="f3a9c2d1e4b5"), waiting(3)])
+    assert "rank 2 on node1 (Ray node f3a9c2d1) never entered allreduce #42" in d.summary
+    assert d.text == d.summary and d.where == {}
+    placed = d.with_where({2: "train.py:88 in load_batch"})
+    assert placed.text == f"{d.summary}; rank 2 is stuck at train.py:88 in load_batch"
+    record = placed.to_record()
+    assert record["where"] == {"2": "train.py:88 in load_batch"}
+    assert record["text"] == placed.text and record["conclusive"] is True
+    assert d.where == {}  # with_where returns a new diagnosis

@@ -81,17 +81,20 @@ class HangDesk:
 
     # -- the job's view ------------------------------------------------------------
 
-    def summaries(self, job_id: str, now: float) -> list[RankSummary]:
-        """Every rank of ``job_id``: this sidecar's own, then what others share."""
-        local = [
+    def local_summaries(self, job_id: str, now: float) -> list[RankSummary]:
+        """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
+        return [
             summarize(w, now, heartbeat_limit_s(w, self.rules))
             for w in self.registry
             if w.hello.job_id == job_id
         ]
+
+    def summaries(self, job_id: str, now: float) -> list[RankSummary]:
+        """Every rank of ``job_id``: this sidecar's own, then what others share."""
         remote: list[RankSummary] = []
         if self.job_view is not None:
             remote = self.job_view.remote(job_id, now, self.rules.heartbeat_timeout_s)
-        return merge_summaries(local, remote)
+        return merge_summaries(self.local_summaries(job_id, now), remote)
 
     def diagnose(self, job_id: str) -> tuple[Diagnosis, Episode | None]:
         """The current analysis of a job (``trainprobe diagnose``), with its open episode."""

@@ -119,6 +119,25 @@ def action_policy(s: Settings) -> ActionPolicy:
     )
 
 
+def _job_sync(engine: Engine, killer: Killer, settings: Settings) -> Any:
+    """A :class:`~trainprobe.sidecar.ray.jobsync.JobSync` when this sidecar talks to Ray.
+
+    A killer with a Ray link (per-node sidecars, ``--ray-address``) can reach
+    the jobs' coordinators; without Ray, one sidecar serves a whole job.
+    """
+    link = getattr(killer, "link", None)
+    if link is None:
+        return None
+    from trainprobe.sidecar.ray.jobsync import JobSync
+
+    return JobSync(
+        engine,
+        link,
+        interval_s=settings.job_sync_interval_ms / 1000.0,
+        timeout_s=settings.ray_timeout_s,
+    )
+
+
 def _prepare_unix(path: Path) -> None:
     if not path.parent.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -146,6 +165,7 @@ class Sidecar:
         killer: Killer | None = None,
         clock: Callable[[], float] = time.monotonic,
         killer_factory: KillerFactory | None = None,
+        sidecar_id: str = "",
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -184,8 +204,9 @@ class Sidecar:
             culprits=CulpritPolicy(settings.on_inconclusive, settings.job_kill_grace_s),
             stacks=self.stacks,
             job_view=self.job_view,
-            sidecar_id=f"{socket.gethostname()}:{os.getpid()}",
+            sidecar_id=sidecar_id or f"{socket.gethostname()}:{os.getpid()}",
         )
+        self.job_sync = _job_sync(self.engine, killer, settings)
         self.servicer = SidecarServicer(
             self.registry, self.commander, self.status, self.diagnose, clock=clock
         )
@@ -194,6 +215,7 @@ class Sidecar:
         self._servers: list[grpc.aio.Server] = []
         self._stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
+        self._sync_task: asyncio.Task[None] | None = None
         self._unix_paths: list[Path] = []
         self.telemetry: Telemetry | None = None
 
@@ -284,15 +306,20 @@ class Sidecar:
         self._engine_task = asyncio.ensure_future(
             self.engine.run(self.settings.tick_interval_ms / 1000.0, self._stop)
         )
+        if self.job_sync is not None:
+            self._sync_task = asyncio.ensure_future(self.job_sync.run(self._stop))
         log.info(
             "trainprobe sidecar %s listening on %s", SIDECAR_VERSION, ", ".join(self.addresses)
         )
 
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()
-        if self._engine_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._engine_task
+        for task in (self._engine_task, self._sync_task):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.job_sync is not None:
+            self.job_sync.close()
         await asyncio.gather(*(s.stop(grace_s) for s in self._servers))
         await self.engine.drain(timeout_s=grace_s + self.settings.kill_grace_s)
         for path in self._unix_paths:
@@ -321,10 +348,12 @@ class SidecarThread:
         settings: Settings,
         killer: Killer | None = None,
         killer_factory: KillerFactory | None = None,
+        sidecar_id: str = "",
     ) -> None:
         self.settings = settings
         self._killer = killer
         self._killer_factory = killer_factory
+        self._sidecar_id = sidecar_id
         self.sidecar: Sidecar | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -344,7 +373,10 @@ class SidecarThread:
             try:
                 self.loop = asyncio.get_running_loop()
                 self.sidecar = Sidecar(
-                    self.settings, killer=self._killer, killer_factory=self._killer_factory
+                    self.settings,
+                    killer=self._killer,
+                    killer_factory=self._killer_factory,
+                    sidecar_id=self._sidecar_id,
                 )
                 await self.sidecar.start()
             except BaseException as err:
@@ -363,6 +395,15 @@ class SidecarThread:
 
         async def wrapper() -> Any:
             return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(timeout_s)
+
+    def call_async(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """Await the coroutine ``fn()`` on the sidecar's loop and return its result."""
+        assert self.loop is not None
+
+        async def wrapper() -> Any:
+            return await fn()
 
         return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(timeout_s)
 

@@ -5,7 +5,28 @@ current time as an argument, so the whole decision path is unit-testable.
 """
 
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
-from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
+from trainprobe.sidecar.core.episodes import (
+    CulpritPolicy,
+    Episode,
+    JobEpisodes,
+    plan_targets,
+    update_record,
+)
+from trainprobe.sidecar.core.incidents import (
+    EpisodeTracker,
+    Incident,
+    group_incidents,
+    next_incident_id,
+)
+from trainprobe.sidecar.core.jobview import (
+    CoordinatorState,
+    EpisodeNote,
+    JobView,
+    SyncReply,
+    aged,
+    analyze_job,
+    merge_summaries,
+)
 from trainprobe.sidecar.core.model import (
     CollectiveData,
     Finding,
@@ -30,6 +51,7 @@ from trainprobe.sidecar.core.ray_kill import (
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
 from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
+from trainprobe.sidecar.core.stackframes import Frame, ThreadStack, parse_stacks, stuck_at
 from trainprobe.sidecar.core.summary import summarize
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, p99, stall_threshold
 from trainprobe.sidecar.core.validate import ValidationError, validate_hello, validate_report
@@ -39,15 +61,22 @@ __all__ = [
     "SUPPORTED_PROTOCOLS",
     "ActionPolicy",
     "CollectiveData",
+    "CoordinatorState",
+    "CulpritPolicy",
     "Diagnosis",
+    "Episode",
+    "EpisodeNote",
     "EpisodeTracker",
     "Finding",
+    "Frame",
     "GpuMemoryData",
     "GroupProgress",
     "GroupSeqData",
     "HelloData",
     "Incident",
     "JobContext",
+    "JobEpisodes",
+    "JobView",
     "KillBudget",
     "PhaseData",
     "RankSummary",
@@ -61,21 +90,31 @@ __all__ = [
     "StallPolicy",
     "StallThreshold",
     "SyncData",
+    "SyncReply",
+    "ThreadStack",
     "ValidationError",
     "Verdict",
     "WorkerKey",
     "WorkerState",
     "actor_summary",
+    "aged",
     "analyze",
+    "analyze_job",
     "decide",
     "evaluate",
     "group_incidents",
     "job_contexts",
     "kill_settled",
+    "merge_summaries",
+    "next_incident_id",
     "p99",
+    "parse_stacks",
     "plan_ray_kill",
+    "plan_targets",
     "stall_threshold",
+    "stuck_at",
     "summarize",
+    "update_record",
     "validate_hello",
     "validate_report",
 ]

@@ -140,10 +140,11 @@ class CoordinatorState:
             ep = None  # its opener is gone
         if ep is not None and ep.opened_by == sidecar_id and (note is None or note.id != ep.id):
             ep = None  # closed by the sidecar that opened it
-        if note is not None and ep is None:
+        if note is not None and note.opened_by == sidecar_id and ep is None:
             ep = note  # first come: one episode per job at a time
-        elif note is not None and ep is not None and note.where:
-            ep = replace(ep, where={**ep.where, **note.where})  # followers add places
+        elif note is not None and ep is not None and note.id == ep.id and note.where:
+            # Followers add where their culprits are stuck.
+            ep = replace(ep, where={**ep.where, **note.where})
         self.episode = ep
         others = tuple(
             (s, max(0.0, now - t))
@@ -163,12 +164,9 @@ class JobView:
 
     def __init__(self) -> None:
         self._replies: dict[str, tuple[float, SyncReply]] = {}
-        #: Jobs whose coordinator answered at least once: their view is complete.
-        self.synced: set[str] = set()
 
     def update(self, job_id: str, reply: SyncReply, now: float) -> None:
         self._replies[job_id] = (now, reply)
-        self.synced.add(job_id)
 
     def forget(self, job_id: str) -> None:
         self._replies.pop(job_id, None)

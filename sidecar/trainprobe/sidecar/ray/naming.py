@@ -7,6 +7,8 @@ can be added next to the per-node sidecars without guessing conventions.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from pathlib import Path
 
 from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket_path
@@ -14,11 +16,16 @@ from trainprobe.sidecar.settings import Settings
 
 #: Every node actor's name starts with this.
 NODE_ACTOR_PREFIX = ray_node_actor_name("")
+#: Every job coordinator's name starts with this.
+JOB_ACTOR_PREFIX = "trainprobe-job-"
 
 __all__ = [
+    "JOB_ACTOR_PREFIX",
     "NODE_ACTOR_PREFIX",
     "RAY_NAMESPACE",
+    "is_job_actor_name",
     "is_node_actor_name",
+    "job_coordinator_name",
     "node_incident_log",
     "ray_node_actor_name",
     "settings_for_node",
@@ -27,6 +34,21 @@ __all__ = [
 
 def is_node_actor_name(name: str) -> bool:
     return name.startswith(NODE_ACTOR_PREFIX) and len(name) > len(NODE_ACTOR_PREFIX)
+
+
+def job_coordinator_name(job_id: str) -> str:
+    """The name of job ``job_id``'s coordinator actor, the same on every node.
+
+    Readable (the job id, squeezed to safe characters) and unique (a hash of
+    the exact id, since squeezing can make two ids alike).
+    """
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", job_id)[:48]
+    digest = hashlib.sha256(job_id.encode()).hexdigest()[:12]
+    return f"{JOB_ACTOR_PREFIX}{slug}-{digest}"
+
+
+def is_job_actor_name(name: str) -> bool:
+    return name.startswith(JOB_ACTOR_PREFIX)
 
 
 def node_incident_log(path: Path, node_id: str) -> Path:

@@ -60,7 +60,11 @@ class NodeSidecar(HandleHolder):
         def killer(commander: Commander) -> RayKiller:
             return RayKiller(link, SignalKiller(commander), timeout_s=settings.ray_timeout_s)
 
-        self._thread = SidecarThread(self.settings, killer_factory=killer).start()
+        self._thread = SidecarThread(
+            self.settings,
+            killer_factory=killer,
+            sidecar_id=f"{socket.gethostname()}/ray-node-{self.node_id[:8]}",
+        ).start()
         self.started_at = time.time()
 
     def info(self) -> dict[str, Any]:
@@ -89,6 +93,13 @@ class NodeSidecar(HandleHolder):
         sidecar = self._thread.sidecar
         assert sidecar is not None
         return self._thread.call(lambda: list(sidecar.incident_log.recent))
+
+    def diagnose(self, job_id: str) -> dict[str, Any]:
+        """``trainprobe diagnose`` for this node's sidecar: ``{"text": ..., "json": ...}``."""
+        sidecar = self._thread.sidecar
+        assert sidecar is not None
+        reply = self._thread.call_async(lambda: sidecar.diagnose(job_id))
+        return {"job_id": reply.job_id, "text": reply.text, "json": reply.json}
 
     def shutdown(self) -> bool:
         """Stop serving (the socket is removed); the caller then kills the actor."""

@@ -1,0 +1,105 @@
+"""The job-level coordinator: a detached Ray actor per job, found by name.
+
+Each sidecar that serves ranks of a job calls :meth:`JobCoordinator.sync`
+every ``job_sync_interval_ms`` with its ranks' compact summaries and its
+episode note, and gets back every other sidecar's ranks (with their age on
+the coordinator's clock) and the job's open hang episode. The logic is the
+pure :class:`~trainprobe.sidecar.core.jobview.CoordinatorState`; this actor
+only holds it. It uses no CPU, and exits by itself once no sidecar has
+synced for ``idle_exit_s``, which frees its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.jobview import CoordinatorState, EpisodeNote, SyncReply
+from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_job_actor_name, job_coordinator_name
+
+__all__ = ["IDLE_EXIT_S", "JobCoordinator", "coordinator", "stop_coordinators"]
+
+log = logging.getLogger("trainprobe.sidecar")
+#: A coordinator no sidecar synced with for this long exits.
+IDLE_EXIT_S = 600.0
+
+
+class JobCoordinator:
+    """Holds one job's rank summaries and hang episode for its sidecars (an async actor)."""
+
+    def __init__(self, job_id: str, stale_after_s: float = 30.0) -> None:
+        self.job_id = job_id
+        self.state = CoordinatorState(stale_after_s=stale_after_s)
+        self.state.last_sync_at = time.monotonic()
+        self._watching = False
+
+    async def sync(
+        self, sidecar_id: str, summaries: Sequence[RankSummary], note: EpisodeNote | None
+    ) -> SyncReply:
+        """Store one sidecar's ranks and episode note; return the others' and the episode."""
+        return self.state.sync(sidecar_id, summaries, note, time.monotonic())
+
+    async def info(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "episode": self.state.episode,
+            "idle_s": round(time.monotonic() - self.state.last_sync_at, 3),
+        }
+
+    async def exit_when_idle(self, idle_s: float = IDLE_EXIT_S) -> bool:
+        """Run until no sidecar synced for ``idle_s``, then end the actor (once per actor)."""
+        if self._watching:
+            return False
+        self._watching = True
+        while time.monotonic() - self.state.last_sync_at < idle_s:
+            await asyncio.sleep(min(10.0, idle_s / 4))
+        import ray
+
+        ray.actor.exit_actor()
+        return True  # pragma: no cover - exit_actor does not return
+
+
+def coordinator(job_id: str, idle_exit_s: float = IDLE_EXIT_S) -> Any:
+    """The handle of ``job_id``'s coordinator, created if it does not exist yet.
+
+    Needs a connected Ray. Detached (it outlives the sidecar that created it)
+    and named, so every sidecar of the job finds the same one.
+    """
+    import ray
+
+    handle = (
+        ray.remote(JobCoordinator)
+        .options(
+            name=job_coordinator_name(job_id),
+            namespace=RAY_NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=8,
+        )
+        .remote(job_id)
+    )
+    handle.exit_when_idle.remote(idle_exit_s)  # a no-op for a coordinator already watching
+    return handle
+
+
+def stop_coordinators() -> list[str]:
+    """Kill every job coordinator (tests, tear-down); returns their names."""
+    import ray
+    from ray.util import list_named_actors
+
+    stopped = []
+    for entry in list_named_actors(all_namespaces=True):
+        name = entry.get("name", "")
+        if entry.get("namespace") != RAY_NAMESPACE or not is_job_actor_name(name):
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=RAY_NAMESPACE), no_restart=True)
+            stopped.append(name)
+        except ValueError:
+            continue  # went away meanwhile
+    return stopped

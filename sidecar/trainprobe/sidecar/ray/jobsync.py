@@ -1,0 +1,116 @@
+"""JobSync: this sidecar's half of the job-level view on Ray.
+
+Every ``job_sync_interval_ms``, for each job it serves, the sidecar sends
+its ranks' summaries and its episode note to the job's coordinator
+(:mod:`~trainprobe.sidecar.ray.coordinator`) and stores the answer in the
+engine's :class:`~trainprobe.sidecar.core.jobview.JobView`. Summaries are
+computed on the sidecar's loop (no lock on the registry); the Ray calls block
+and run on a thread of their own, bounded by ``timeout_s``. A coordinator
+that cannot be reached only means the analysis sees this sidecar's ranks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
+from trainprobe.sidecar.engine import Engine
+from trainprobe.sidecar.ray.coordinator import coordinator
+from trainprobe.sidecar.ray.link import RayLink
+
+__all__ = ["JobSync"]
+
+log = logging.getLogger("trainprobe.sidecar")
+
+Payload = dict[str, tuple[list[RankSummary], EpisodeNote | None]]
+
+
+class JobSync:
+    """Shares this sidecar's ranks with each job's coordinator and brings back the others'."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        link: RayLink,
+        interval_s: float = 0.5,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.link = link
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._handles: dict[str, Any] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainprobe-jobsync")
+        self._warned: set[str] = set()
+        #: Completed rounds (tests and status read it).
+        self.rounds = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sync every ``interval_s`` until ``stop`` is set."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            payload = self._payload()
+            if payload and self.link.ready:
+                try:
+                    replies = await asyncio.wait_for(
+                        loop.run_in_executor(self._pool, self._sync, payload),
+                        self.timeout_s + 1.0,
+                    )
+                except Exception as err:  # a slow or broken Ray must not stop the loop
+                    self._warn("*", f"{type(err).__name__}: {err}")
+                    replies = {}
+                now = self._clock()
+                view = self.engine.hangs.job_view
+                for job_id, reply in replies.items():
+                    if view is not None:
+                        view.update(job_id, reply, now)
+                self.rounds += 1
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+
+    def _payload(self) -> Payload:
+        now = self._clock()
+        hangs = self.engine.hangs
+        jobs = sorted({w.hello.job_id for w in self.engine.registry})
+        return {job: (hangs.local_summaries(job, now), hangs.note(job)) for job in jobs}
+
+    def _sync(self, payload: Payload) -> dict[str, SyncReply]:
+        """Blocking: one ``sync`` call per job, all in flight at once."""
+        import ray
+
+        refs = {}
+        for job_id, (summaries, note) in payload.items():
+            try:
+                handle = self._handles.get(job_id) or coordinator(job_id)
+                self._handles[job_id] = handle
+                refs[job_id] = handle.sync.remote(self.engine.hangs.sidecar_id, summaries, note)
+            except Exception as err:
+                self._handles.pop(job_id, None)
+                self._warn(job_id, f"{type(err).__name__}: {err}")
+        out: dict[str, SyncReply] = {}
+        deadline = time.monotonic() + self.timeout_s
+        for job_id, ref in refs.items():
+            try:
+                out[job_id] = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                self._warned.discard(job_id)
+            except Exception as err:
+                self._handles.pop(job_id, None)  # a dead coordinator is created again
+                self._warn(job_id, f"{type(err).__name__}: {err}")
+        return out
+
+    def _warn(self, job_id: str, reason: str) -> None:
+        if job_id not in self._warned:  # once per job until it works again
+            self._warned.add(job_id)
+            log.warning("job %s: cannot sync with its coordinator on Ray: %s", job_id, reason)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
