@@ -173,7 +173,11 @@ class SidecarProcess:
 
 
 class Workers:
-    """``n`` gloo ranks of examples/ddp_worker.py."""
+    """``n`` gloo ranks of examples/ddp_worker.py.
+
+    ``rank_env`` adds (or overrides) variables for single ranks, e.g. another
+    ``TRAINPROBE_TARGET`` for ranks that report over TCP.
+    """
 
     def __init__(
         self,
@@ -183,6 +187,7 @@ class Workers:
         args: Sequence[str] = (),
         job_id: str = "",
         env: dict[str, str] | None = None,
+        rank_env: dict[int, dict[str, str]] | None = None,
     ) -> None:
         self.n = n
         self.progress = workdir / f"progress-{time.monotonic_ns()}.jsonl"
@@ -190,16 +195,18 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs = [workdir / f"rank{r}-{port}.log" for r in range(n)]
         for rank in range(n):
-            e = child_env(
-                RANK=str(rank),
-                WORLD_SIZE=str(n),
-                LOCAL_RANK=str(rank),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=port,
-                TRAINPROBE_TARGET=target,
+            extra = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(n),
+                "LOCAL_RANK": str(rank),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "TRAINPROBE_TARGET": target,
                 **({"TRAINPROBE_JOB_ID": job_id} if job_id else {}),
                 **(env or {}),
-            )
+                **(rank_env or {}).get(rank, {}),
+            }
+            e = child_env(**extra)
             with open(self.logs[rank], "wb") as log:
                 self.procs.append(
                     subprocess.Popen(
