@@ -34,6 +34,17 @@ def hang_args(rank: int, at: int, mode: str) -> list[str]:
     return [*FAST, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-mode", mode]
 
 
+def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``trainprobe diagnose ARGS`` as a user runs it."""
+    return subprocess.run(
+        [PYTHON, "-m", "trainprobe.sidecar.ctl", "diagnose", *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def job_records(sc, job: str, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
     return [r for r in sc.incidents(kind) if r.get("job_id") == job]
 
@@ -90,36 +101,13 @@ def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -
         action = wait_for(lambda: job_records(sc, "mismatch4", "action"), 30, what="dry run")[0]
         assert action["dry_run"] is True and action["ranks"] == [1]
         # Live, during the hang: `trainprobe diagnose` prints the incident's text.
-        out = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.ctl", "diagnose", "--job", "mismatch4"]
-            + ["--target", sc.target],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        assert out.strip() == d["text"]
-        raw = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.ctl", "diagnose", "--job", "mismatch4", "--json"]
-            + ["--target", sc.target],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        record = json.loads(raw)
+        out = diagnose_cli("--job", "mismatch4", "--target", sc.target)
+        assert out.returncode == 0 and out.stdout.strip() == d["text"]
+        raw = diagnose_cli("--job", "mismatch4", "--json", "--target", sc.target)
+        record = json.loads(raw.stdout)
         assert record["culprits"] == [1] and record["episode"] == inc["id"]
         assert all(p.poll() is None for p in w.procs)  # a dry run kills nobody
-        missing = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.ctl", "diagnose", "--job", "nope"]
-            + ["--target", sc.target],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        missing = diagnose_cli("--job", "nope", "--target", sc.target)
         assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
 
 
