@@ -29,6 +29,13 @@ Faults (all optional):
     [--delay-backward-at STEP]                   its backward at STEP (default 10):
                                                  its peers wait in the allreduce
 
+  --mismatch-rank R --mismatch-at S              at step S every rank all-reduces a
+                                                 metric, but rank R all-gathers it: the
+                                                 collectives never match, all wait
+  --after-error sleep                            a rank whose collective fails (its peer
+                                                 was killed) sleeps instead of exiting,
+                                                 as ranks stuck in NCCL would
+
 Gradient sync (trainprobe's comm hook):
   --watch-ddp                                    hook.watch_ddp(model)
   --user-comm-hook allreduce|fp16                a user comm hook (PyTorch's
@@ -53,6 +60,7 @@ Baselines for the benchmarks (all optional):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -100,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nvrx", action="store_true", help="NVRx heartbeats (under ft_launcher)")
     p.add_argument("--nvrx-calc-at", type=int, default=20)
     p.add_argument("--start-file", default="", help="wait for this file before step 1")
+    p.add_argument("--mismatch-rank", type=int, default=-1)
+    p.add_argument("--mismatch-at", type=int, default=-1)
+    p.add_argument("--after-error", choices=["exit", "sleep"], default="exit")
     return p.parse_args(argv)
 
 
@@ -175,15 +186,28 @@ def nvrx_client() -> Any:
     return client
 
 
+def mismatched_collective(hook: LivenessProbeHook | None, odd: bool, value: torch.Tensor) -> None:
+    """All ranks but one all-reduce; the odd one all-gathers: nobody ever returns."""
+    op = "all_gather" if odd else "all_reduce"
+    with hook.collective(op) if hook is not None else contextlib.nullcontext():
+        if odd:
+            dist.all_gather([torch.zeros_like(value) for _ in range(dist.get_world_size())], value)
+        else:
+            dist.all_reduce(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return train(args)
     except Exception as err:
-        # The gloo timeout, or a peer that vanished: when this rank found out.
+        # The gloo timeout, or a peer that vanished (trainprobe killed the culprit):
+        # when this rank found out.
         log_event(
             args.progress, rank=int(os.environ.get("RANK", -1)), event="error", error=repr(err)
         )
+        if args.after_error == "sleep":
+            time.sleep(3600)
         raise
 
 
@@ -230,6 +254,9 @@ def train(args: argparse.Namespace) -> int:
         if args.save_grads and step == args.save_grads_at:
             grads = [p.grad.clone() for p in model.parameters()]
             torch.save(grads, f"{args.save_grads}-rank{rank}.pt")
+        if step == args.mismatch_at:
+            log_event(args.progress, rank=rank, pid=os.getpid(), event="mismatch", step=step)
+            mismatched_collective(hook, rank == args.mismatch_rank, loss.detach().clone())
         if args.user_collective_every and step % args.user_collective_every == 0:
             metric = loss.detach().clone()
             if hook is not None:
