@@ -41,6 +41,8 @@ __all__ = ["MAX_INSPECTED", "HangDesk", "Opened", "StackSource"]
 log = logging.getLogger("trainprobe.sidecar")
 #: Most ranks whose stacks one incident collects (the culprits come first).
 MAX_INSPECTED = 8
+#: Other sidecars' episodes whose culprits' places this one remembers.
+MAX_FOUND = 32
 
 
 class StackSource(Protocol):
@@ -76,6 +78,9 @@ class HangDesk:
         #: Other sidecars' ranks (Ray coordinator); None when this one serves whole jobs.
         self.job_view = job_view
         self.sidecar_id = sidecar_id
+        #: Where this sidecar found the culprits of another sidecar's episode stuck,
+        #: by that episode's id: told to the coordinator even after ours closed.
+        self._found: dict[str, dict[int, str]] = {}
         self._clock = clock
         self._wall = wall_clock
 
@@ -108,10 +113,20 @@ class HangDesk:
         return diag.with_where({r: p for r, p in where.items() if r in diag.culprits}), ep
 
     def note(self, job_id: str) -> EpisodeNote | None:
-        """What this sidecar tells the job's coordinator about the job's episode."""
+        """What this sidecar tells the job's coordinator about the job's episode.
+
+        A follower whose own episode is already over (its culprit killed) still
+        reports where it found the culprit stuck, until the coordinator has it.
+        """
         ep = self.episodes.get(job_id)
         if ep is None:
-            return None
+            remote = self.job_view.episode(job_id) if self.job_view is not None else None
+            found = self._found.get(remote.id, {}) if remote is not None else {}
+            if remote is None or not found or found.items() <= remote.where.items():
+                return None
+            return EpisodeNote(
+                id=remote.id, job_id=job_id, opened_by="", verdict="", rule="", where=dict(found)
+            )
         inc = ep.incident
         return EpisodeNote(
             id=ep.remote_id or ep.id,
@@ -229,10 +244,16 @@ class HangDesk:
             if rec.get("where"):
                 where[w.hello.rank] = str(rec["where"])
         diag = episode.diagnosis if episode is not None else Diagnosis("")
-        diag = diag.with_where({r: p for r, p in where.items() if r in diag.culprits})
+        # Only culprits get a "stuck at": a waiting rank's stack is evidence, not a cause.
+        where = {r: p for r, p in where.items() if r in diag.culprits}
+        diag = diag.with_where(where)
         if episode is not None:
             episode.diagnosis = diag
             episode.where.update(where)
+            if episode.remote_id and where:
+                self._found = {
+                    episode.remote_id: {**self._found.get(episode.remote_id, {}), **where}
+                }
         incident.diagnosis = {**(incident.diagnosis or {}), **diag.to_record(), "stacks": stacks}
 
     def due_sweeps(self, workers: list[WorkerState], now: float) -> list[tuple[Episode, list[int]]]:
