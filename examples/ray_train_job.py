@@ -31,6 +31,8 @@ DEFAULTS: dict[str, Any] = {
     "hang_rank": -1,
     "hang_at": -1,
     "progress": "",
+    # hook.watch_ddp(model): sequence numbers let the sidecar name the culprit.
+    "watch_ddp": False,
 }
 
 
@@ -84,6 +86,8 @@ def train_func(config: dict[str, Any]) -> None:
     # As a context manager the hook says Goodbye when train_func returns:
     # Ray Train then kills the worker with ray.kill, which skips atexit.
     with LivenessProbeHook(interval_ms=cfg["interval_ms"]) as hook:
+        if cfg["watch_ddp"]:
+            hook.watch_ddp(model)
         log_event(
             cfg["progress"],
             event="start",

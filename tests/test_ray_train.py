@@ -49,6 +49,9 @@ def ray_node() -> Iterator[SimpleNamespace]:
                     "stall_timeout_s": str(STALL_S),
                     "on_hung": "restart",
                     "kill_grace_s": "2",
+                    # Ray Train ends the peers of a killed culprit itself; our
+                    # sweep of what is left must not race it on a busy machine.
+                    "job_kill_grace_s": "30",
                     "state_dir": str(workdir / "state"),
                 },
             )
@@ -124,6 +127,44 @@ def test_hung_worker_is_killed_through_ray_and_training_resumes(ray_node: Simple
         assert rec["new_pid"] == second[rank]["pid"]
         assert rec["first_step"] == 11
         assert 0 < rec["reconnected_after_s"] <= rec["resumed_after_s"]
+
+
+def test_with_watch_ddp_only_the_culprit_is_killed_and_ray_train_restarts_the_group(
+    ray_node: SimpleNamespace,
+) -> None:
+    """The sidecar names rank 1 (rank 0 waits in the allreduce) and kills only it;
+    Ray Train ends rank 0 itself, and that end is part of the episode, not a
+    new incident."""
+    job, workdir = ray_node.job, ray_node.workdir
+    progress = workdir / "culprit.jsonl"
+    config = {
+        "steps": STEPS,
+        "ckpt_every": CKPT_EVERY,
+        "hang_rank": 1,
+        "hang_at": HANG_AT,
+        "progress": str(progress),
+        "watch_ddp": True,
+    }
+    trainer = job.make_trainer(
+        config, storage_path=str(workdir / "storage"), name="tp-culprit", max_failures=1
+    )
+    result = trainer.fit()
+    assert result.error is None and result.metrics["step"] == STEPS
+    starts = job.read_events(progress, "start")
+    first = {e["rank"]: e for e in starts if e["restored_step"] == 0}
+
+    records = _records(ray_node, "tp-culprit")
+    (inc,) = [r for r in records if r["type"] == "incident"]
+    d = inc["diagnosis"]
+    assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0]
+    assert d["stacks"]["1"]["method"] == "in-process" and "train_func" in d["stacks"]["1"]["where"]
+    assert inc["targets"] == [1] and inc["action"] == "restart"
+    (action,) = [r for r in records if r["type"] == "action"]
+    assert list(action["outcomes"]) == ["1"] and action["outcomes"]["1"]["method"] == "ray.kill"
+    # Rank 0 was ended by Ray Train (its collective failed; it said goodbye or
+    # vanished): no second incident, no DEAD noise, no sweep by us.
+    assert all(u["incident_id"] == inc["id"] for u in records if u["type"] == "incident_update")
+    assert not pid_running(first[0]["pid"]) and not pid_running(first[1]["pid"])
 
 
 def test_healthy_run_ends_without_incident(ray_node: SimpleNamespace) -> None:

@@ -58,6 +58,10 @@ def test_the_hooks_own_answer_is_read_innermost_first() -> None:
     # The main thread is this test, which is in user code at its innermost frame
     # (format_all_stacks itself lives in the trainprobe package: a library frame).
     assert stuck_at(text).startswith("test_stackframes.py:")
+    # Named by its ident (as the hook announces the training thread), the other one.
+    assert blocked.ident == t.ident
+    place = stuck_at(text, (t.ident,))
+    assert place.startswith("test_stackframes.py:") and " in load_batch (innermost: " in place
 
 
 def test_faulthandler_output_finds_the_main_thread_without_names() -> None:
@@ -79,6 +83,25 @@ def test_faulthandler_output_finds_the_main_thread_without_names() -> None:
     worker = next(th for th in threads if any(f.function == "load_batch" for f in th.frames))
     assert not worker.is_main  # its outermost frame is threading's, not <module>
     assert stuck_at(text).startswith("test_stackframes.py:")
+
+
+RAY_TRAIN_PY_SPY = """\
+Thread 4100 (idle): "MainThread"
+    main_loop (/venv/lib/python3.11/site-packages/ray/_private/worker.py:1069)
+    <module> (/venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py:330)
+Thread 4188 (idle): "Thread-7 (train_fn)"
+    train_func (/job/train.py:88)
+    run (/venv/lib/python3.11/site-packages/ray/train/v2/_internal/execution/worker.py:61)
+Thread 4190 (idle): "trainprobe-reporter"
+    select (/usr/lib/python3.11/selectors.py:468)
+"""
+
+
+def test_under_ray_train_the_training_thread_is_not_the_main_one() -> None:
+    # By its OS id, as the hook announced it...
+    assert stuck_at(RAY_TRAIN_PY_SPY, (0x7F00, 4188)) == "train.py:88 in train_func"
+    # ...and without it, the thread running user code rather than Ray's main loop.
+    assert stuck_at(RAY_TRAIN_PY_SPY) == "train.py:88 in train_func"
 
 
 def test_nothing_readable_is_nowhere() -> None:

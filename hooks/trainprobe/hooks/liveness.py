@@ -157,6 +157,9 @@ class LivenessProbeHook(CollectiveMethods):
                 "create one per process and share it (both would report as rank %d)",
                 self.identity.rank,
             )
+        # The thread that builds the hook trains (a script's main thread,
+        # train_func's under Ray Train): its stack is the one that matters.
+        self._thread_ids = (threading.get_ident(), threading.get_native_id())
         #: faulthandler on a signal: stacks the sidecar can read while a C call holds the GIL.
         self.stack_signal = StackSignal()
         if start:
@@ -251,6 +254,8 @@ class LivenessProbeHook(CollectiveMethods):
             cuda_device=cuda_device,
             stack_signal=self.stack_signal.signum,
             stack_file=self.stack_signal.path,
+            thread_id=self._thread_ids[0],
+            thread_native_id=self._thread_ids[1],
             ray=probe_pb2.RayIdentity(
                 job_id=ident.ray.job_id,
                 node_id=ident.ray.node_id,
@@ -289,7 +294,9 @@ class LivenessProbeHook(CollectiveMethods):
     def _on_command(self, command: probe_pb2.Command) -> probe_pb2.CommandResult | None:
         kind = command.WhichOneof("kind")
         if kind == "dump_stacks":
-            stacks = format_all_stacks(skip_thread_ids=frozenset({threading.get_ident()}))
+            stacks = format_all_stacks(
+                skip_thread_ids=frozenset({threading.get_ident()}), first=self._thread_ids[0]
+            )
             fr = flight_recorder_json() if command.dump_stacks.include_flight_recorder else ""
             return probe_pb2.CommandResult(
                 command_id=command.id,

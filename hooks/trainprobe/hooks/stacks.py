@@ -47,12 +47,13 @@ DEFAULT_STACK_SIGNAL = signal.SIGRTMIN + 6
 MAX_FR_ENTRIES = 64
 
 
-def format_all_stacks(skip_thread_ids: frozenset[int] = frozenset()) -> str:
-    """Every thread's stack, main thread first, innermost frame last."""
+def format_all_stacks(skip_thread_ids: frozenset[int] = frozenset(), first: int = 0) -> str:
+    """Every thread's stack, innermost frame last: ``first`` (the training
+    thread), then the main thread, then the others by name."""
     names = {t.ident: t.name for t in threading.enumerate()}
     main_id = threading.main_thread().ident
     frames = sys._current_frames()
-    order = sorted(frames, key=lambda tid: (tid != main_id, names.get(tid, ""), tid))
+    order = sorted(frames, key=lambda tid: (tid != first, tid != main_id, names.get(tid, ""), tid))
     parts = []
     for tid in order:
         if tid in skip_thread_ids:

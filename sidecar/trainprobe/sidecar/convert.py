@@ -43,6 +43,8 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         labels=dict(m.labels),
         stack_signal=m.stack_signal,
         stack_file=m.stack_file,
+        thread_id=m.thread_id,
+        thread_native_id=m.thread_native_id,
     )
 
 

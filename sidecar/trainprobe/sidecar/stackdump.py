@@ -99,7 +99,7 @@ class StackCollector:
         return {
             "method": method,
             "seconds": round(time.monotonic() - t0, 3),
-            "where": stuck_at(text),
+            "where": stuck_at(text, (state.hello.thread_id, state.hello.thread_native_id)),
             "stacks": text[:MAX_STACK_CHARS],
             "truncated": len(text) > MAX_STACK_CHARS,
             "flight_recorder": _flight_recorder(fr),

@@ -71,6 +71,9 @@ class HelloData:
     #: faulthandler's signal and output file in the worker (0 / "": not armed).
     stack_signal: int = 0
     stack_file: str = ""
+    #: The training thread: Python ident and OS thread id (0: unknown).
+    thread_id: int = 0
+    thread_native_id: int = 0
 
     @property
     def key(self) -> WorkerKey:

@@ -9,9 +9,12 @@ Three dumpers produce three formats, and the sidecar may get any of them:
 - ``py-spy dump`` (innermost first, ``fn (f.py:88)`` under ``Thread N (idle): "name"``).
 
 :func:`parse_stacks` turns each into :class:`ThreadStack` objects with frames
-innermost first; :func:`stuck_at` names the place a human wants: the main
-thread's innermost frame in the user's own code, and the innermost frame of
-all when that is in a library (``torch``, the standard library).
+innermost first; :func:`stuck_at` names the place a human wants: the
+training thread's innermost frame in the user's own code, and the innermost
+frame of all when that is in a library (``torch``, the standard library).
+The training thread is the one the hook names (its Python ident appears in
+the hook's and faulthandler's dumps, its OS id in py-spy's); without that,
+the thread with the most frames of user code, the main thread first on a tie.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Frame", "ThreadStack", "parse_stacks", "stuck_at"]
+__all__ = ["Frame", "ThreadStack", "parse_stacks", "stuck_at", "training_thread"]
 
 _HOOK_HEADER = re.compile(r'^Thread (0x[0-9a-f]+) "(.*)" \(most recent call last\):$')
 _HOOK_FRAME = re.compile(r'^  File "(.+)", line (\d+), in (.+)$')
@@ -54,6 +57,12 @@ class ThreadStack:
     frames: tuple[Frame, ...]
     #: py-spy's "active"/"idle"/..., faulthandler's "current"; "" when unknown.
     state: str = ""
+    #: The id in the thread's header: a Python ident (hex) or py-spy's OS thread id.
+    ident: int = 0
+
+    @property
+    def user_frames(self) -> int:
+        return sum(not f.library for f in self.frames)
 
     @property
     def is_main(self) -> bool:
@@ -66,12 +75,12 @@ class ThreadStack:
 def parse_stacks(text: str) -> list[ThreadStack]:
     """Every thread found in ``text``, in any of the three formats."""
     threads: list[ThreadStack] = []
-    name, state, frames, reverse = "", "", [], False
+    name, state, frames, reverse, ident = "", "", [], False, 0
 
     def flush() -> None:
         if frames or name:
             ordered = tuple(reversed(frames)) if reverse else tuple(frames)
-            threads.append(ThreadStack(name, ordered, state))
+            threads.append(ThreadStack(name, ordered, state, ident))
 
     started = False
     for line in text.splitlines():
@@ -79,16 +88,18 @@ def parse_stacks(text: str) -> list[ThreadStack]:
             if started:
                 flush()
             name, state, frames, reverse, started = m.group(2), "", [], True, True
+            ident = int(m.group(1), 16)
         elif m := _FH_HEADER.match(line):
             if started:
                 flush()
             state = "current" if m.group(1) == "Current thread" else ""
             name, frames, reverse, started = "", [], False, True
+            ident = int(m.group(2), 16)
         elif m := _SPY_HEADER.match(line):
             if started:
                 flush()
             name, state, frames, reverse = m.group(3) or "", m.group(2), [], False
-            started = True
+            ident, started = int(m.group(1), 0), True
         elif m := _HOOK_FRAME.match(line) or _FH_FRAME.match(line):
             frames.append(Frame(m.group(1), int(m.group(2)), m.group(3)))
         elif m := _SPY_FRAME.match(line):
@@ -98,16 +109,26 @@ def parse_stacks(text: str) -> list[ThreadStack]:
     return threads
 
 
-def stuck_at(text: str) -> str:
-    """``"train.py:88 in load_batch"``: where the main thread is; "" if unknown.
+def training_thread(threads: list[ThreadStack], ids: tuple[int, ...] = ()) -> ThreadStack | None:
+    """The thread whose stack says where training is: the one ``ids`` names,
+    else the one with the most user frames (the main thread first on a tie)."""
+    threads = [t for t in threads if t.frames]
+    named = next((t for t in threads if t.ident and t.ident in ids), None)
+    if named is not None:
+        return named
+    return max(threads, key=lambda t: (t.user_frames, t.is_main), default=None)
 
+
+def stuck_at(text: str, thread_ids: tuple[int, ...] = ()) -> str:
+    """``"train.py:88 in load_batch"``: where the training thread is; "" if unknown.
+
+    ``thread_ids`` are the training thread's ids as the hook announced them.
     When the innermost frame is library code, both are named:
     ``"train.py:88 in step (innermost: distributed_c10d.py:2806 in all_reduce)"``.
     """
-    threads = [t for t in parse_stacks(text) if t.frames]
-    if not threads:
+    main = training_thread(parse_stacks(text), tuple(i for i in thread_ids if i))
+    if main is None:
         return ""
-    main = next((t for t in threads if t.is_main), threads[0])
     innermost = main.frames[0]
     user = next((f for f in main.frames if not f.library), None)
     if user is None or user == innermost:

@@ -174,9 +174,13 @@ class RayLink:
 
     def actor_state(self, actor_id: str) -> dict[str, Any] | None:
         """The actor's entry in Ray's State API (needs the dashboard), or None."""
+        import ray
         from ray.util.state import get_actor
 
-        actor = get_actor(actor_id, timeout=max(1, int(self.timeout_s)))
+        # Our own cluster's address: left to itself, the State API looks for
+        # "any running local Ray cluster" and fails when a host runs several.
+        address = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+        actor = get_actor(actor_id, address=address, timeout=max(1, int(self.timeout_s)))
         if actor is None:
             return None
         return {
