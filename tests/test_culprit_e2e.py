@@ -85,11 +85,16 @@ def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
 
 
 def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -> None:
-    """At step 12 ranks 0, 2, 3 all-reduce a metric; rank 1 all-gathers it."""
+    """At step 12 ranks 0, 2, 3 all-reduce a metric; rank 1 all-gathers it.
+
+    The Flight Recorder is on (gloo records too): rank 1's entry in flight is
+    attached to the incident.
+    """
     args = [*FAST, "--mismatch-rank", "1", "--mismatch-at", "12"]
+    fr = {"TORCH_FR_BUFFER_SIZE": "1000"}
     with (
         sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "30", "--dry-run") as sc,
-        Workers(4, sc.target, short_tmpdir(), job_id="mismatch4", args=args) as w,
+        Workers(4, sc.target, short_tmpdir(), job_id="mismatch4", args=args, env=fr) as w,
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "mismatch4", timeout_s=60)
         d = inc["diagnosis"]
@@ -97,6 +102,9 @@ def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -
         assert "rank 1: all_gather" in d["text"] and "rank 0: all_reduce" in d["text"]
         assert d["stacks"]["1"]["method"] == "in-process"
         assert "mismatched_collective" in d["stacks"]["1"]["stacks"]
+        entries = d["stacks"]["1"]["flight_recorder"]["entries"]
+        assert [e["profiling_name"] for e in entries] == ["gloo:all_gather"]
+        assert entries[0]["collective_seq_id"] > 0 and entries[0]["retired"] is False
         assert inc["targets"] == [1] and inc["dry_run"] is True
         action = wait_for(lambda: job_records(sc, "mismatch4", "action"), 30, what="dry run")[0]
         assert action["dry_run"] is True and action["ranks"] == [1]
