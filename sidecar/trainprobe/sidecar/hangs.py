@@ -232,9 +232,11 @@ class HangDesk:
         """Read the stacks of ``states`` into the incident's diagnosis (``stacks``, ``where``)."""
         if self.stacks is None or not states:
             return
+        t0 = self._clock()
         records = await asyncio.gather(
             *(self.stacks.collect(w) for w in states), return_exceptions=True
         )
+        seconds = round(self._clock() - t0, 3)
         stacks: dict[str, object] = {}
         where: dict[int, str] = {}
         for w, rec in zip(states, records, strict=True):
@@ -254,7 +256,13 @@ class HangDesk:
                 self._found = {
                     episode.remote_id: {**self._found.get(episode.remote_id, {}), **where}
                 }
-        incident.diagnosis = {**(incident.diagnosis or {}), **diag.to_record(), "stacks": stacks}
+        incident.diagnosis = {
+            **(incident.diagnosis or {}),
+            **diag.to_record(),
+            "stacks": stacks,
+            # How long reading the stacks held the incident (and the kill) back.
+            "stacks_s": seconds,
+        }
 
     def due_sweeps(self, workers: list[WorkerState], now: float) -> list[tuple[Episode, list[int]]]:
         """Episodes past their grace, with the ranks still holding their job."""
