@@ -8,8 +8,9 @@ Public API:
 - :mod:`trainprobe.sidecar.core`: the pure decision logic.
 """
 
-from trainprobe.sidecar.server import SIDECAR_VERSION, ListenError, Sidecar, SidecarThread
+from trainprobe.sidecar.server import SIDECAR_VERSION, ListenError, Sidecar
 from trainprobe.sidecar.settings import OPTIONS, Settings, SettingsError, load_settings
+from trainprobe.sidecar.threaded import SidecarThread
 
 __version__ = SIDECAR_VERSION
 

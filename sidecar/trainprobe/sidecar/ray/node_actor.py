@@ -21,9 +21,9 @@ from trainprobe.sidecar.ray.handles import HandleHolder, HandleStore
 from trainprobe.sidecar.ray.killer import RayKiller
 from trainprobe.sidecar.ray.link import RayLink
 from trainprobe.sidecar.ray.naming import settings_for_node
-from trainprobe.sidecar.server import SidecarThread
 from trainprobe.sidecar.servicer import Commander
 from trainprobe.sidecar.settings import Settings
+from trainprobe.sidecar.threaded import SidecarThread
 
 
 def _as_dict(msg: Any) -> dict[str, Any]:
