@@ -60,6 +60,11 @@ def test_unknown_protocol_version_is_a_precondition_failure() -> None:
     assert "protocol_version=99" in str(err.value)
 
 
+def test_an_announced_stack_signal_and_file_are_accepted() -> None:
+    ok = replace(hello(), stack_signal=40, stack_file="/run/tp/stacks-1000.txt")
+    assert Registry().open(ok, T0).hello.stack_signal == 40
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -70,6 +75,13 @@ def test_unknown_protocol_version_is_a_precondition_failure() -> None:
         ({"pid": 0}, "pid"),
         ({"interval_ms": 5}, "interval_ms"),
         ({"job_id": "x" * 300}, "job_id"),
+        # The sidecar sends stack_signal to the pid and reads stack_file: a
+        # real-time signal only, and only the hook's own file.
+        ({"stack_signal": 9}, "stack_signal"),
+        ({"stack_signal": 19}, "stack_signal"),
+        ({"stack_file": "/etc/shadow"}, "stack_file"),
+        ({"stack_file": "/tmp/stacks-1.txt"}, "stack_file"),  # another pid's
+        ({"stack_file": "stacks-1000.txt"}, "stack_file"),  # relative
     ],
 )
 def test_bad_identity_is_invalid_argument(change: dict, field: str) -> None:

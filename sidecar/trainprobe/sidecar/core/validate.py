@@ -79,9 +79,11 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
         f"stack_signal={h.stack_signal}: must be 0 or a real-time signal (34..64)",
     )
     _check(len(h.stack_file) <= 4096, "stack_file is longer than 4096 characters")
+    # The sidecar reads this file: only the hook's own, named after its pid.
     _check(
-        not h.stack_file or h.stack_file.startswith("/"),
-        "stack_file must be an absolute path",
+        not h.stack_file
+        or (h.stack_file.startswith("/") and h.stack_file.endswith(f"/stacks-{h.pid}.txt")),
+        f"stack_file must be an absolute path ending in /stacks-{h.pid}.txt",
     )
 
 
