@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +45,21 @@ def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def span_attributes(traces: Path, incident_id: str, key: str) -> dict[str, Any]:
+    """The attributes of the exported span of ``incident_id`` that has ``key`` (OTLP/JSON)."""
+    for line in traces.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    attrs = {
+                        a["key"]: next(iter(a["value"].values()), None)
+                        for a in span.get("attributes", [])
+                    }
+                    if attrs.get("trainprobe.incident.id") == incident_id and key in attrs:
+                        return attrs
+    raise AssertionError(f"no span of incident {incident_id} with {key}")
 
 
 def job_records(sc, job: str, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -82,6 +99,14 @@ def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
         wait_for(lambda: "hang episode" in sc.log_text() and "is over" in sc.log_text(), 30)
         assert [r["id"] for r in job_records(sc, "sleep4", "incident")] == [inc["id"]]
         assert len(job_records(sc, "sleep4", "action")) == 1
+        # The incident span carries the same diagnosis, stacks included.
+        sc.stop()  # flushes the exporters
+        attrs = span_attributes(
+            sc.state_dir / "traces.otlp.jsonl", inc["id"], "trainprobe.diagnosis"
+        )
+        exported = json.loads(attrs["trainprobe.diagnosis"])
+        assert exported["culprits"] == [2] and exported["text"] == d["text"]
+        assert exported["stacks"]["2"]["where"] == stacks["where"]
 
 
 def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -> None:

@@ -200,8 +200,19 @@ class Actions:
         )
         self._record(incident, ok=ok, outcomes=records)
 
-    async def sweep(self, episode_id: str, job_id: str, ranks: list[int], action: str) -> None:
-        """Kill what is left of a hung job once its grace is over (``job_kill_grace_s``)."""
+    async def sweep(
+        self,
+        episode_id: str,
+        job_id: str,
+        ranks: list[int],
+        action: str,
+        incident: Incident | None = None,
+    ) -> None:
+        """Kill what is left of a hung job once its grace is over (``job_kill_grace_s``).
+
+        ``incident`` is the one that opened the episode here, if any: listeners
+        (exporters) then hear of the sweep as one of its actions.
+        """
         targets = [
             s for s in (self.registry.get(WorkerKey(job_id, r)) for r in ranks) if s is not None
         ]
@@ -213,17 +224,13 @@ class Actions:
             job_id,
             "done" if ok else records,
         )
-        self.incident_log.write(
-            {
-                "type": "action",
-                "incident_id": episode_id,
-                "job_id": job_id,
-                "action": action,
-                "phase": "job_kill_grace",
-                "ok": ok,
-                "outcomes": records,
-            }
-        )
+        fields = {"action": action, "phase": "job_kill_grace", "ok": ok, "outcomes": records}
+        if incident is not None:
+            self._record(incident, **fields)
+        else:  # a followed episode with nothing of ours in its incident
+            self.incident_log.write(
+                {"type": "action", "incident_id": episode_id, "job_id": job_id, **fields}
+            )
 
     async def _kill_all(
         self, incident_id: str, targets: list[WorkerState], restart: bool

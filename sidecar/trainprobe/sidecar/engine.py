@@ -44,7 +44,14 @@ class IncidentSink(Protocol):
 class ActionRunner(Protocol):
     async def execute(self, incident: Incident) -> None: ...
 
-    async def sweep(self, episode_id: str, job_id: str, ranks: list[int], action: str) -> None: ...
+    async def sweep(
+        self,
+        episode_id: str,
+        job_id: str,
+        ranks: list[int],
+        action: str,
+        incident: Incident | None = None,
+    ) -> None: ...
 
 
 class Engine:
@@ -122,7 +129,8 @@ class Engine:
                 ep.id,
                 ep.action,
             )
-            self._spawn(self.actions.sweep(ep.id, ep.job_id, ranks, ep.action), ep.incident)
+            sweep = self.actions.sweep(ep.id, ep.job_id, ranks, ep.action, ep.incident)
+            self._spawn(sweep, ep.incident)
         for ep in self.hangs.settle(workers):
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
         return opened

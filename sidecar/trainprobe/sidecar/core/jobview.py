@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: Verdicts that make a job worth diagnosing.
-TROUBLE = frozenset({"HUNG", "UNRESPONSIVE"})
+_TROUBLE = frozenset({"HUNG", "UNRESPONSIVE"})
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def analyze_job(ranks: Sequence[RankSummary]) -> Diagnosis:
     """
     live = [r for r in ranks if r.ended != "goodbye"]
     world = max((r.world_size for r in ranks), default=0)
-    troubled = [r for r in live if r.verdict in TROUBLE or not r.reporting or r.ended]
+    troubled = [r for r in live if r.verdict in _TROUBLE or not r.reporting or r.ended]
     if live and not troubled and len({r.rank for r in ranks}) >= world:
         steps = [r.step for r in live if r.has_step]
         at = f"steps {min(steps)}..{max(steps)}" if steps else "no step yet"
