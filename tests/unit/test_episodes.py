@@ -13,6 +13,7 @@ from trainprobe.sidecar.core import (
     Registry,
     RuleConfig,
     StallPolicy,
+    SyncData,
     Verdict,
     decide,
     evaluate,
@@ -70,6 +71,19 @@ def test_the_first_hang_opens_and_later_ones_update() -> None:
     record = update_record(ep.id, later.updates[0][1], True)
     assert record["type"] == "incident_update" and record["incident_id"] == ep.id
     assert record["ranks"] == [1] and record["expected"] is True
+
+
+def test_a_degraded_finding_during_an_episode_stays_its_own_incident() -> None:
+    reg = Registry()
+    w = connected(reg, 0, T0, world=1)
+    sync = SyncData(count=1, p50_s=6.0, max_s=6.0)
+    reg.apply(w, report(T0 + 1, step=5, sync=sync), T0 + 1)
+    cfg = RuleConfig(sync_latency_s=3.0, heartbeat_timeout_s=1e6)
+    eps = JobEpisodes(CulpritPolicy())
+    eps.open("job", "e-1", STRAGGLING_2, {0: 1000}, "kill", T0)
+    routing = eps.route(incidents_at(reg, cfg, EpisodeTracker(), T0 + 1.1))
+    assert [(i.rule, i.verdict) for i in routing.plain] == [("sync_latency", Verdict.DEGRADED)]
+    assert routing.updates == [] and routing.openers == []
 
 
 def test_an_episode_of_one_job_leaves_the_others_alone() -> None:

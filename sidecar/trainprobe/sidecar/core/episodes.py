@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 HANG_VERDICTS = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE})
+#: What an open episode absorbs: further hangs, and exits (what its action leads to).
+_FOLDED = HANG_VERDICTS | {Verdict.DEAD}
 #: ``on_inconclusive`` values.
 INCONCLUSIVE_CHOICES = ("kill_stalled", "observe")
 
@@ -172,7 +174,8 @@ class JobEpisodes:
                 continue
             ep = self._open.get(inc.job_id)
             episode_id = ep.id if ep is not None else opening.get(inc.job_id)
-            if episode_id is None:
+            if episode_id is None or inc.verdict not in _FOLDED:
+                # A DEGRADED finding (slow syncs, GPU memory) is news of its own.
                 out.plain.append(inc)
             else:
                 # A rank of a hung job that exits is what the episode's action leads to.
