@@ -124,6 +124,7 @@ def test_cli_ray_per_node_places_one_sidecar_per_node_idempotently(
     from tests.support import PYTHON, child_env
     from trainprobe.proto import RAY_NAMESPACE
     from trainprobe.sidecar.ray import list_sidecars, stop_sidecars
+    from trainprobe.sidecar.ray.naming import is_job_actor_name, is_node_actor_name
 
     ray = local_ray.ray
 
@@ -131,10 +132,12 @@ def test_cli_ray_per_node_places_one_sidecar_per_node_idempotently(
         return [
             a
             for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["namespace"] == RAY_NAMESPACE
+            if a["namespace"] == RAY_NAMESPACE and is_node_actor_name(a["name"])
         ]
 
     # The stand-alone sidecars above owned a registry actor each; it dies with them.
+    # (Their jobs' coordinators are detached and outlive them by design: they
+    # exit when idle, or with stop_sidecars() below.)
     wait_for(lambda: not ours(), 30, what="registries of stopped sidecars gone")
     state_dir = short_tmpdir()
     cmd = [PYTHON, "-m", "trainprobe.sidecar", "--ray-per-node"]
@@ -151,3 +154,5 @@ def test_cli_ray_per_node_places_one_sidecar_per_node_idempotently(
     finally:
         stop_sidecars()
     assert not ours()
+    leftover = ray.util.list_named_actors(all_namespaces=True)
+    assert not [a for a in leftover if is_job_actor_name(a["name"])]  # coordinators too

@@ -6,7 +6,7 @@ episode note, and gets back every other sidecar's ranks (with their age on
 the coordinator's clock) and the job's open hang episode. The logic is the
 pure :class:`~trainprobe.sidecar.core.jobview.CoordinatorState`; this actor
 only holds it. It uses no CPU, and exits by itself once no sidecar has
-synced for ``idle_exit_s``, which frees its name.
+synced for ``idle_exit_s`` (60 s), which frees its name.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_job_actor_name, job_
 __all__ = ["IDLE_EXIT_S", "JobCoordinator", "coordinator", "stop_coordinators"]
 
 log = logging.getLogger("trainprobe.sidecar")
-#: A coordinator no sidecar synced with for this long exits.
-IDLE_EXIT_S = 600.0
+#: A coordinator no sidecar synced with for this long exits: by then all it
+#: holds is stale (``stale_after_s``), and the next sync creates it afresh.
+IDLE_EXIT_S = 60.0
 
 
 class JobCoordinator:

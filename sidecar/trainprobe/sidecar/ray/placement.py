@@ -157,6 +157,8 @@ def stop_sidecars(timeout_s: float = 30.0) -> list[str]:
     """Stop every per-node sidecar (not stand-alone registries); returns their node ids.
 
     Each first stops serving (its socket is removed), then its actor is killed.
+    The jobs' coordinators go too: they only serve sidecars (a stand-alone
+    sidecar still running creates its job's again on its next sync).
     """
     import ray
 
@@ -174,4 +176,7 @@ def stop_sidecars(timeout_s: float = 30.0) -> list[str]:
             log.warning("sidecar %s did not shut down cleanly: %s", name, err)
         ray.kill(actor, no_restart=True)
         stopped.append(name[len(ray_node_actor_name("")) :])
+    from trainprobe.sidecar.ray.coordinator import stop_coordinators
+
+    stop_coordinators()
     return stopped
