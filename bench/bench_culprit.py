@@ -1,7 +1,7 @@
-"""Detection latency, and the time to a named culprit, from a rank hanging.
+"""Detection latency, and the time to a named culprit, in the same runs.
 
-    python bench/bench_detection.py [--trials 5] [--ranks 4] [--stall-timeout-s 5]
-                                    [--mode sleep|stop|gil] [--watch-ddp] [--json OUT]
+    python bench/bench_culprit.py [--trials 5] [--ranks 4] [--stall-timeout-s 5]
+                                  [--mode sleep|stop|gil] [--watch-ddp] [--json OUT]
 
 Each trial starts a real sidecar process and real gloo ranks
 (examples/ddp_worker.py). One rank hangs at a random step (``sleep`` inside

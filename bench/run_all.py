@@ -36,8 +36,8 @@ EXTRA = [
     ["bench_sidecar_otel.py", "--rounds", "7"],
     ["bench_sidecar_otel.py", "--encoder"],
     # Issue 6: the same runs, with the time to a named culprit and its stacks.
-    ["bench_detection.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
-    ["bench_detection.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
+    ["bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
+    ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
 ]
 BENCHES = ("report_path", "scale", "scale_telemetry", "cost", "hook_memory", "detection")
 SCRIPTS = {
