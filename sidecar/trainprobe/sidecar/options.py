@@ -1,0 +1,247 @@
+"""Every sidecar option, declared once: name, parser, doc, section.
+
+The table drives parsing (TOML, environment, flags), ``--help`` and
+docs/CONFIG.md. The typed values live in :class:`~trainprobe.sidecar.settings.Settings`,
+whose fields must match this table one for one (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainprobe.sidecar import setting_values as v
+
+ENV_PREFIX = "TRAINPROBE_"
+ACTION_CHOICES = ("observe", "dump", "kill", "restart")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[Any], Any]
+    doc: str
+    section: str
+    #: Shown in docs when the default is computed at run time.
+    default_text: str = ""
+    repeatable: bool = False
+    secret: bool = False
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+_S, _R, _A, _I = "Serving", "Rules", "Actions", "Integrations"
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "listen",
+        v.endpoints,
+        "Address to serve: unix:///abs/path or tcp://host:port. "
+        "Repeat the flag (or comma-separate in env) for several.",
+        _S,
+        default_text="unix://<tmp>/trainprobe-<uid>/sidecar.sock",
+        repeatable=True,
+    ),
+    Option(
+        "token",
+        v.optional_text,
+        "Bearer token that TCP clients must send (hooks read TRAINPROBE_TOKEN too).",
+        _S,
+        default_text="none",
+        secret=True,
+    ),
+    Option("insecure", v.boolean, "Allow TCP listeners without a token.", _S),
+    Option(
+        "state_dir",
+        v.path,
+        "Directory for the incident log and trace files.",
+        _S,
+        default_text="$XDG_STATE_HOME/trainprobe or ~/.local/state/trainprobe",
+    ),
+    Option(
+        "incident_log",
+        v.optional_path,
+        "Incident log, JSON Lines, append-only, fsync'd.",
+        _S,
+        default_text="<state_dir>/incidents.jsonl",
+    ),
+    Option("log_level", v.choice("debug", "info", "warning", "error"), "Log verbosity.", _S),
+    Option("tick_interval_ms", v.integer(10, 100), "How often the rules run, in ms.", _S),
+    Option(
+        "heartbeat_timeout_s",
+        v.seconds(0.1, 86400),
+        "UNRESPONSIVE after this long without a report (never less than 3 report intervals).",
+        _R,
+    ),
+    Option(
+        "stall_timeout_s",
+        v.auto_or_seconds(0.1, 86400),
+        "HUNG when the step has not "
+        "advanced this long outside a phase. 'auto' = max(stall_floor_s, "
+        "stall_p99_factor x p99 step time) after stall_warmup_steps steps.",
+        _R,
+        default_text="auto",
+    ),
+    Option("stall_floor_s", v.seconds(0.1, 86400), "Lower bound of the auto stall threshold.", _R),
+    Option(
+        "stall_p99_factor",
+        v.number(1, 1000),
+        "Multiple of the p99 step time in the auto stall threshold.",
+        _R,
+    ),
+    Option(
+        "stall_warmup_steps",
+        v.integer(1, 1_000_000),
+        "Step times observed before "
+        "'auto' applies; until then startup_timeout_s is the stall limit.",
+        _R,
+    ),
+    Option(
+        "startup_timeout_s",
+        v.seconds(0.1, 604800),
+        "HUNG if the first step has not completed this long after the worker connected.",
+        _R,
+    ),
+    Option(
+        "phase_timeout_s",
+        v.seconds(0.1, 604800),
+        "Limit for a phase declared without timeout_s.",
+        _R,
+    ),
+    Option(
+        "gpu_memory_ratio",
+        v.ratio,
+        "DEGRADED when device memory used/total reaches "
+        "this for gpu_memory_reports reports in a row.",
+        _R,
+    ),
+    Option(
+        "gpu_memory_reports",
+        v.integer(1, 1000),
+        "Consecutive NVML samples (hooks take one a second at most) at or over "
+        "gpu_memory_ratio that make a gpu_memory finding.",
+        _R,
+    ),
+    Option(
+        "sync_latency_s",
+        v.seconds(0.001, 86400),
+        "DEGRADED when a report window's slowest gradient sync exceeds this.",
+        _R,
+    ),
+    Option(
+        "sync_timeout_s",
+        v.seconds(0.1, 86400),
+        "HUNG when a collective has been in flight this long outside a phase.",
+        _R,
+    ),
+    Option(
+        "on_hung",
+        v.choice(*ACTION_CHOICES),
+        "Action for HUNG verdicts. restart = kill so that the orchestrator starts the "
+        "worker again (Ray Train: the worker group, from the latest checkpoint).",
+        _A,
+    ),
+    Option("on_unresponsive", v.choice(*ACTION_CHOICES), "Action for UNRESPONSIVE verdicts.", _A),
+    Option("on_degraded", v.choice("observe", "dump"), "Action for DEGRADED verdicts.", _A),
+    Option("dry_run", v.boolean, "Log every action instead of doing it.", _A),
+    Option("kill_grace_s", v.seconds(0, 600), "Seconds between SIGTERM and SIGKILL.", _A),
+    Option(
+        "max_kills_per_hour",
+        v.integer(0, 100_000),
+        "Most kill/restart actions per job in any hour; beyond it incidents are only observed.",
+        _A,
+    ),
+    Option(
+        "on_inconclusive",
+        v.choice("kill_stalled", "observe"),
+        "When a hang's culprit analysis names no rank (every rank waits in one collective, "
+        "no collective data): kill_stalled = the on_hung/on_unresponsive action hits every "
+        "stalled rank; observe = only the incident.",
+        _A,
+    ),
+    Option(
+        "job_kill_grace_s",
+        v.seconds(0, 3600),
+        "After a hang's culprits are killed, the job's other ranks that are still alive and "
+        "have not stepped since are killed this many seconds later (Ray Train usually ends "
+        "them first).",
+        _A,
+    ),
+    Option(
+        "stack_timeout_s",
+        v.seconds(0.05, 60),
+        "How long a culprit's hook has to send its Python stacks before the sidecar reads "
+        "them from outside (py-spy, then the hook's faulthandler signal).",
+        _A,
+    ),
+    Option(
+        "ray_address",
+        v.optional_text,
+        "Ray cluster to kill Ray actors through ('auto' finds the local one); none = signal pids.",
+        _I,
+        default_text="none",
+    ),
+    Option(
+        "ray_timeout_s",
+        v.seconds(0.1, 600),
+        "Longest wait for Ray (connect, kill, actor state) before a kill falls back "
+        "to signalling the pid.",
+        _I,
+    ),
+    Option("ray_per_node", v.boolean, "Start one sidecar actor on every Ray node and exit.", _I),
+    Option(
+        "telemetry",
+        v.boolean,
+        "Export OpenTelemetry traces and metrics (to otlp_endpoint, else to files in "
+        "state_dir). OTEL_SDK_DISABLED=true also turns it off. See docs/OBSERVABILITY.md.",
+        _I,
+    ),
+    Option(
+        "job_sync_interval_ms",
+        v.integer(50, 60_000),
+        "Under Ray, how often each sidecar shares its ranks' summaries through the job's "
+        "coordinator actor (every sidecar then analyses the whole job).",
+        _I,
+    ),
+    Option(
+        "py_spy",
+        v.tool,
+        "py-spy for stacks of a rank whose hook cannot answer (a C call holds the GIL, "
+        "SIGSTOP): auto = on PATH or next to this Python; off; or a path.",
+        _I,
+    ),
+    Option(
+        "otlp_endpoint",
+        v.otlp_endpoint,
+        "OTLP/gRPC collector for spans and metrics (http://HOST:PORT is plaintext); none = "
+        "OTEL_EXPORTER_OTLP_ENDPOINT if set, else OTLP-JSON lines in state_dir.",
+        _I,
+        default_text="none",
+    ),
+    Option(
+        "trace_every_n_steps",
+        v.integer(1, 1_000_000),
+        "Sample one step span every N steps (steps that cross a rule are always traced).",
+        _I,
+    ),
+    Option(
+        "metrics_port",
+        v.optional_port,
+        "Prometheus scrape port; none = off.",
+        _I,
+        default_text="none",
+    ),
+    Option(
+        "metrics_host",
+        v.host,
+        "Address the Prometheus endpoint binds to.",
+        _I,
+    ),
+)
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
