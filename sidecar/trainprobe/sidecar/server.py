@@ -1,20 +1,13 @@
-"""Assembles a sidecar from its settings and serves it on grpc.aio.
-
-Unix listeners are protected by file permissions (socket 0600, directory
-0700). TCP listeners live on a second server whose interceptor checks the
-bearer token, since an interceptor cannot tell which port a call came in on.
-"""
+"""Assembles a sidecar from its settings and serves it on grpc.aio."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import os
 import socket
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint, probe_pb2
+from trainprobe.proto import parse_endpoint, probe_pb2
 from trainprobe.sidecar.actions import (
     Actions,
     Killer,
@@ -40,6 +33,12 @@ from trainprobe.sidecar.core.rules import RuleConfig
 from trainprobe.sidecar.core.thresholds import StallPolicy
 from trainprobe.sidecar.engine import Engine
 from trainprobe.sidecar.incident_log import IncidentLog
+from trainprobe.sidecar.listeners import (
+    SERVER_OPTIONS,
+    ListenError,
+    TokenInterceptor,
+    prepare_unix_socket,
+)
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.servicer import Commander, SidecarServicer
 from trainprobe.sidecar.settings import Settings
@@ -47,47 +46,6 @@ from trainprobe.sidecar.stackdump import StackCollector
 
 log = logging.getLogger("trainprobe.sidecar")
 SIDECAR_VERSION = "0.1.0"
-_SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
-
-
-class ListenError(RuntimeError):
-    """A listen address that cannot be served."""
-
-
-class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without ``authorization: Bearer <token>``."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-        async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
-            log.warning("rejected UNAUTHENTICATED call from %s", context.peer())
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-
-        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
-
-        async def deny_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-            await deny(None, context)
-
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
-
-    async def intercept_service(
-        self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails
-    ) -> Any:
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == AUTH_METADATA_KEY:
-                got = value.encode() if isinstance(value, str) else value
-                if hmac.compare_digest(got, self._expected):
-                    return await continuation(handler_call_details)
-        return (
-            self._deny_stream
-            if handler_call_details.method.endswith("/Connect")
-            else (self._deny_unary)
-        )
 
 
 def rule_config(s: Settings) -> RuleConfig:
@@ -135,24 +93,6 @@ def _job_sync(engine: Engine, killer: Killer, settings: Settings) -> Any:
         interval_s=settings.job_sync_interval_ms / 1000.0,
         timeout_s=settings.ray_timeout_s,
     )
-
-
-def _prepare_unix(path: Path) -> None:
-    if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(0.5)
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # stale socket of a sidecar that died
-        else:
-            raise ListenError(f"another sidecar is already listening on {path}")
-        finally:
-            probe.close()
 
 
 class Sidecar:
@@ -269,14 +209,14 @@ class Sidecar:
         starter = getattr(self.killer, "start", None)
         if callable(starter):
             starter()  # e.g. RayKiller connects to Ray in the background
-        plain = grpc.aio.server(options=_SERVER_OPTIONS)
+        plain = grpc.aio.server(options=SERVER_OPTIONS)
         plain.add_generic_rpc_handlers((self.servicer.handler(),))
         secured: grpc.aio.Server | None = None
         for text in self.settings.listen_addresses:
             ep = parse_endpoint(text)
             if ep.kind == "unix":
                 path = Path(ep.path)
-                _prepare_unix(path)
+                prepare_unix_socket(path)
                 plain.add_insecure_port(ep.grpc_target)
                 self._unix_paths.append(path)
                 self.addresses.append(str(ep))
@@ -287,7 +227,7 @@ class Sidecar:
             if self.settings.token:
                 if secured is None:
                     secured = grpc.aio.server(
-                        options=_SERVER_OPTIONS,
+                        options=SERVER_OPTIONS,
                         interceptors=[TokenInterceptor(self.settings.token)],
                     )
                     secured.add_generic_rpc_handlers((self.servicer.handler(),))

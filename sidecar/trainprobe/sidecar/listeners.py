@@ -1,0 +1,82 @@
+"""Listening: Unix sockets guarded by file permissions, TCP by a bearer token.
+
+Unix listeners get a 0600 socket in a 0700 directory. TCP listeners live on
+a second server whose interceptor checks the bearer token, since an
+interceptor cannot tell which port a call came in on.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES
+
+log = logging.getLogger("trainprobe.sidecar")
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class ListenError(RuntimeError):
+    """A listen address that cannot be served."""
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
+            log.warning("rejected UNAUTHENTICATED call from %s", context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
+
+        async def deny_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+            await deny(None, context)
+
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
+
+    async def intercept_service(
+        self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == AUTH_METADATA_KEY:
+                got = value.encode() if isinstance(value, str) else value
+                if hmac.compare_digest(got, self._expected):
+                    return await continuation(handler_call_details)
+        return (
+            self._deny_stream
+            if handler_call_details.method.endswith("/Connect")
+            else (self._deny_unary)
+        )
+
+
+def prepare_unix_socket(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(0.5)
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale socket of a sidecar that died
+        else:
+            raise ListenError(f"another sidecar is already listening on {path}")
+        finally:
+            probe.close()
