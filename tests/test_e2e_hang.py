@@ -26,15 +26,26 @@ def test_rank_sleeping_in_step_is_detected_and_killed() -> None:
         inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
         assert inc["verdict"] == "HUNG"
         assert inc["job_id"] == "hang4"
-        assert 2 in inc["ranks"]
-        assert inc["evidence"]["2"]["step_age_s"] >= 3.0
+        first = inc["ranks"][0]
+        assert inc["evidence"][str(first)]["step_age_s"] >= 3.0
         # Detection must come within the stall timeout plus a few ticks.
         assert 3.0 <= inc["detection_latency_s"] < 3.0 + 0.5
-        actions = wait_for(lambda: sc.incidents("action"), 30, what="action record")
-        assert actions[0]["incident_id"] == inc["id"]
+        # Without watch_ddp every rank stops after the same step: no culprit can be
+        # named, so on_inconclusive=kill_stalled kills every stalled rank, also those
+        # whose stall crosses the threshold a tick later (their last steps ended
+        # a few ms apart), well before the job_kill_grace_s sweep (10 s).
+        assert inc["diagnosis"]["kind"] == "inconclusive"
+        t0 = time.monotonic()
         codes = w.wait(30)
-        killed = [w.pids[r] for r in inc["targets"]]
-        assert all(codes[w.pids.index(pid)] is not None for pid in killed)
+        assert all(c is not None for c in codes)
+        assert time.monotonic() - t0 < 5.0
+
+        def killed() -> set[int]:
+            return {int(r) for a in sc.incidents("action") for r in a.get("outcomes", {})}
+
+        # Asleep outside any collective, rank 2 ends only by a kill (records land async).
+        wait_for(lambda: 2 in killed(), 10, what="rank 2's kill record")
+        assert all(a["incident_id"] == inc["id"] for a in sc.incidents("action"))
         assert w.max_step() < 400
 
 

@@ -162,3 +162,28 @@ def test_a_coordinator_episode_is_followed_once() -> None:
     assert eps.settle({"job": {}}) != []  # its process is gone: over
     assert not eps.should_follow("far-1", "job")  # and never followed again
     assert eps.should_follow("far-2", "job")
+
+
+def test_an_inconclusive_kill_stalled_episode_kills_ranks_that_stall_a_tick_later() -> None:
+    from trainprobe.sidecar.core.episodes import late_stalled
+
+    reg, cfg = hung_job(4)
+    tracker = EpisodeTracker()
+    for w in reg:  # rank 2's last step ended 50 ms before its peers'
+        t_step = T0 + 0.95 if w.hello.rank == 2 else T0 + 1.0
+        reg.apply(w, report(T0 + 1.5, step=5, step_t_s=t_step, seq=2), T0 + 1.5)
+    cfg = RuleConfig(stall=StallPolicy(timeout_s=3), heartbeat_timeout_s=100)
+    first = incidents_at(reg, cfg, tracker, T0 + 3.97)
+    assert [i.ranks for i in first] == [[2]]
+    later = incidents_at(reg, cfg, tracker, T0 + 4.07)
+    assert [i.ranks for i in later] == [[0, 1, 3]]
+    kill_stalled = JobEpisodes(CulpritPolicy(on_inconclusive="kill_stalled"))
+    ep = kill_stalled.open("job", first[0].id, NOBODY, {r: 1000 + r for r in range(4)}, "kill", 0)
+    assert late_stalled(ep, later[0], kill_stalled.policy) == [0, 1, 3]
+    # Not when a culprit was named, when observing, or for a finished rank.
+    named = JobEpisodes(CulpritPolicy()).open("job", "x", STRAGGLING_2, {}, "kill", 0)
+    assert late_stalled(named, later[0], kill_stalled.policy) == []
+    watching = JobEpisodes(CulpritPolicy()).open("job", "y", NOBODY, {}, "observe", 0)
+    assert late_stalled(watching, later[0], kill_stalled.policy) == []
+    observe = CulpritPolicy(on_inconclusive="observe")
+    assert late_stalled(ep, later[0], observe) == []

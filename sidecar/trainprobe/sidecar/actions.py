@@ -207,9 +207,12 @@ class Actions:
         ranks: list[int],
         action: str,
         incident: Incident | None = None,
+        phase: str = "job_kill_grace",
     ) -> None:
-        """Kill what is left of a hung job once its grace is over (``job_kill_grace_s``).
+        """Kill ranks of a hung job's episode after its first action.
 
+        ``phase`` says why: ``job_kill_grace`` (what is left once the grace is
+        over) or ``stalled_later`` (a rank that joined an inconclusive stall).
         ``incident`` is the one that opened the episode here, if any: listeners
         (exporters) then hear of the sweep as one of its actions.
         """
@@ -224,7 +227,7 @@ class Actions:
             job_id,
             "done" if ok else records,
         )
-        fields = {"action": action, "phase": "job_kill_grace", "ok": ok, "outcomes": records}
+        fields = {"action": action, "phase": phase, "ok": ok, "outcomes": records}
         if incident is not None:
             self._record(incident, **fields)
         else:  # a followed episode with nothing of ours in its incident

@@ -20,10 +20,15 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from trainprobe.sidecar.core.episodes import CulpritPolicy, Episode, update_record
+from trainprobe.sidecar.core.episodes import (
+    CulpritPolicy,
+    Episode,
+    late_stalled,
+    update_record,
+)
 from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
 from trainprobe.sidecar.core.jobview import JobView
-from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
@@ -110,6 +115,7 @@ class Engine:
         routing = self.hangs.episodes.route(incidents)
         for episode_id, incident, expected in routing.updates:
             self.incident_log.write(update_record(episode_id, incident, expected))
+            self._kill_late_stalled(incident, states)
         for incident in routing.plain:
             decide(incident, self.policy, self.budget, now)
             self._dispatch(incident)
@@ -134,6 +140,22 @@ class Engine:
         for ep in self.hangs.settle(workers):
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
         return opened
+
+    def _kill_late_stalled(self, incident: Incident, states: dict[WorkerKey, WorkerState]) -> None:
+        ep = self.hangs.episodes.get(incident.job_id)
+        if ep is None or self.policy.dry_run:
+            return
+        late = late_stalled(ep, incident, self.hangs.episodes.policy)
+        ranks = [
+            r
+            for r in late
+            if (w := states.get(WorkerKey(incident.job_id, r))) is not None and not w.killed_by_us
+        ]
+        if ranks:
+            sweep = self.actions.sweep(
+                ep.id, ep.job_id, ranks, ep.action, ep.incident, phase="stalled_later"
+            )
+            self._spawn(sweep, ep.incident)
 
     # -- dispatch ----------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class SidecarServicer:
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
         self._hostname = socket.gethostname()
+        self._closing: set[asyncio.Future[None]] = set()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Method handlers whose parsers turn garbage into :class:`Malformed`."""
@@ -198,18 +199,32 @@ class SidecarServicer:
         finally:
             if state is not None:
                 self.commander.detach(state.key, generation)
-                alive = pid_alive(state.hello.pid) if state.local else None
-                if self.registry.close(state, generation, how, self._clock(), alive):
-                    level = logging.INFO if how == "goodbye" else logging.WARNING
-                    log.log(
-                        level,
-                        "worker %s (pid %d) stream ended: %s",
-                        state.key,
-                        state.hello.pid,
-                        how,
-                    )
+                # Not awaited here: gRPC may cancel this handler again while it waits.
+                closing = asyncio.ensure_future(self._close(state, generation, how))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
             if error is not None:
                 await self._reject(context, *error)
+
+    async def _close(self, state: WorkerState, generation: int, how: str) -> None:
+        alive = await self._still_alive(state) if state.local and how != "goodbye" else None
+        if self.registry.close(state, generation, how, self._clock(), alive):
+            level = logging.INFO if how == "goodbye" else logging.WARNING
+            log.log(level, "worker %s (pid %d) stream ended: %s", state.key, state.hello.pid, how)
+
+    @staticmethod
+    async def _still_alive(state: WorkerState, settle_s: float = 0.5) -> bool:
+        """Whether the worker's process outlives its stream.
+
+        A dying process closes its sockets before it becomes a zombie, so the
+        stream can end a few ms before the pid looks gone: look again briefly.
+        """
+        deadline = time.monotonic() + settle_s
+        while pid_alive(state.hello.pid):
+            if time.monotonic() >= deadline:
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     def _open(
         self, first: Any, context: Any

@@ -134,6 +134,21 @@ def plan_targets(
     return [], why
 
 
+def late_stalled(ep: Episode, incident: Incident, policy: CulpritPolicy) -> list[int]:
+    """Ranks of a folded-in hang that an inconclusive episode must kill now.
+
+    Without a named culprit, ``kill_stalled`` means every stalled rank, also
+    those whose stall crossed the threshold a tick after the episode opened
+    (their last steps ended a few ms apart): waiting for the grace sweep would
+    leave, say, a rank asleep outside any collective running for seconds.
+    """
+    if ep.diagnosis.conclusive or policy.on_inconclusive != "kill_stalled":
+        return []
+    if ep.action not in ("kill", "restart") or incident.verdict not in HANG_VERDICTS:
+        return []
+    return list(incident.ranks)
+
+
 def _resolved(state: WorkerState | None, pid: int, since: float) -> bool:
     """Whether a process of an episode no longer holds it open."""
     if state is None or state.hello.pid != pid:
