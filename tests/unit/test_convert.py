@@ -5,6 +5,14 @@ from __future__ import annotations
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.convert import hello_from_pb, report_from_pb, status_pb
 from trainprobe.sidecar.core import Registry
+from trainprobe.sidecar.core.model import (
+    CollectiveData,
+    GpuMemoryData,
+    GroupSeqData,
+    PhaseData,
+    ReportData,
+    SyncData,
+)
 
 
 def test_report_with_gpu_and_sync_fields() -> None:
@@ -80,3 +88,110 @@ def test_report_with_gpu_and_sync_fields() -> None:
     assert row.gpu_memory.device_used_bytes == 70 and row.groups[0].inflight_seq == 12
     assert row.sync_p50_s == 0.01 and row.phase == "eval" and row.gpu_uuid == "GPU-1"
     assert row.inflight_age_s == 1.5 and row.step == 9 and row.stall_threshold_s == 30.0
+
+
+def test_every_report_field_lands_in_its_place() -> None:
+    """``report_from_pb`` builds ReportData positionally: each field gets a distinct value."""
+    msg = probe_pb2.Report(
+        seq=1,
+        mono_ns=2,
+        wall_ns=3,
+        has_step=True,
+        last_step=4,
+        last_step_mono_ns=5,
+        total_steps=6,
+        step_stats=probe_pb2.StepStats(count=7, sum_s=8.5, max_s=9.5),
+        active_phases=[probe_pb2.Phase(name="a", start_mono_ns=10, timeout_s=11.5)],
+        finished_phases=[probe_pb2.Phase(name="f", start_mono_ns=12, end_mono_ns=13)],
+        dropped_reports=14,
+        recent_steps=[15],
+        recent_step_end_mono_ns=[16],
+        recent_step_s=[17.5],
+        gpu_memory=probe_pb2.GpuMemory(
+            device_index=18,
+            allocated_bytes=19,
+            reserved_bytes=20,
+            peak_allocated_bytes=21,
+            has_nvml=True,
+            device_used_bytes=22,
+            device_total_bytes=23,
+            process_used_bytes=24,
+            device_uuid="GPU-25",
+        ),
+        sync=probe_pb2.SyncStats(
+            count=26,
+            p50_s=27.5,
+            max_s=28.5,
+            bytes=29,
+            sum_s=30.5,
+            groups=[
+                probe_pb2.GroupSeq(
+                    group="g",
+                    issued=31,
+                    completed=32,
+                    oldest_inflight_start_mono_ns=33,
+                    inflight_op="op",
+                    inflight_seq=34,
+                )
+            ],
+            samples=[
+                probe_pb2.CollectiveSample(
+                    group="s", seq=35, op="o", bytes=36, start_mono_ns=37, end_mono_ns=38, step=39
+                )
+            ],
+        ),
+    )
+    expected = ReportData(
+        seq=1,
+        mono_ns=2,
+        wall_ns=3,
+        has_step=True,
+        last_step=4,
+        last_step_mono_ns=5,
+        total_steps=6,
+        step_count=7,
+        step_sum_s=8.5,
+        step_max_s=9.5,
+        active_phases=(PhaseData(name="a", start_mono_ns=10, timeout_s=11.5, end_mono_ns=0),),
+        finished_phases=(PhaseData(name="f", start_mono_ns=12, timeout_s=0.0, end_mono_ns=13),),
+        dropped_reports=14,
+        recent_steps=(15,),
+        recent_step_end_mono_ns=(16,),
+        recent_step_s=(17.5,),
+        gpu=GpuMemoryData(
+            device_index=18,
+            allocated_bytes=19,
+            reserved_bytes=20,
+            peak_allocated_bytes=21,
+            has_nvml=True,
+            device_used_bytes=22,
+            device_total_bytes=23,
+            process_used_bytes=24,
+            device_uuid="GPU-25",
+        ),
+        sync=SyncData(
+            count=26,
+            p50_s=27.5,
+            max_s=28.5,
+            bytes=29,
+            sum_s=30.5,
+            groups=(
+                GroupSeqData(
+                    group="g",
+                    issued=31,
+                    completed=32,
+                    oldest_inflight_start_mono_ns=33,
+                    inflight_op="op",
+                    inflight_seq=34,
+                ),
+            ),
+            samples=(
+                CollectiveData(
+                    group="s", seq=35, op="o", bytes=36, start_mono_ns=37, end_mono_ns=38, step=39
+                ),
+            ),
+        ),
+    )
+    assert report_from_pb(msg) == expected
+    bare = report_from_pb(probe_pb2.Report(mono_ns=1))
+    assert bare.active_phases == () and bare.gpu is None and bare.sync is None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.otel_builders import coll, hello, report
-from trainprobe.sidecar.core.model import GpuMemoryData, ReportData, Verdict
+from trainprobe.sidecar.core.model import GpuMemoryData, Verdict
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.otel import ExportHealth, gauge_snapshot, resource_attributes
 from trainprobe.sidecar.otel.config import SPAN_DELAY_MS, telemetry_config
@@ -93,7 +94,7 @@ def test_gauge_snapshot_covers_connected_workers_and_counts_verdicts() -> None:
     gpu = GpuMemoryData(
         reserved_bytes=5, has_nvml=True, device_used_bytes=70, device_total_bytes=100
     )
-    reg.apply(a, ReportData(**{**report(1, [1, 2]).__dict__, "gpu": gpu}), 10.0)
+    reg.apply(a, replace(report(1, [1, 2]), gpu=gpu), 10.0)
     b = reg.open(hello(rank=1, pid=7), 10.0)
     reg.apply(b, report(1, [1]), 11.0)
     b.verdict = Verdict.HUNG

@@ -7,6 +7,7 @@ is driven by hand. No OpenTelemetry is involved.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tests.otel_builders import MS, T0, WMM, coll, hello, report
 from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
@@ -40,7 +41,7 @@ def with_inflight(r: ReportData, start_ns: int) -> ReportData:
         inflight_op="allreduce",
         inflight_seq=10,
     )
-    return ReportData(**{**r.__dict__, "sync": SyncData(groups=(group,))})
+    return replace(r, sync=SyncData(groups=(group,)))
 
 
 def hung_job(tb: TraceBuilder) -> tuple[Registry, list[Incident]]:
@@ -166,9 +167,7 @@ def test_degraded_sync_latency_traces_the_slow_window_and_links_the_slowest_coll
     slow = coll(5, seq=3, start_ms=1, dur_ms=800, step_ms=1000)
     fast = coll(5, seq=4, start_ms=900, dur_ms=5, step_ms=1000)
     r2 = report(2, [4, 5], step_ms=1000, samples=(slow, fast))
-    r2 = ReportData(
-        **{**r2.__dict__, "sync": SyncData(count=2, max_s=0.8, p50_s=0.4, samples=(slow, fast))}
-    )
+    r2 = replace(r2, sync=SyncData(count=2, max_s=0.8, p50_s=0.4, samples=(slow, fast)))
     reg.apply(state, r2, 11.0)
     assert tb.on_report(state, r2, WMM) == []  # nothing sampled yet
     (inc,) = judge(reg, now=11.1)
@@ -192,7 +191,7 @@ def test_phase_overrun_links_an_open_phase_span() -> None:
     state = reg.open(h, 10.0)
     start = T0 + 31 * MS
     r = report(1, [1, 2, 3])
-    r = ReportData(**{**r.__dict__, "active_phases": (PhaseData("checkpoint", start, 2.0),)})
+    r = replace(r, active_phases=(PhaseData("checkpoint", start, 2.0),))
     reg.apply(state, r, 10.0)
     tb.on_report(state, r, WMM)
     (inc,) = judge(reg, now=10.0 + 4.0)

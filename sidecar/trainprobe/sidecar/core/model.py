@@ -3,6 +3,12 @@
 Times named ``*_at`` are seconds on the sidecar's monotonic clock; times named
 ``*_mono_ns`` are the worker's own clock, as received. :class:`WorkerState`
 maps the second onto the first (see :meth:`WorkerState.to_local`).
+
+What a report carries (:class:`ReportData` and its parts) is built once per
+report, tens of thousands of times a second at a job-level sidecar, so those
+classes are slotted and not frozen: about half the cost of building a frozen
+dataclass. Treat them as immutable all the same; nothing changes one after
+it is built (``dataclasses.replace`` makes a changed copy).
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ class HelloData:
         return WorkerKey(self.job_id, self.rank)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PhaseData:
     name: str
     start_mono_ns: int
@@ -88,7 +94,7 @@ class PhaseData:
     end_mono_ns: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GpuMemoryData:
     device_index: int = 0
     allocated_bytes: int = 0
@@ -107,7 +113,7 @@ class GpuMemoryData:
         return self.device_used_bytes / self.device_total_bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GroupSeqData:
     group: str
     issued: int
@@ -117,7 +123,7 @@ class GroupSeqData:
     inflight_seq: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CollectiveData:
     group: str
     seq: int
@@ -128,7 +134,7 @@ class CollectiveData:
     step: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SyncData:
     count: int = 0
     p50_s: float = 0.0
@@ -139,7 +145,7 @@ class SyncData:
     samples: tuple[CollectiveData, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReportData:
     seq: int
     mono_ns: int
