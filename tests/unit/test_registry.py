@@ -9,6 +9,8 @@ import pytest
 
 from tests.core_builders import connected, hello, phase, report
 from trainprobe.sidecar.core import (
+    CollectiveData,
+    GpuMemoryData,
     GroupSeqData,
     Registry,
     RegistryError,
@@ -108,6 +110,29 @@ def test_bad_identity_is_invalid_argument(change: dict, field: str) -> None:
         (report(T0, phases=(phase("", T0),)), "name"),
         (report(T0, phases=(phase("ckpt", T0, timeout_s=-3),)), "timeout_s"),
         (report(T0, sync=SyncData(groups=(GroupSeqData("g", 1, 2),))), "completed > issued"),
+        (
+            replace(report(T0, step=2, durations=(0.1, 0.1)), recent_steps=(1, -2)),
+            "recent step -2",
+        ),
+        (
+            replace(report(T0, step=2, durations=(0.1, 0.1)), recent_step_s=(0.1, math.inf)),
+            "recent_step_s=inf",
+        ),
+        (report(T0, sync=SyncData(groups=(GroupSeqData("g", 3, 1, 0, "", 4),))), "inflight_seq"),
+        (
+            report(T0, sync=SyncData(groups=(GroupSeqData("g", 3, 1), GroupSeqData("g", 3, 1)))),
+            "appears twice",
+        ),
+        (
+            report(T0, sync=SyncData(samples=(CollectiveData("g", 1, "op", 8, 5, 4),))),
+            "end_mono_ns before start_mono_ns",
+        ),
+        (report(T0, sync=SyncData(p50_s=2.0, max_s=1.0)), "sync.p50_s exceeds"),
+        (
+            replace(report(T0), gpu=GpuMemoryData(has_nvml=True, device_used_bytes=5)),
+            "device_total_bytes must be > 0",
+        ),
+        (replace(report(T0), gpu=GpuMemoryData(device_uuid="x" * 300)), "device_uuid is 300"),
     ],
 )
 def test_absurd_reports_are_rejected_naming_the_field(bad: object, field: str) -> None:

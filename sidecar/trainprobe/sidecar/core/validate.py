@@ -2,12 +2,11 @@
 
 Each check raises :class:`ValidationError` naming the field and the accepted
 range, so a buggy or hostile client gets a clear status and nobody else's
-state is touched.
+state is touched. Reports are checked on every arrival: their checks build a
+message only once a value has failed.
 """
 
 from __future__ import annotations
-
-import math
 
 from trainprobe.sidecar.core.model import (
     GpuMemoryData,
@@ -37,17 +36,18 @@ def _check(cond: bool, message: str) -> None:
 
 
 def _duration(name: str, value: float) -> None:
-    # Checked before the message is built: this runs for every step time of every report.
-    if not (math.isfinite(value) and 0.0 <= value <= MAX_DURATION_S):
+    # NaN fails both comparisons and infinity the second: no isfinite() needed.
+    if not 0.0 <= value <= MAX_DURATION_S:
         raise ValidationError(
             f"{name}={value!r}: must be a finite number of seconds in 0..{MAX_DURATION_S:.0f}"
         )
 
 
 def _text(name: str, value: str, required: bool = False) -> None:
-    _check(len(value) <= MAX_ID_LEN, f"{name} is {len(value)} characters; at most {MAX_ID_LEN}")
-    if required:
-        _check(bool(value.strip()), f"{name} must not be empty")
+    if len(value) > MAX_ID_LEN:
+        raise ValidationError(f"{name} is {len(value)} characters; at most {MAX_ID_LEN}")
+    if required and not value.strip():
+        raise ValidationError(f"{name} must not be empty")
 
 
 def validate_hello(h: HelloData, supported_versions: range) -> None:
@@ -98,80 +98,95 @@ def _phase(where: str, p: PhaseData) -> None:
 
 
 def validate_report(r: ReportData) -> None:
-    """Check a report: counts, steps and times must be sane."""
-    _check(r.mono_ns > 0, f"mono_ns={r.mono_ns}: must be > 0")
-    _check(r.last_step >= 0, f"last_step={r.last_step}: steps must be >= 0")
-    _check(r.total_steps >= 0, f"total_steps={r.total_steps}: must be >= 0")
-    if r.has_step:
-        _check(
-            0 < r.last_step_mono_ns <= r.mono_ns,
-            "last_step_mono_ns must be > 0 and not after the report's mono_ns",
-        )
-    _check(r.step_count >= 0, f"step_stats.count={r.step_count}: must be >= 0")
+    """Check a report: counts, steps and times must be sane.
+
+    Runs for every report, so each check tests first and builds its message
+    only when it fails (formatting every message cost more than the checks).
+    """
+    if r.mono_ns <= 0:
+        raise ValidationError(f"mono_ns={r.mono_ns}: must be > 0")
+    if r.last_step < 0:
+        raise ValidationError(f"last_step={r.last_step}: steps must be >= 0")
+    if r.total_steps < 0:
+        raise ValidationError(f"total_steps={r.total_steps}: must be >= 0")
+    if r.has_step and not 0 < r.last_step_mono_ns <= r.mono_ns:
+        raise ValidationError("last_step_mono_ns must be > 0 and not after the report's mono_ns")
+    if r.step_count < 0:
+        raise ValidationError(f"step_stats.count={r.step_count}: must be >= 0")
     _duration("step_stats.sum_s", r.step_sum_s)
     _duration("step_stats.max_s", r.step_max_s)
-    _check(len(r.active_phases) <= MAX_PHASES, f"more than {MAX_PHASES} active phases")
-    _check(len(r.finished_phases) <= MAX_PHASES, f"more than {MAX_PHASES} finished phases")
-    for i, p in enumerate(r.active_phases):
-        _phase(f"active_phases[{i}]", p)
-    for i, p in enumerate(r.finished_phases):
-        _phase(f"finished_phases[{i}]", p)
+    if r.active_phases or r.finished_phases:
+        _phases(r)
     n = len(r.recent_steps)
-    _check(n <= MAX_RECENT, f"{n} recent steps; at most {MAX_RECENT}")
-    _check(
-        len(r.recent_step_end_mono_ns) == n and len(r.recent_step_s) == n,
-        "recent_steps, recent_step_end_mono_ns and recent_step_s must have equal lengths",
-    )
-    negative = next((s for s in r.recent_steps if s < 0), None)
-    _check(negative is None, f"recent step {negative}: steps must be >= 0")
+    if n > MAX_RECENT:
+        raise ValidationError(f"{n} recent steps; at most {MAX_RECENT}")
+    if len(r.recent_step_end_mono_ns) != n or len(r.recent_step_s) != n:
+        raise ValidationError(
+            "recent_steps, recent_step_end_mono_ns and recent_step_s must have equal lengths"
+        )
+    if n and min(r.recent_steps) < 0:
+        raise ValidationError(f"recent step {min(r.recent_steps)}: steps must be >= 0")
     for d in r.recent_step_s:
-        _duration("recent_step_s", d)
+        if not 0.0 <= d <= MAX_DURATION_S:
+            _duration("recent_step_s", d)
     if r.gpu is not None:
         _gpu(r.gpu)
     if r.sync is not None:
         _sync(r.sync)
 
 
+def _phases(r: ReportData) -> None:
+    _check(len(r.active_phases) <= MAX_PHASES, f"more than {MAX_PHASES} active phases")
+    _check(len(r.finished_phases) <= MAX_PHASES, f"more than {MAX_PHASES} finished phases")
+    for i, p in enumerate(r.active_phases):
+        _phase(f"active_phases[{i}]", p)
+    for i, p in enumerate(r.finished_phases):
+        _phase(f"finished_phases[{i}]", p)
+
+
 def _gpu(g: GpuMemoryData) -> None:
-    _check(g.device_index >= 0, f"gpu_memory.device_index={g.device_index}: must be >= 0")
+    if g.device_index < 0:
+        raise ValidationError(f"gpu_memory.device_index={g.device_index}: must be >= 0")
     _text("gpu_memory.device_uuid", g.device_uuid)
-    if g.has_nvml:
-        _check(g.device_total_bytes > 0, "gpu_memory.device_total_bytes must be > 0 with NVML")
-        _check(
-            g.device_used_bytes <= g.device_total_bytes,
-            "gpu_memory.device_used_bytes exceeds device_total_bytes",
-        )
-        _check(
-            g.process_used_bytes <= g.device_total_bytes,
-            "gpu_memory.process_used_bytes exceeds device_total_bytes",
-        )
+    if not g.has_nvml:
+        return
+    if g.device_total_bytes <= 0:
+        raise ValidationError("gpu_memory.device_total_bytes must be > 0 with NVML")
+    if g.device_used_bytes > g.device_total_bytes:
+        raise ValidationError("gpu_memory.device_used_bytes exceeds device_total_bytes")
+    if g.process_used_bytes > g.device_total_bytes:
+        raise ValidationError("gpu_memory.process_used_bytes exceeds device_total_bytes")
 
 
 def _sync(s: SyncData) -> None:
     _duration("sync.p50_s", s.p50_s)
     _duration("sync.max_s", s.max_s)
     _duration("sync.sum_s", s.sum_s)
-    _check(s.p50_s <= s.max_s, "sync.p50_s exceeds sync.max_s")
-    _check(len(s.groups) <= MAX_GROUPS, f"more than {MAX_GROUPS} process groups")
-    _check(len(s.samples) <= MAX_SAMPLES, f"{len(s.samples)} sync samples; at most {MAX_SAMPLES}")
+    if s.p50_s > s.max_s:
+        raise ValidationError("sync.p50_s exceeds sync.max_s")
+    if len(s.groups) > MAX_GROUPS:
+        raise ValidationError(f"more than {MAX_GROUPS} process groups")
+    if len(s.samples) > MAX_SAMPLES:
+        raise ValidationError(f"{len(s.samples)} sync samples; at most {MAX_SAMPLES}")
     seen: set[str] = set()
     for g in s.groups:
         _text("sync.groups.group", g.group, required=True)
         _text("sync.groups.inflight_op", g.inflight_op)
-        _check(g.group not in seen, f"group {g.group!r} appears twice")
+        if g.group in seen:
+            raise ValidationError(f"group {g.group!r} appears twice")
         seen.add(g.group)
-        _check(g.completed <= g.issued, f"group {g.group!r}: completed > issued")
-        _check(g.inflight_seq <= g.issued, f"group {g.group!r}: inflight_seq > issued")
+        if g.completed > g.issued:
+            raise ValidationError(f"group {g.group!r}: completed > issued")
+        if g.inflight_seq > g.issued:
+            raise ValidationError(f"group {g.group!r}: inflight_seq > issued")
         # Not compared with the report's mono_ns: the hook stamps the report
         # before its collectors run, so a collective may start in between.
-        _check(
-            g.oldest_inflight_start_mono_ns >= 0,
-            f"group {g.group!r}: oldest_inflight_start_mono_ns must be >= 0",
-        )
+        if g.oldest_inflight_start_mono_ns < 0:
+            raise ValidationError(f"group {g.group!r}: oldest_inflight_start_mono_ns must be >= 0")
     for c in s.samples:
         _text("sync.samples.group", c.group)
         _text("sync.samples.op", c.op)
-        _check(
-            0 < c.start_mono_ns <= c.end_mono_ns,
-            f"sync sample {c.group!r}#{c.seq}: end_mono_ns before start_mono_ns",
-        )
+        if not 0 < c.start_mono_ns <= c.end_mono_ns:
+            raise ValidationError(
+                f"sync sample {c.group!r}#{c.seq}: end_mono_ns before start_mono_ns"
+            )
