@@ -6,17 +6,21 @@ The same reports the scale benchmark's load generator sends (2 new steps,
 each worker's step-time window already full with 1,000 samples) go through
 the sidecar's own code in this process: ``WorkerMessage.FromString``,
 ``convert.report_from_pb``, ``Registry.apply`` (validation, clock offsets, the
-step-time window and its p99), and one rules tick (``rules.evaluate``) over
-all workers. Each stage is timed over all workers, ``--repeats`` times; the
-minimum is kept (the least disturbed run). This is the part of the report
-path that trainprobe's own code controls; the rest is gRPC's.
+step-time window and its p99), one rules pass (``rules.evaluate``) over all
+workers, and one whole ``Engine.tick`` (the rules plus verdicts, incident and
+episode bookkeeping; every worker healthy, so nothing is dispatched). Each
+stage is timed over all workers, ``--repeats`` times; the minimum is kept
+(the least disturbed run). This is the part of the report path that
+trainprobe's own code controls; the rest is gRPC's.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from _common import add_repo_to_path, write_result
 
@@ -26,8 +30,22 @@ from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar import convert  # noqa: E402
+from trainprobe.sidecar.actions import Actions, SignalKiller  # noqa: E402
+from trainprobe.sidecar.core.policy import ActionPolicy  # noqa: E402
 from trainprobe.sidecar.core.registry import Registry  # noqa: E402
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
+from trainprobe.sidecar.engine import Engine  # noqa: E402
+from trainprobe.sidecar.incident_log import IncidentLog  # noqa: E402
+from trainprobe.sidecar.servicer import Commander  # noqa: E402
+
+
+def make_engine(reg: Registry, cfg: RuleConfig, log_dir: Path) -> Engine:
+    """The sidecar's own engine over ``reg``, every action ``observe``."""
+    commander = Commander()
+    incident_log = IncidentLog(log_dir / "incidents.jsonl")
+    actions = Actions(reg, commander, incident_log, SignalKiller(commander))
+    policy = ActionPolicy(on_hung="observe", on_unresponsive="observe")
+    return Engine(reg, cfg, policy, incident_log, actions)
 
 
 def main() -> int:
@@ -50,7 +68,8 @@ def main() -> int:
         reg.apply(state, convert.report_from_pb(sim.report().report), now)
         states.append(state)
     cfg = RuleConfig()
-    best = {"parse": 1e9, "convert": 1e9, "apply": 1e9, "tick": 1e9}
+    engine = make_engine(reg, cfg, Path(tempfile.mkdtemp(prefix="tp-rp-")))
+    best = {"parse": 1e9, "convert": 1e9, "apply": 1e9, "tick": 1e9, "engine_tick": 1e9}
     clock = time.perf_counter
     for _ in range(args.repeats):
         wire = [sim.report().SerializeToString() for sim in sims]
@@ -65,11 +84,16 @@ def main() -> int:
         t3 = clock()
         evaluate(list(reg), cfg, time.monotonic())
         t4 = clock()
+        opened = engine.tick()
+        t5 = clock()
+        assert not opened, "every simulated worker is healthy"
+        best["engine_tick"] = min(best["engine_tick"], (t5 - t4) * 1e3)
         for stage, dt in (("parse", t1 - t0), ("convert", t2 - t1), ("apply", t3 - t2)):
             best[stage] = min(best[stage], dt / n * 1e6)
         best["tick"] = min(best["tick"], (t4 - t3) * 1e3)
     per_report = best["parse"] + best["convert"] + best["apply"]
-    tick_share_at_10hz = best["tick"] * 10 / 1000  # fraction of a core spent ticking
+    # Fraction of a core spent ticking, at the default 10 ticks/s.
+    tick_share_at_10hz = best["engine_tick"] * 10 / 1000
     data = {
         "workers": n,
         "repeats": args.repeats,
@@ -78,13 +102,15 @@ def main() -> int:
         "apply_us": best["apply"],
         "per_report_us": per_report,
         "tick_ms": best["tick"],
+        "engine_tick_ms": best["engine_tick"],
         "tick_core_share": tick_share_at_10hz,
         "python_ceiling_per_s": (1 - tick_share_at_10hz) / (per_report / 1e6),
     }
     print(
         f"per report: parse {best['parse']:.1f} µs, convert {best['convert']:.1f} µs, "
-        f"apply {best['apply']:.1f} µs (total {per_report:.1f} µs); tick over {n} workers "
-        f"{best['tick']:.1f} ms ({tick_share_at_10hz:.0%} of a core at 10 ticks/s); ceiling "
+        f"apply {best['apply']:.1f} µs (total {per_report:.1f} µs); over {n} workers: rules "
+        f"{best['tick']:.1f} ms, whole engine tick {best['engine_tick']:.1f} ms "
+        f"({tick_share_at_10hz:.0%} of a core at 10 ticks/s); ceiling "
         f"without gRPC: {data['python_ceiling_per_s']:,.0f} reports/s"
     )
     if args.json:
