@@ -88,7 +88,7 @@ def test_kill_settles_on_death_restart_or_a_new_process() -> None:
 def _state(pid: int, first_seen_at: float) -> WorkerState:
     hello = HelloData(1, "0.1.0", "job", 1, 1, 2, "host", pid)
     state = WorkerState(hello=hello, first_seen_at=first_seen_at)
-    state.offsets.append(0.0)  # worker clock == sidecar clock
+    state.note_offset(0.0)  # worker clock == sidecar clock
     return state
 
 

@@ -106,12 +106,14 @@ class Engine:
         now = self._clock()
         self.ticks += 1
         self.registry.forget_stale(now)
-        workers = list(self.registry)
+        workers = self.registry.workers()
         findings = evaluate(workers, self.rules, now)
         self._set_verdicts(workers, findings)
         fresh = self.episodes.new_findings(findings)
-        states = {w.key: w for w in workers}
-        incidents = group_incidents(fresh, states, now, self._wall()) if fresh else []
+        incidents = []
+        if fresh:
+            states = {w.key: w for w in workers}
+            incidents = group_incidents(fresh, states, now, self._wall())
         routing = self.hangs.episodes.route(incidents)
         for episode_id, incident, expected in routing.updates:
             self.incident_log.write(update_record(episode_id, incident, expected))
@@ -166,9 +168,11 @@ class Engine:
             if cur is None or f.verdict.severity > cur.verdict.severity:
                 worst[f.key] = f
         for w in workers:
-            f = worst.get(w.key)
-            w.verdict = f.verdict if f else Verdict.OK
-            w.verdict_rule = f.rule if f else ""
+            f = worst.get(w.key) if worst else None
+            if f is not None:
+                w.verdict, w.verdict_rule = f.verdict, f.rule
+            elif w.verdict_rule:  # most workers are and stay OK: no write for them
+                w.verdict, w.verdict_rule = Verdict.OK, ""
 
     def _dispatch(
         self,

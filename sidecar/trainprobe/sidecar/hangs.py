@@ -275,6 +275,8 @@ class HangDesk:
         return out
 
     def settle(self, workers: list[WorkerState]) -> list[Episode]:
+        if not len(self.episodes):
+            return []  # every tick asks; most ticks have no open episode
         by_job: dict[str, dict[int, WorkerState]] = {}
         for w in workers:
             by_job.setdefault(w.hello.job_id, {})[w.hello.rank] = w

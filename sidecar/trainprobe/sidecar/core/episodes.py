@@ -171,6 +171,9 @@ class JobEpisodes:
     def __iter__(self) -> Iterator[Episode]:
         return iter(list(self._open.values()))
 
+    def __len__(self) -> int:
+        return len(self._open)
+
     def get(self, job_id: str) -> Episode | None:
         return self._open.get(job_id)
 

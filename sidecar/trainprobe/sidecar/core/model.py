@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from trainprobe.sidecar.core.thresholds import StepWindow
 
@@ -41,8 +42,9 @@ _SEVERITY = {
 }
 
 
-@dataclass(frozen=True)
-class WorkerKey:
+class WorkerKey(NamedTuple):
+    """A session's identity. A named tuple: hashed in C on every registry lookup."""
+
     job_id: str
     rank: int
 
@@ -80,10 +82,11 @@ class HelloData:
     #: The training thread: Python ident and OS thread id (0: unknown).
     thread_id: int = 0
     thread_native_id: int = 0
+    #: (job_id, rank), built once: the report path asks for it on every report.
+    key: WorkerKey = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> WorkerKey:
-        return WorkerKey(self.job_id, self.rank)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", WorkerKey(self.job_id, self.rank))
 
 
 @dataclass(slots=True)
@@ -167,7 +170,7 @@ class ReportData:
     sync: SyncData | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class ActivePhase:
     name: str
     started_at: float
@@ -180,7 +183,7 @@ _OFFSET_WINDOW = 16
 STEP_SAMPLE_WINDOW = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class WorkerState:
     """Everything the sidecar knows about one worker session."""
 
@@ -211,7 +214,10 @@ class WorkerState:
     rate_points: deque[tuple[float, int]] = field(
         default_factory=lambda: deque(maxlen=_OFFSET_WINDOW)
     )
+    #: (receipt - send) of recent reports; see :meth:`note_offset`.
     offsets: deque[float] = field(default_factory=lambda: deque(maxlen=_OFFSET_WINDOW))
+    #: The worker's clock offset: the smallest of ``offsets`` (0 before any report).
+    offset_s: float = 0.0
     #: Device memory used/total of recent NVML samples, newest last.
     gpu_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     #: The latest GPU figures: the allocator's from the last report that had
@@ -227,15 +233,18 @@ class WorkerState:
     inflight_since: dict[str, float] = field(default_factory=dict)
     #: Calibration cache: p99 of step_samples, refreshed on each report.
     step_p99_s: float | None = None
+    #: ``hello.key``, which a resumed session's new Hello keeps (same job and rank).
+    key: WorkerKey = field(init=False, repr=False)
 
-    @property
-    def key(self) -> WorkerKey:
-        return self.hello.key
+    def __post_init__(self) -> None:
+        self.key = self.hello.key
 
-    @property
-    def offset_s(self) -> float:
-        # The smallest (receipt - send) seen is the least delayed: the best estimate.
-        return min(self.offsets) if self.offsets else 0.0
+    def note_offset(self, receipt_minus_send_s: float) -> None:
+        """Add one report's (receipt - send) to the clock-offset estimate."""
+        self.offsets.append(receipt_minus_send_s)
+        # The smallest seen is the least delayed: the best estimate. Kept up to
+        # date here so that mapping a timestamp (several per report) is one add.
+        self.offset_s = min(self.offsets)
 
     def to_local(self, worker_mono_ns: int) -> float:
         """Map a worker monotonic timestamp onto the sidecar's clock (seconds)."""

@@ -46,6 +46,10 @@ class Registry:
     def __iter__(self) -> Iterator[WorkerState]:
         return iter(list(self._workers.values()))
 
+    def workers(self) -> list[WorkerState]:
+        """Every session, as a new list (safe to hold while sessions come and go)."""
+        return list(self._workers.values())
+
     def get(self, key: WorkerKey) -> WorkerState | None:
         return self._workers.get(key)
 
@@ -89,9 +93,13 @@ class Registry:
         return state
 
     def apply(self, state: WorkerState, report: ReportData, now: float) -> None:
-        """Fold a report into its session. Raises ValidationError if absurd."""
+        """Fold a report into its session. Raises ValidationError if absurd.
+
+        Runs for every report: parts a report does not carry (phases, sync,
+        GPU) cost a test, not a new empty list or dict.
+        """
         validate_report(report)
-        state.offsets.append(now - report.mono_ns / 1e9)
+        state.note_offset(now - report.mono_ns / 1e9)
         state.last_report_at = now
         state.last_report = report
         state.reports += 1
@@ -99,16 +107,18 @@ class Registry:
             state.has_step = True
             state.last_step = report.last_step
             state.last_step_at = state.to_local(report.last_step_mono_ns)
-        state.total_steps = max(state.total_steps, report.total_steps)
+        if report.total_steps > state.total_steps:
+            state.total_steps = report.total_steps
         state.rate_points.append((now, report.total_steps))
         for phase in report.finished_phases:
             state.last_phase_end_at = max(
                 state.last_phase_end_at, state.to_local(phase.end_mono_ns)
             )
-        state.active_phases = [
-            ActivePhase(p.name, state.to_local(p.start_mono_ns), p.timeout_s)
-            for p in report.active_phases
-        ]
+        if report.active_phases or state.active_phases:
+            state.active_phases = [
+                ActivePhase(p.name, state.to_local(p.start_mono_ns), p.timeout_s)
+                for p in report.active_phases
+            ]
         new_samples = [d for d in report.recent_step_s if d > 0]
         if new_samples:
             state.step_samples.extend(new_samples)
@@ -127,7 +137,7 @@ class Registry:
                 for g in report.sync.groups
                 if g.oldest_inflight_start_mono_ns
             }
-        else:
+        elif state.inflight_since:
             state.inflight_since = {}
 
     def close(

@@ -48,31 +48,55 @@ class JobContext:
     last_phase_end_at: float = 0.0
 
 
+class _JobTally:
+    """What :func:`job_contexts` gathers about one job in its single pass."""
+
+    __slots__ = ("holders", "last_phase_end_at", "p99_s", "samples")
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.p99_s: float | None = None
+        self.holders: list[int] = []
+        self.last_phase_end_at = 0.0
+
+    def add(self, w: WorkerState) -> None:
+        # The job's threshold takes the maxima over its ranks (see thresholds.py).
+        self.samples = max(self.samples, len(w.step_samples))
+        if w.step_p99_s is not None and (self.p99_s is None or w.step_p99_s > self.p99_s):
+            self.p99_s = w.step_p99_s
+        if w.connected and w.active_phases:
+            self.holders.append(w.hello.rank)
+        if w.last_phase_end_at > self.last_phase_end_at:
+            self.last_phase_end_at = w.last_phase_end_at
+
+
 def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:
-    """The context of every job present in ``workers``."""
-    by_job: dict[str, list[WorkerState]] = {}
+    """The context of every job present in ``workers``, in one pass over them."""
+    tallies: dict[str, _JobTally] = {}
     for w in workers:
-        by_job.setdefault(w.hello.job_id, []).append(w)
-    out = {}
-    for job, ws in by_job.items():
-        live = [w for w in ws if w.connected]
-        out[job] = JobContext(
-            threshold=stall_threshold(
-                policy, [len(w.step_samples) for w in ws], [w.step_p99_s for w in ws]
-            ),
-            phase_holders=tuple(sorted(w.hello.rank for w in live if w.active_phases)),
-            last_phase_end_at=max((w.last_phase_end_at for w in ws), default=0.0),
+        tally = tallies.get(w.hello.job_id)
+        if tally is None:
+            tally = tallies[w.hello.job_id] = _JobTally()
+        tally.add(w)
+    return {
+        job: JobContext(
+            threshold=stall_threshold(policy, [t.samples], [t.p99_s]),
+            phase_holders=tuple(sorted(t.holders)),
+            last_phase_end_at=t.last_phase_end_at,
         )
-    return out
+        for job, t in tallies.items()
+    }
 
 
 def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
     """Every finding for every worker at time ``now``."""
-    workers = list(workers)
+    workers = workers if isinstance(workers, list) else list(workers)
     contexts = job_contexts(workers, cfg.stall)
     out: list[Finding] = []
     for w in workers:
-        out.extend(evaluate_worker(w, cfg, contexts[w.hello.job_id], now))
+        found = evaluate_worker(w, cfg, contexts[w.hello.job_id], now)
+        if found:
+            out.extend(found)
     return out
 
 
@@ -117,7 +141,8 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
         return out  # every other rule needs fresh reports
     if not w.connected:
         return out
-    out.extend(_degraded(w, cfg))
+    if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
+        out.extend(_degraded(w, cfg))
     if w.active_phases:
         hung = _phase_overrun(w, cfg, now)
     elif job.phase_holders:
@@ -203,15 +228,15 @@ def _inflight_seq(w: WorkerState, group: str) -> GroupSeqData | None:
 def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
     out: list[Finding] = []
     n = cfg.gpu_memory_reports
-    ratios = list(w.gpu_ratios)[-n:]
-    if len(ratios) == n and all(r >= cfg.gpu_memory_ratio for r in ratios):
+    # Tested before copying the samples: most workers have none (no GPU) or too few.
+    if len(w.gpu_ratios) >= n and all(r >= cfg.gpu_memory_ratio for r in list(w.gpu_ratios)[-n:]):
         gpu = w.gpu
         out.append(
             _finding(
                 w,
                 "gpu_memory",
                 Verdict.DEGRADED,
-                used_ratio=round(ratios[-1], 4),
+                used_ratio=round(w.gpu_ratios[-1], 4),
                 ratio=cfg.gpu_memory_ratio,
                 reports=n,
                 used_bytes=gpu.device_used_bytes if gpu else None,
