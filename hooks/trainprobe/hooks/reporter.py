@@ -220,6 +220,10 @@ class Reporter:
                     reader.cancel()
                     with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                         await reader
+                elif not reader.cancelled():
+                    # Retrieved so that asyncio does not log it again at exit: the
+                    # write path has already raised (and reported) the stream's error.
+                    reader.exception()
 
     async def _write_loop(
         self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, write_timeout: float
