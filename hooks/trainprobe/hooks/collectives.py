@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 from trainprobe.hooks import ddp
 from trainprobe.hooks.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
 from trainprobe.hooks.gpu import GpuMonitor
 from trainprobe.hooks.sync import (
-    END_NS,
-    EVENTS,
     GroupLedger,
     Record,
     StepSource,
@@ -58,16 +55,7 @@ class Collective:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        rec = self._rec
-        if rec is None:
-            return
-        events = rec[EVENTS]
-        if events is not None:
-            try:
-                events[2].record(events[1])
-            except Exception:
-                rec[EVENTS] = None  # judged by host time instead
-        rec[END_NS] = time.monotonic_ns()
+        ddp.record_end(self._rec)
 
 
 class CollectiveMethods:

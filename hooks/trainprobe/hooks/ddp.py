@@ -40,7 +40,7 @@ _MARK = "__trainprobe_watch__"
 CommHook = Callable[[Any, Any], Any]
 
 
-def _record_end(rec: list | None) -> None:
+def record_end(rec: list | None) -> None:
     """Mark a collective finished; on CUDA, record its end event first.
 
     Called from the future's callback: on CUDA that runs right after the
@@ -100,7 +100,7 @@ def default_allreduce_hook(
             rec = None
 
         def done(fut, rec=rec):
-            _record_end(rec)
+            record_end(rec)
             return fut.value()[0]
 
         return all_reduce(buf, group=state, async_op=True).get_future().then(done)
@@ -140,7 +140,7 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
             return fut
 
         def done(f, rec=rec):
-            _record_end(rec)
+            record_end(rec)
             return f.value()
 
         return fut.then(done)
