@@ -333,3 +333,71 @@ class DiagnoseReply(_message.Message):
     text: str
     json: str
     def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+
+class RelayBatch(_message.Message):
+    __slots__ = ("items", "dropped_reports")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[RelayItem]
+    dropped_reports: int
+    def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ...) -> None: ...
+
+class RelayItem(_message.Message):
+    __slots__ = ("stream_id", "message", "ended", "kill_result")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    KILL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    stream_id: int
+    message: bytes
+    ended: StreamEnded
+    kill_result: RelayKillResult
+    def __init__(self, stream_id: _Optional[int] = ..., message: _Optional[bytes] = ..., ended: _Optional[_Union[StreamEnded, _Mapping]] = ..., kill_result: _Optional[_Union[RelayKillResult, _Mapping]] = ...) -> None: ...
+
+class StreamEnded(_message.Message):
+    __slots__ = ("pid_alive",)
+    PID_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    pid_alive: bool
+    def __init__(self, pid_alive: bool = ...) -> None: ...
+
+class RelayCommand(_message.Message):
+    __slots__ = ("stream_id", "command", "kill", "reject")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    KILL_FIELD_NUMBER: _ClassVar[int]
+    REJECT_FIELD_NUMBER: _ClassVar[int]
+    stream_id: int
+    command: Command
+    kill: RelayKill
+    reject: RelayReject
+    def __init__(self, stream_id: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., kill: _Optional[_Union[RelayKill, _Mapping]] = ..., reject: _Optional[_Union[RelayReject, _Mapping]] = ...) -> None: ...
+
+class RelayKill(_message.Message):
+    __slots__ = ("kill_id", "grace_s")
+    KILL_ID_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    kill_id: int
+    grace_s: float
+    def __init__(self, kill_id: _Optional[int] = ..., grace_s: _Optional[float] = ...) -> None: ...
+
+class RelayKillResult(_message.Message):
+    __slots__ = ("kill_id", "exited", "error", "signals", "seconds")
+    KILL_ID_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SIGNALS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    kill_id: int
+    exited: bool
+    error: str
+    signals: _containers.RepeatedScalarFieldContainer[str]
+    seconds: float
+    def __init__(self, kill_id: _Optional[int] = ..., exited: bool = ..., error: _Optional[str] = ..., signals: _Optional[_Iterable[str]] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class RelayReject(_message.Message):
+    __slots__ = ("code", "details")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    details: str
+    def __init__(self, code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...

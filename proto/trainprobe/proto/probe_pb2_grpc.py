@@ -49,6 +49,11 @@ class SidecarStub(object):
                 request_serializer=trainprobe_dot_proto_dot_probe__pb2.DiagnoseRequest.SerializeToString,
                 response_deserializer=trainprobe_dot_proto_dot_probe__pb2.DiagnoseReply.FromString,
                 _registered_method=True)
+        self.Relay = channel.stream_stream(
+                '/trainprobe.v1.Sidecar/Relay',
+                request_serializer=trainprobe_dot_proto_dot_probe__pb2.RelayBatch.SerializeToString,
+                response_deserializer=trainprobe_dot_proto_dot_probe__pb2.RelayCommand.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer(object):
@@ -75,6 +80,17 @@ class SidecarServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Relay(self, request_iterator, context):
+        """A node sidecar in relay mode forwards all of its workers' Connect streams
+        over this one stream, in batches, to an upstream sidecar that runs the
+        rules for all of them (a job-level view). The upstream sends back, per
+        worker stream, the commands for that worker and the kill orders that the
+        node carries out with its own signals.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +108,11 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Diagnose,
                     request_deserializer=trainprobe_dot_proto_dot_probe__pb2.DiagnoseRequest.FromString,
                     response_serializer=trainprobe_dot_proto_dot_probe__pb2.DiagnoseReply.SerializeToString,
+            ),
+            'Relay': grpc.stream_stream_rpc_method_handler(
+                    servicer.Relay,
+                    request_deserializer=trainprobe_dot_proto_dot_probe__pb2.RelayBatch.FromString,
+                    response_serializer=trainprobe_dot_proto_dot_probe__pb2.RelayCommand.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +196,33 @@ class Sidecar(object):
             '/trainprobe.v1.Sidecar/Diagnose',
             trainprobe_dot_proto_dot_probe__pb2.DiagnoseRequest.SerializeToString,
             trainprobe_dot_proto_dot_probe__pb2.DiagnoseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Relay(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/trainprobe.v1.Sidecar/Relay',
+            trainprobe_dot_proto_dot_probe__pb2.RelayBatch.SerializeToString,
+            trainprobe_dot_proto_dot_probe__pb2.RelayCommand.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,12 +47,16 @@ KillerFactory = Callable[[Commander], Killer]
 
 
 class SignalKiller:
-    """Signals local pids; asks remote workers to abort over their stream."""
+    """Signals local pids; has a relaying node signal relayed ones; asks other
+    remote workers to abort over their stream."""
 
     def __init__(self, commander: Commander) -> None:
         self.commander = commander
 
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
+        if state.relay is not None:
+            # A relayed worker: the node that relays it signals the pid and says how it went.
+            return await state.relay.kill(state.hello.pid, grace_s)  # type: ignore[no-any-return]
         if state.local:
             outcome = await terminate(state.hello.pid, grace_s, state.proc_start_ticks)
             return outcome.to_record()

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainprobe.sidecar.otel import TelemetryError
+from trainprobe.sidecar.relay_node import RelayNode
 from trainprobe.sidecar.server import ListenError, Sidecar
 from trainprobe.sidecar.settings import (
     OPTIONS,
@@ -30,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainprobe-sidecar",
         description="Watch the training processes on this node: detect hung, unresponsive, "
-        "degraded and dead workers, and act on them.",
+        "degraded and dead workers, and act on them. With --relay-to, run no rules here: "
+        "forward every worker stream to an upstream sidecar, which judges them all, and "
+        "carry out its commands and kills on this node.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -79,8 +82,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 
 
 async def serve(settings: Settings) -> None:
-    """Run a sidecar until SIGINT or SIGTERM."""
-    sidecar = Sidecar(settings)
+    """Run a sidecar (a relay node with ``relay_to``) until SIGINT or SIGTERM."""
+    sidecar: Sidecar | RelayNode = RelayNode(settings) if settings.relay_to else Sidecar(settings)
     await sidecar.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES
+from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -59,7 +61,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
                     return await continuation(handler_call_details)
         return (
             self._deny_stream
-            if handler_call_details.method.endswith("/Connect")
+            if handler_call_details.method.endswith(("/Connect", "/Relay"))
             else (self._deny_unary)
         )
 
@@ -80,3 +82,55 @@ def prepare_unix_socket(path: Path) -> None:
             raise ListenError(f"another sidecar is already listening on {path}")
         finally:
             probe.close()
+
+
+@dataclass
+class Servers:
+    """What :func:`open_servers` started: servers, their addresses, socket files."""
+
+    servers: list[grpc.aio.Server] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)
+    unix_paths: list[Path] = field(default_factory=list)
+
+
+async def open_servers(
+    listen: Sequence[str],
+    token: str | None,
+    insecure: bool,
+    handlers: Sequence[grpc.GenericRpcHandler],
+) -> Servers:
+    """Serve ``handlers`` on every address: Unix sockets plain, TCP behind the token."""
+    out = Servers()
+    plain = grpc.aio.server(options=SERVER_OPTIONS)
+    plain.add_generic_rpc_handlers(tuple(handlers))
+    secured: grpc.aio.Server | None = None
+    for text in listen:
+        ep = parse_endpoint(text)
+        if ep.kind == "unix":
+            path = Path(ep.path)
+            prepare_unix_socket(path)
+            plain.add_insecure_port(ep.grpc_target)
+            out.unix_paths.append(path)
+            out.addresses.append(str(ep))
+            continue
+        if not token and not insecure:
+            raise ListenError(f"{ep}: TCP needs a token (or insecure=True)")
+        server = plain
+        if token:
+            if secured is None:
+                secured = grpc.aio.server(
+                    options=SERVER_OPTIONS, interceptors=[TokenInterceptor(token)]
+                )
+                secured.add_generic_rpc_handlers(tuple(handlers))
+            server = secured
+        try:
+            port = server.add_insecure_port(ep.grpc_target)
+        except RuntimeError as err:
+            raise ListenError(f"cannot listen on {ep}: {err}") from None
+        out.addresses.append(f"tcp://{ep.host}:{port}")
+    out.servers = [s for s in (plain, secured) if s is not None]
+    for server in out.servers:
+        await server.start()
+    for path in out.unix_paths:
+        os.chmod(path, 0o600)
+    return out

@@ -37,7 +37,7 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
-_S, _R, _A, _I = "Serving", "Rules", "Actions", "Integrations"
+_S, _R, _A, _I, _L = "Serving", "Rules", "Actions", "Integrations", "Relay"
 OPTIONS: tuple[Option, ...] = (
     Option(
         "listen",
@@ -242,6 +242,29 @@ OPTIONS: tuple[Option, ...] = (
         v.host,
         "Address the Prometheus endpoint binds to.",
         _I,
+    ),
+    Option(
+        "relay_to",
+        v.optional_endpoint,
+        "Relay mode: run no rules here; forward every worker stream on this node, in "
+        "batches, to the upstream sidecar at this address (unix:///path or tcp://host:port; "
+        "TCP sends the token), which runs the rules for all of them and sends back commands "
+        "and kill orders that this sidecar carries out with its own signals.",
+        _L,
+        default_text="none",
+    ),
+    Option(
+        "relay_interval_ms",
+        v.integer(10, 10_000),
+        "Relay mode: how often the buffered worker messages go upstream as one batch, in ms.",
+        _L,
+    ),
+    Option(
+        "relay_buffer_messages",
+        v.integer(100, 10_000_000),
+        "Relay mode: most worker messages held while the upstream is unreachable; beyond it "
+        "the oldest reports are dropped (counted, logged once per outage).",
+        _L,
     ),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}

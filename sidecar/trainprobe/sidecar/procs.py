@@ -100,3 +100,12 @@ async def wait_gone(pid: int, timeout_s: float, poll_s: float = 0.02) -> bool:
             return False
         await asyncio.sleep(poll_s)
     return True
+
+
+async def still_alive(pid: int, settle_s: float = 0.5) -> bool:
+    """Whether ``pid`` outlives the stream that just ended.
+
+    A dying process closes its sockets before it becomes a zombie, so the
+    stream can end a few ms before the pid looks gone: look again briefly.
+    """
+    return not await wait_gone(pid, settle_s)

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import parse_endpoint, probe_pb2
+from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.actions import (
     Actions,
     Killer,
@@ -33,13 +33,11 @@ from trainprobe.sidecar.core.rules import RuleConfig
 from trainprobe.sidecar.core.thresholds import StallPolicy
 from trainprobe.sidecar.engine import Engine
 from trainprobe.sidecar.incident_log import IncidentLog
-from trainprobe.sidecar.listeners import (
-    SERVER_OPTIONS,
-    ListenError,
-    TokenInterceptor,
-    prepare_unix_socket,
-)
+
+# ListenError is re-exported: callers catch it from here.
+from trainprobe.sidecar.listeners import ListenError, open_servers  # noqa: F401
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
+from trainprobe.sidecar.relay_upstream import RelayUpstream
 from trainprobe.sidecar.servicer import Commander, SidecarServicer
 from trainprobe.sidecar.settings import Settings
 from trainprobe.sidecar.stackdump import StackCollector
@@ -149,6 +147,8 @@ class Sidecar:
         self.servicer = SidecarServicer(
             self.registry, self.commander, self.status, self.diagnose, clock=clock
         )
+        #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
+        self.relay = RelayUpstream(self.servicer)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []
@@ -209,39 +209,17 @@ class Sidecar:
         starter = getattr(self.killer, "start", None)
         if callable(starter):
             starter()  # e.g. RayKiller connects to Ray in the background
-        plain = grpc.aio.server(options=SERVER_OPTIONS)
-        plain.add_generic_rpc_handlers((self.servicer.handler(),))
-        secured: grpc.aio.Server | None = None
-        for text in self.settings.listen_addresses:
-            ep = parse_endpoint(text)
-            if ep.kind == "unix":
-                path = Path(ep.path)
-                prepare_unix_socket(path)
-                plain.add_insecure_port(ep.grpc_target)
-                self._unix_paths.append(path)
-                self.addresses.append(str(ep))
-                continue
-            if not self.settings.token and not self.settings.insecure:
-                raise ListenError(f"{ep}: TCP needs a token (or insecure=True)")
-            server = plain
-            if self.settings.token:
-                if secured is None:
-                    secured = grpc.aio.server(
-                        options=SERVER_OPTIONS,
-                        interceptors=[TokenInterceptor(self.settings.token)],
-                    )
-                    secured.add_generic_rpc_handlers((self.servicer.handler(),))
-                server = secured
-            try:
-                port = server.add_insecure_port(ep.grpc_target)
-            except RuntimeError as err:
-                raise ListenError(f"cannot listen on {ep}: {err}") from None
-            self.addresses.append(f"tcp://{ep.host}:{port}")
-        self._servers = [s for s in (plain, secured) if s is not None]
-        for server in self._servers:
-            await server.start()
-        for path in self._unix_paths:
-            os.chmod(path, 0o600)
+        served = await open_servers(
+            self.settings.listen_addresses,
+            self.settings.token,
+            self.settings.insecure,
+            (self.servicer.handler(self.relay.methods()),),
+        )
+        self._servers, self.addresses, self._unix_paths = (
+            served.servers,
+            served.addresses,
+            served.unix_paths,
+        )
         self._engine_task = asyncio.ensure_future(
             self.engine.run(self.settings.tick_interval_ms / 1000.0, self._stop)
         )

@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -23,12 +23,23 @@ from trainprobe.sidecar import convert
 from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive
 
 log = logging.getLogger("trainprobe.sidecar")
 
 SERVICE = "trainprobe.v1.Sidecar"
+T = TypeVar("T")
 ReportListener = Callable[[WorkerState, ReportData], None]
+#: The status a refused stream gets.
+Refusal = tuple[grpc.StatusCode, str]
+#: How a stream ended ("goodbye", "vanished", "rejected") and its refusal, if any.
+Ending = tuple[str, Refusal | None]
+
+
+class CommandSink(Protocol):
+    """Where a session's commands go: its Connect stream's queue, or a relay."""
+
+    def put_nowait(self, command: probe_pb2.Command) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ class Malformed:
     error: str
 
 
-def _safe_parser(cls: Any) -> Callable[[bytes], Any]:
+def safe_parser(cls: Any) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
             return cls.FromString(data)
@@ -54,14 +65,15 @@ class Commander:
     """Outbound command queues per live session and their pending results."""
 
     def __init__(self) -> None:
-        self._queues: dict[WorkerKey, tuple[int, asyncio.Queue[probe_pb2.Command]]] = {}
+        self._queues: dict[WorkerKey, tuple[int, CommandSink]] = {}
         self._pending: dict[int, asyncio.Future[probe_pb2.CommandResult]] = {}
         self._ids = itertools.count(1)
 
-    def attach(self, key: WorkerKey, generation: int) -> asyncio.Queue[probe_pb2.Command]:
-        queue: asyncio.Queue[probe_pb2.Command] = asyncio.Queue()
-        self._queues[key] = (generation, queue)
-        return queue
+    def attach(self, key: WorkerKey, generation: int, sink: CommandSink | None = None) -> Any:
+        """Route the session's commands to ``sink`` (default: a new queue, returned)."""
+        out: CommandSink = asyncio.Queue() if sink is None else sink
+        self._queues[key] = (generation, out)
+        return out
 
     def detach(self, key: WorkerKey, generation: int) -> None:
         entry = self._queues.get(key)
@@ -119,24 +131,28 @@ class SidecarServicer:
         self._hostname = socket.gethostname()
         self._closing: set[asyncio.Future[None]] = set()
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        """Method handlers whose parsers turn garbage into :class:`Malformed`."""
+    def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
+        """Method handlers whose parsers turn garbage into :class:`Malformed`.
+
+        ``extra`` adds methods served elsewhere (``Relay``) to the same service.
+        """
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
+                **(extra or {}),
                 "Connect": grpc.stream_stream_rpc_method_handler(
                     self.Connect,
-                    request_deserializer=_safe_parser(probe_pb2.WorkerMessage),
+                    request_deserializer=safe_parser(probe_pb2.WorkerMessage),
                     response_serializer=probe_pb2.Command.SerializeToString,
                 ),
                 "GetStatus": grpc.unary_unary_rpc_method_handler(
                     self.GetStatus,
-                    request_deserializer=_safe_parser(probe_pb2.StatusRequest),
+                    request_deserializer=safe_parser(probe_pb2.StatusRequest),
                     response_serializer=probe_pb2.StatusReply.SerializeToString,
                 ),
                 "Diagnose": grpc.unary_unary_rpc_method_handler(
                     self.Diagnose,
-                    request_deserializer=_safe_parser(probe_pb2.DiagnoseRequest),
+                    request_deserializer=safe_parser(probe_pb2.DiagnoseRequest),
                     response_serializer=probe_pb2.DiagnoseReply.SerializeToString,
                 ),
             },
@@ -173,29 +189,19 @@ class SidecarServicer:
     async def Connect(self, request_iterator: Any, context: Any) -> None:
         state: WorkerState | None = None
         generation = -1
-        error: tuple[grpc.StatusCode, str] | None = None
-        outbox: asyncio.Queue[probe_pb2.Command] | None = None
+        error: Refusal | None = None
+        outbox: asyncio.Queue[probe_pb2.Command]
         how = "vanished"
         try:
             first = await anext(request_iterator, None)
             if first is None:
                 return
-            state, error = self._open(first, context)
+            state, error = self.open_session(first, relay=None)
             if state is None:
                 return
             generation = state.generation
             outbox = self.commander.attach(state.key, generation)
-            reader = asyncio.ensure_future(self._read(state, request_iterator))
-            while True:
-                getter = asyncio.ensure_future(outbox.get())
-                done, _ = await asyncio.wait({reader, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    await context.write(getter.result())
-                else:
-                    getter.cancel()
-                if reader in done:
-                    how, error = reader.result()
-                    return
+            how, error = await pump(context.write, self._read(state, request_iterator), outbox)
         finally:
             if state is not None:
                 self.commander.detach(state.key, generation)
@@ -207,28 +213,23 @@ class SidecarServicer:
                 await self._reject(context, *error)
 
     async def _close(self, state: WorkerState, generation: int, how: str) -> None:
-        alive = await self._still_alive(state) if state.local and how != "goodbye" else None
+        alive = await still_alive(state.hello.pid) if state.local and how != "goodbye" else None
+        self.end_session(state, generation, how, alive)
+
+    def end_session(
+        self, state: WorkerState, generation: int, how: str, alive: bool | None
+    ) -> None:
+        """Close a session in the registry, with one log line (Connect and Relay)."""
         if self.registry.close(state, generation, how, self._clock(), alive):
             level = logging.INFO if how == "goodbye" else logging.WARNING
-            log.log(level, "worker %s (pid %d) stream ended: %s", state.key, state.hello.pid, how)
+            via = "" if state.relay is None else f" via relay {state.relay}"
+            log.log(
+                level, "worker %s (pid %d%s) stream ended: %s", state.key, state.hello.pid, via, how
+            )
 
-    @staticmethod
-    async def _still_alive(state: WorkerState, settle_s: float = 0.5) -> bool:
-        """Whether the worker's process outlives its stream.
-
-        A dying process closes its sockets before it becomes a zombie, so the
-        stream can end a few ms before the pid looks gone: look again briefly.
-        """
-        deadline = time.monotonic() + settle_s
-        while pid_alive(state.hello.pid):
-            if time.monotonic() >= deadline:
-                return True
-            await asyncio.sleep(0.02)
-        return False
-
-    def _open(
-        self, first: Any, context: Any
-    ) -> tuple[WorkerState | None, tuple[grpc.StatusCode, str] | None]:
+    def open_session(self, first: Any, relay: Any) -> tuple[WorkerState | None, Refusal | None]:
+        """Open a session from a stream's first message (Connect, or relayed when
+        ``relay`` names the relay route); on refusal, the status to send."""
         if isinstance(first, Malformed):
             return None, (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -243,46 +244,78 @@ class SidecarServicer:
             state = self.registry.open(convert.hello_from_pb(first.hello), self._clock())
         except RegistryError as err:
             return None, (getattr(grpc.StatusCode, err.code), str(err))
-        state.local = state.hello.host == self._hostname and pid_alive(state.hello.pid)
+        # A relayed worker is the relaying node's to signal, even on this host.
+        state.relay = relay
+        state.local = (
+            relay is None and state.hello.host == self._hostname and pid_alive(state.hello.pid)
+        )
         state.proc_start_ticks = proc_start_ticks(state.hello.pid) if state.local else None
         log.info(
-            "worker %s connected: pid %d on %s, world size %d",
+            "worker %s connected%s: pid %d on %s, world size %d",
             state.key,
+            "" if relay is None else f" via relay {relay}",
             state.hello.pid,
             state.hello.host,
             state.hello.world_size,
         )
         return state, None
 
-    async def _read(
-        self, state: WorkerState, request_iterator: Any
-    ) -> tuple[str, tuple[grpc.StatusCode, str] | None]:
+    async def _read(self, state: WorkerState, request_iterator: Any) -> Ending:
         """Consume the stream; return how it ended and the error to send, if any."""
         async for msg in request_iterator:
-            if isinstance(msg, Malformed):
-                return "rejected", (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"malformed WorkerMessage ({msg.size} bytes): {msg.error}",
-                )
-            kind = msg.WhichOneof("body")
-            if kind == "report":
-                report = convert.report_from_pb(msg.report)
-                try:
-                    self.registry.apply(state, report, self._clock())
-                except ValidationError as err:
-                    return "rejected", (grpc.StatusCode.INVALID_ARGUMENT, f"bad report: {err}")
-                for listener in self.report_listeners:
-                    try:
-                        listener(state, report)
-                    except Exception:
-                        log.exception("report listener %r failed", listener)
-            elif kind == "command_result":
-                self.commander.resolve(msg.command_result)
-            elif kind == "goodbye":
-                return "goodbye", None
-            elif kind == "hello":
-                return "rejected", (
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "a second Hello on one stream; open a new stream instead",
-                )
+            ending = self.handle(state, msg)
+            if ending is not None:
+                return ending
         return "vanished", None
+
+    def handle(self, state: WorkerState, msg: Any) -> Ending | None:
+        """Apply one WorkerMessage after the Hello; an :data:`Ending` ends the stream.
+
+        The one per-message path of Connect streams and relayed streams alike.
+        """
+        if isinstance(msg, Malformed):
+            return "rejected", (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"malformed WorkerMessage ({msg.size} bytes): {msg.error}",
+            )
+        kind = msg.WhichOneof("body")
+        if kind == "report":
+            report = convert.report_from_pb(msg.report)
+            try:
+                self.registry.apply(state, report, self._clock())
+            except ValidationError as err:
+                return "rejected", (grpc.StatusCode.INVALID_ARGUMENT, f"bad report: {err}")
+            for listener in self.report_listeners:
+                try:
+                    listener(state, report)
+                except Exception:
+                    log.exception("report listener %r failed", listener)
+        elif kind == "command_result":
+            self.commander.resolve(msg.command_result)
+        elif kind == "goodbye":
+            return "goodbye", None
+        elif kind == "hello":
+            return "rejected", (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "a second Hello on one stream; open a new stream instead",
+            )
+        return None
+
+
+async def pump(
+    write: Callable[[Any], Awaitable[None]], reader: Awaitable[T], outbox: asyncio.Queue[Any]
+) -> T:
+    """``write`` what arrives in ``outbox`` until ``reader`` is done; its result."""
+    task = asyncio.ensure_future(reader)
+    try:
+        while True:
+            getter = asyncio.ensure_future(outbox.get())
+            done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                await write(getter.result())
+            else:
+                getter.cancel()
+            if task in done:
+                return task.result()
+    finally:
+        task.cancel()

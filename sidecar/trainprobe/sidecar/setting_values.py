@@ -159,3 +159,14 @@ def endpoints(v: Any) -> tuple[str, ...]:
     if not out:
         raise ValueError("needs at least one address")
     return tuple(out)
+
+
+def optional_endpoint(v: Any) -> str | None:
+    """One address (unix:///path or tcp://host:port), or none."""
+    text = "" if v is None else str(v).strip()
+    if text.lower() in ("", "none"):
+        return None
+    try:
+        return str(parse_endpoint(text))
+    except EndpointError as err:
+        raise ValueError(str(err)) from None

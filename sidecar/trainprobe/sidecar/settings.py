@@ -94,6 +94,10 @@ class Settings:
     trace_every_n_steps: int = 100
     metrics_port: int | None = None
     metrics_host: str = "0.0.0.0"
+    # relay
+    relay_to: str | None = None
+    relay_interval_ms: int = 100
+    relay_buffer_messages: int = 20_000
 
     @property
     def listen_addresses(self) -> tuple[str, ...]:
@@ -170,6 +174,12 @@ def load_settings(
         raise SettingsError(
             "listen: a tcp:// address needs --token (or TRAINPROBE_TOKEN); "
             "pass --insecure to serve TCP without authentication"
+        )
+    relay_to = values["relay_to"] or ""
+    if relay_to.startswith("tcp://") and not values["token"] and not values["insecure"]:
+        raise SettingsError(
+            "relay_to: a tcp:// upstream needs --token (or TRAINPROBE_TOKEN), which it is sent; "
+            "pass --insecure to relay over TCP without authentication"
         )
     return Settings(**values)
 

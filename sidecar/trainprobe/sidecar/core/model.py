@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from trainprobe.sidecar.core.thresholds import StepWindow
 
@@ -196,6 +196,9 @@ class WorkerState:
     #: and its start time there, which guards against pid reuse.
     local: bool = False
     proc_start_ticks: int | None = None
+    #: The relay route when the session came over a node sidecar's Relay stream
+    #: (its node signals the process); None for a direct Connect stream.
+    relay: Any = None
     #: "", "goodbye", "vanished" or "rejected".
     ended: str = ""
     ended_at: float = 0.0

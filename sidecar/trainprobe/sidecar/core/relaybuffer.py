@@ -1,0 +1,97 @@
+"""The relaying node's bounded buffer of items waiting to go upstream.
+
+Pure logic, no gRPC: items are ``(stream_id, kind, payload)`` tuples that the
+node turns into ``RelayItem`` messages when it sends a batch. When the
+upstream is unreachable the buffer fills up; then the oldest *report* goes
+first (a newer report supersedes it), so Hellos, Goodbyes, stream ends and
+kill outcomes survive an outage as long as there is any report to drop.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+
+class Kind(enum.IntEnum):
+    """What a buffered item is; only the node's relay code gives it meaning."""
+
+    HELLO = 0
+    REPORT = 1
+    #: Any other WorkerMessage (Goodbye, CommandResult, something unparsable).
+    MESSAGE = 2
+    ENDED = 3
+    KILL_RESULT = 4
+
+
+Item = tuple[int, Kind, Any]
+
+#: Field 2 (``report``) of WorkerMessage, length-delimited: the first byte of
+#: every serialized report message, so the node needs no parse to classify it.
+REPORT_TAG = b"\x12"
+HELLO_TAG = b"\x0a"
+
+
+def kind_of(message: bytes) -> Kind:
+    """Classify a serialized WorkerMessage by its first tag byte."""
+    head = message[:1]
+    if head == REPORT_TAG:
+        return Kind.REPORT
+    return Kind.HELLO if head == HELLO_TAG else Kind.MESSAGE
+
+
+class RelayBuffer:
+    """A FIFO of items with at most ``max_items``, shedding the oldest reports."""
+
+    def __init__(self, max_items: int) -> None:
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        self.max_items = max_items
+        self._items: deque[Item] = deque()
+        #: Items dropped since the last :meth:`take` (sent upstream as a count).
+        self.dropped = 0
+        #: Items dropped over the buffer's life.
+        self.dropped_total = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, stream_id: int, kind: Kind, payload: Any) -> bool:
+        """Append an item; True if that made room by dropping an older one."""
+        self._items.append((stream_id, kind, payload))
+        if len(self._items) <= self.max_items:
+            return False
+        self._drop_one()
+        return True
+
+    def _drop_one(self) -> None:
+        for i, item in enumerate(self._items):
+            if item[1] is Kind.REPORT:
+                del self._items[i]
+                break
+        else:  # nothing but control items: the oldest of them goes
+            self._items.popleft()
+        self.dropped += 1
+        self.dropped_total += 1
+
+    def take(self) -> tuple[list[Item], int]:
+        """Everything buffered, oldest first, and the drops since the last take."""
+        items, dropped = list(self._items), self.dropped
+        self._items.clear()
+        self.dropped = 0
+        return items, dropped
+
+    def resume(self, hellos: Iterable[tuple[int, bytes]]) -> None:
+        """Prepare for a new upstream stream: the given live streams' Hellos first.
+
+        A new stream starts with no session open upstream, so every live
+        worker's Hello goes first; buffered Hellos are dropped, since the
+        streams still alive are among ``hellos`` and the others have ended.
+        """
+        rest = [item for item in self._items if item[1] is not Kind.HELLO]
+        self._items = deque([(sid, Kind.HELLO, hello) for sid, hello in hellos])
+        self._items.extend(rest)
+        while len(self._items) > self.max_items:
+            self._drop_one()

@@ -1,0 +1,331 @@
+"""Relay mode (``--relay-to``): a node sidecar that forwards instead of judging.
+
+It accepts its workers' ``Connect`` streams as usual but runs no rules: every
+message goes, as the bytes the worker sent, into a bounded buffer that is sent
+upstream as one ``RelayBatch`` every ``relay_interval_ms`` over one ``Relay``
+stream. The upstream sidecar judges; this node forwards its commands to the
+right worker stream, carries out its kill orders with local signals
+(:func:`~trainprobe.sidecar.procs.terminate`, pid-reuse checked), and reports
+streams that end without a Goodbye together with whether the pid still runs.
+
+The hooks never notice the upstream: while it is unreachable their streams
+stay open here, reports are buffered (the oldest dropped beyond the bound),
+and the node reconnects with backoff, re-sending every live worker's Hello
+first on the new stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import socket
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint, probe_pb2
+from trainprobe.sidecar.core.relaybuffer import Item, Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.listeners import open_servers
+from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive, terminate
+from trainprobe.sidecar.servicer import SERVICE, pump
+from trainprobe.sidecar.settings import Settings
+
+log = logging.getLogger("trainprobe.sidecar")
+
+#: First byte of a serialized WorkerMessage whose body is a Goodbye (field 3).
+GOODBYE_TAG = b"\x1a"
+#: Streams whose pid is remembered for kill orders that come after they ended.
+_REMEMBERED_STREAMS = 4096
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+class _Rejected(Exception):
+    """The upstream refused a worker stream; end it with this status."""
+
+    def __init__(self, reject: probe_pb2.RelayReject) -> None:
+        super().__init__(reject.details)
+        self.code = getattr(grpc.StatusCode, reject.code, grpc.StatusCode.UNKNOWN)
+        self.details = reject.details
+
+
+@dataclass
+class _Stream:
+    """One worker's Connect stream on this node."""
+
+    sid: int
+    hello: bytes
+    pid: int
+    start_ticks: int | None
+    #: Commands for the worker, and possibly a RelayReject that ends the stream.
+    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+
+
+def _pid_of_hello(data: bytes) -> int:
+    try:
+        msg = probe_pb2.WorkerMessage.FromString(data)
+    except Exception:  # the upstream rejects it; nothing to signal here
+        return 0
+    return msg.hello.pid if msg.WhichOneof("body") == "hello" else 0
+
+
+class RelayNode:
+    """A running relay-mode sidecar: worker servers plus the upstream link."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.relay_to:
+            raise ValueError("relay mode needs relay_to")
+        self.settings = settings
+        self.upstream = parse_endpoint(settings.relay_to)
+        self.buffer = RelayBuffer(settings.relay_buffer_messages)
+        self.interval_s = settings.relay_interval_ms / 1000.0
+        self.addresses: list[str] = []
+        #: Whether a Relay stream to the upstream is up now, and how many were opened.
+        self.connected = False
+        self.sessions = 0
+        self._streams: dict[int, _Stream] = {}
+        self._pids: OrderedDict[int, tuple[int, int | None]] = OrderedDict()
+        self._ids = itertools.count(1)
+        self._metadata = ((AUTH_METADATA_KEY, f"Bearer {settings.token}"),)
+        if not settings.token or self.upstream.kind == "unix":
+            self._metadata = ()
+        self._stop = asyncio.Event()
+        #: Ends the relay loop; set after the worker servers stopped, so the
+        #: last batch (their Goodbyes) still goes up.
+        self._done = asyncio.Event()
+        self._servers: Any = None
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._relay_task: asyncio.Task[None] | None = None
+        self._warned_drop = False
+        #: Set while this node shuts down: its workers' streams end because of
+        #: us, not them, so they are not reported as vanished.
+        self._closing = False
+
+    # -- the worker side -------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                # Bytes in: the node forwards what the worker sent without a parse.
+                "Connect": grpc.stream_stream_rpc_method_handler(
+                    self.Connect,
+                    request_deserializer=None,
+                    response_serializer=probe_pb2.Command.SerializeToString,
+                ),
+                "GetStatus": grpc.unary_unary_rpc_method_handler(
+                    self.GetStatus,
+                    request_deserializer=None,
+                    response_serializer=probe_pb2.StatusReply.SerializeToString,
+                ),
+            },
+        )
+
+    async def GetStatus(self, request: Any, context: Any) -> probe_pb2.StatusReply:
+        """No workers: in relay mode the upstream sidecar holds their state."""
+        from trainprobe.sidecar.server import SIDECAR_VERSION
+
+        return probe_pb2.StatusReply(
+            sidecar_version=SIDECAR_VERSION, node=f"{socket.gethostname()} (relay)"
+        )
+
+    async def Connect(self, request_iterator: Any, context: Any) -> None:
+        first = await anext(request_iterator, None)
+        if first is None:
+            return
+        sid = next(self._ids)
+        pid = _pid_of_hello(first)
+        ticks = proc_start_ticks(pid) if pid > 0 and pid_alive(pid) else None
+        stream = _Stream(sid, first, pid, ticks)
+        self._streams[sid] = stream
+        self._pids[sid] = (pid, ticks)
+        while len(self._pids) > _REMEMBERED_STREAMS:
+            self._pids.popitem(last=False)
+        self._add(sid, Kind.HELLO, first)
+        last = [first]
+        rejected: _Rejected | None = None
+
+        async def read() -> None:
+            async for data in request_iterator:
+                last[0] = data
+                self._add(sid, kind_of(data), data)
+
+        async def write(item: Any) -> None:
+            if isinstance(item, probe_pb2.RelayReject):
+                raise _Rejected(item)
+            await context.write(item)
+
+        try:
+            await pump(write, read(), stream.outbox)
+        except _Rejected as err:
+            rejected = err
+        finally:
+            self._streams.pop(sid, None)
+            if rejected is None and last[0][:1] != GOODBYE_TAG and not self._closing:
+                # Not awaited here: gRPC may cancel this handler again while it waits.
+                self._spawn(self._vanished(sid, pid))
+        if rejected is not None:
+            log.warning("upstream rejected worker pid %d: %s", pid, rejected.details)
+            await context.abort(rejected.code, rejected.details)
+
+    async def _vanished(self, sid: int, pid: int) -> None:
+        alive = await still_alive(pid) if pid > 0 else False
+        self._add(sid, Kind.ENDED, alive)
+        log.warning("worker pid %d stream ended without goodbye (pid alive: %s)", pid, alive)
+
+    def _add(self, sid: int, kind: Kind, payload: Any) -> None:
+        if self.buffer.add(sid, kind, payload) and not self._warned_drop:
+            self._warned_drop = True
+            log.warning(
+                "relay buffer full (%d messages): dropping the oldest reports until the "
+                "upstream %s takes them",
+                self.buffer.max_items,
+                self.upstream,
+            )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the upstream side -----------------------------------------------------
+
+    def batch(self) -> probe_pb2.RelayBatch | None:
+        """Everything buffered as one RelayBatch; None when there is nothing."""
+        items, dropped = self.buffer.take()
+        if not items and not dropped:
+            return None
+        return probe_pb2.RelayBatch(items=[_item_pb(i) for i in items], dropped_reports=dropped)
+
+    async def _relay_forever(self) -> None:
+        delay = 0.1
+        down_logged = False
+        while not self._done.is_set():
+            error: Exception | None = None
+            try:
+                await self._relay_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                error = err
+            if self.connected:  # a new outage: log it once, retry soon
+                self.connected, down_logged, delay = False, False, 0.1
+            if error is not None and not down_logged:
+                log.warning("relay to %s is down (%s); retrying", self.upstream, error)
+                down_logged = True
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._done.wait(), random.uniform(delay / 2, delay))
+            delay = min(5.0, delay * 2)
+
+    async def _relay_once(self) -> None:
+        async with grpc.aio.insecure_channel(
+            self.upstream.grpc_target, options=_CHANNEL_OPTIONS
+        ) as channel:
+            call = channel.stream_stream(
+                f"/{SERVICE}/Relay",
+                request_serializer=probe_pb2.RelayBatch.SerializeToString,
+                response_deserializer=probe_pb2.RelayCommand.FromString,
+            )(metadata=self._metadata)
+            await call.wait_for_connection()
+            # The new stream knows no session: every live worker's Hello goes first.
+            self.buffer.resume((s.sid, s.hello) for s in self._streams.values())
+            reader = asyncio.ensure_future(self._commands(call))
+            try:
+                while not self._done.is_set():
+                    batch = self.batch()
+                    if batch is not None:
+                        await call.write(batch)
+                        if not self.connected:
+                            self.connected, self._warned_drop = True, False
+                            self.sessions += 1
+                            log.info("relaying to %s", self.upstream)
+                    done, _ = await asyncio.wait({reader}, timeout=self.interval_s)
+                    if done:
+                        reader.result()  # raises what ended the stream
+                        raise ConnectionError("the upstream ended the relay stream")
+                with contextlib.suppress(Exception):
+                    await call.done_writing()
+            finally:
+                reader.cancel()
+                call.cancel()
+
+    async def _commands(self, call: Any) -> None:
+        async for cmd in call:
+            which = cmd.WhichOneof("kind")
+            if which == "kill":
+                self._spawn(self._kill(cmd.stream_id, cmd.kill))
+                continue
+            stream = self._streams.get(cmd.stream_id)
+            if stream is None:
+                continue  # that worker's stream has ended
+            if which == "command":
+                stream.outbox.put_nowait(cmd.command)
+            elif which == "reject":
+                stream.outbox.put_nowait(cmd.reject)
+
+    async def _kill(self, sid: int, order: probe_pb2.RelayKill) -> None:
+        pid, ticks = self._pids.get(sid, (0, None))
+        result = probe_pb2.RelayKillResult(kill_id=order.kill_id)
+        if pid <= 0:
+            result.error = "the relaying node does not know this worker's pid"
+        else:
+            out = await terminate(pid, order.grace_s, ticks)
+            result.exited, result.error = out.exited, out.error
+            result.signals.extend(out.signals)
+            result.seconds = out.seconds
+        log.warning("killed worker pid %d for the upstream: %s", pid, result.error or "exited")
+        self._add(sid, Kind.KILL_RESULT, result)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._servers = await open_servers(
+            self.settings.listen_addresses,
+            self.settings.token,
+            self.settings.insecure,
+            (self.handler(),),
+        )
+        self.addresses = self._servers.addresses
+        self._relay_task = asyncio.ensure_future(self._relay_forever())
+        log.info(
+            "trainprobe relay node listening on %s; relaying to %s every %d ms (no rules here)",
+            ", ".join(self.addresses),
+            self.upstream,
+            self.settings.relay_interval_ms,
+        )
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        self._stop.set()
+        self._closing = True
+        if self._servers is not None:
+            await asyncio.gather(*(s.stop(grace_s) for s in self._servers.servers))
+            for path in self._servers.unix_paths:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        if self._relay_task is not None:
+            await asyncio.sleep(self.interval_s + 0.05)  # one last batch: the Goodbyes
+            self._done.set()
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._relay_task, 2.0)
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+
+def _item_pb(item: Item) -> probe_pb2.RelayItem:
+    sid, kind, payload = item
+    if kind is Kind.ENDED:
+        return probe_pb2.RelayItem(stream_id=sid, ended=probe_pb2.StreamEnded(pid_alive=payload))
+    if kind is Kind.KILL_RESULT:
+        return probe_pb2.RelayItem(stream_id=sid, kill_result=payload)
+    return probe_pb2.RelayItem(stream_id=sid, message=payload)

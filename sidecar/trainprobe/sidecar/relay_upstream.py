@@ -1,0 +1,216 @@
+"""The upstream end of ``Relay``: a node sidecar's worker streams as sessions.
+
+Each relayed worker stream becomes a session exactly as if it had come over
+``Connect``: the same :meth:`SidecarServicer.open_session` / ``handle`` /
+``end_session``, the same report listeners and command queues. What differs
+is where things go: commands and kill orders travel down the relay stream,
+tagged with the worker's stream id, and a refused worker stream gets a
+``RelayReject`` while the relay and its other workers go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.procs import KillOutcome
+from trainprobe.sidecar.servicer import (
+    Malformed,
+    Refusal,
+    SidecarServicer,
+    pump,
+    safe_parser,
+)
+
+log = logging.getLogger("trainprobe.sidecar")
+
+#: How a session ends when the relay stream that carried it ends: the worker's
+#: fate is unknown (its node may only have lost the connection), so it is not
+#: DEAD; the heartbeat rule judges it if its node does not come back.
+RELAY_LOST = "relay_lost"
+#: Beyond the kill grace, how long the node has to report a kill's outcome
+#: (terminate() waits up to 10 s for the pid to go after SIGKILL).
+RELAY_KILL_MARGIN_S = 12.0
+_parse_worker_message = safe_parser(probe_pb2.WorkerMessage)
+
+
+class RelayLink:
+    """One Relay stream, upstream side: its outbound queue and pending kills."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.out: asyncio.Queue[probe_pb2.RelayCommand] = asyncio.Queue()
+        self.open = True
+        self._kills: dict[int, asyncio.Future[probe_pb2.RelayKillResult | None]] = {}
+        self._ids = itertools.count(1)
+
+    async def kill(self, stream_id: int, pid: int, grace_s: float) -> dict[str, object]:
+        """Have the node signal the worker's pid; its outcome as a kill record."""
+        out = KillOutcome(pid=pid, method="relay-signal")
+        if not self.open:
+            out.error = f"relay stream from {self.peer} has ended; the node cannot be reached"
+            return out.to_record()
+        kill_id = next(self._ids)
+        fut: asyncio.Future[probe_pb2.RelayKillResult | None]
+        fut = asyncio.get_running_loop().create_future()
+        self._kills[kill_id] = fut
+        order = probe_pb2.RelayKill(kill_id=kill_id, grace_s=grace_s)
+        self.out.put_nowait(probe_pb2.RelayCommand(stream_id=stream_id, kill=order))
+        timeout_s = grace_s + RELAY_KILL_MARGIN_S
+        try:
+            result = await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            out.error = f"the relaying node did not report the kill's outcome within {timeout_s}s"
+            return out.to_record()
+        finally:
+            self._kills.pop(kill_id, None)
+        if result is None:
+            out.error = f"relay stream from {self.peer} ended before the kill's outcome came"
+            return out.to_record()
+        out.signals, out.exited = list(result.signals), result.exited
+        out.seconds, out.error = result.seconds, result.error
+        return out.to_record()
+
+    def resolve(self, result: probe_pb2.RelayKillResult) -> None:
+        fut = self._kills.get(result.kill_id)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def close(self) -> None:
+        self.open = False
+        for fut in self._kills.values():
+            if not fut.done():
+                fut.set_result(None)
+
+
+class RelayRoute:
+    """How the upstream reaches one relayed worker (``WorkerState.relay``).
+
+    Also the session's command sink: a command for the worker goes down the
+    relay stream tagged with its stream id.
+    """
+
+    __slots__ = ("link", "stream_id")
+
+    def __init__(self, link: RelayLink, stream_id: int) -> None:
+        self.link = link
+        self.stream_id = stream_id
+
+    def __str__(self) -> str:
+        return f"{self.link.peer}#{self.stream_id}"
+
+    def put_nowait(self, command: probe_pb2.Command) -> None:
+        self.link.out.put_nowait(probe_pb2.RelayCommand(stream_id=self.stream_id, command=command))
+
+    async def kill(self, pid: int, grace_s: float) -> dict[str, object]:
+        return await self.link.kill(self.stream_id, pid, grace_s)
+
+
+class RelayUpstream:
+    """Implements the ``Relay`` RPC on top of a :class:`SidecarServicer`."""
+
+    def __init__(self, servicer: SidecarServicer) -> None:
+        self.servicer = servicer
+        #: Reports that relaying nodes said they dropped, over this sidecar's life.
+        self.dropped_reports = 0
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler]:
+        """``Relay``, for :meth:`SidecarServicer.handler`."""
+        return {
+            "Relay": grpc.stream_stream_rpc_method_handler(
+                self.Relay,
+                request_deserializer=safe_parser(probe_pb2.RelayBatch),
+                response_serializer=probe_pb2.RelayCommand.SerializeToString,
+            )
+        }
+
+    async def Relay(self, request_iterator: Any, context: Any) -> None:
+        link = RelayLink(context.peer())
+        sessions: dict[int, tuple[WorkerState, int]] = {}
+        log.info("relay stream from %s opened", link.peer)
+        error: Refusal | None = None
+        try:
+            reader = self._read(link, sessions, request_iterator)
+            error = await pump(context.write, reader, link.out)
+        finally:
+            link.close()
+            for state, generation in sessions.values():
+                self.servicer.commander.detach(state.key, generation)
+                self.servicer.end_session(state, generation, RELAY_LOST, None)
+            log.warning("relay stream from %s ended with %d live workers", link.peer, len(sessions))
+        if error is not None:
+            log.warning("rejected relay stream from %s: %s", link.peer, error[1])
+            await context.abort(*error)
+
+    async def _read(
+        self, link: RelayLink, sessions: dict[int, tuple[WorkerState, int]], batches: Any
+    ) -> Refusal | None:
+        refused: set[int] = set()
+        async for batch in batches:
+            if isinstance(batch, Malformed):
+                # Not attributable to one worker: the node must start afresh.
+                return grpc.StatusCode.INVALID_ARGUMENT, f"malformed RelayBatch: {batch.error}"
+            if batch.dropped_reports:
+                self.dropped_reports += batch.dropped_reports
+                log.warning("relay %s dropped %d reports", link.peer, batch.dropped_reports)
+            for item in batch.items:
+                sid = item.stream_id
+                if sid in refused:
+                    continue
+                body = item.WhichOneof("body")
+                if body == "message":
+                    self._message(link, sessions, refused, sid, item.message)
+                elif body == "ended":
+                    self._end(sessions, sid, "vanished", item.ended.pid_alive)
+                elif body == "kill_result":
+                    link.resolve(item.kill_result)
+        return None
+
+    def _message(
+        self,
+        link: RelayLink,
+        sessions: dict[int, tuple[WorkerState, int]],
+        refused: set[int],
+        sid: int,
+        data: bytes,
+    ) -> None:
+        msg = _parse_worker_message(data)
+        entry = sessions.get(sid)
+        if entry is None:
+            route = RelayRoute(link, sid)
+            state, refusal = self.servicer.open_session(msg, route)
+            if state is None:
+                self._refuse(link, refused, sid, refusal)
+                return
+            sessions[sid] = (state, state.generation)
+            self.servicer.commander.attach(state.key, state.generation, route)
+            return
+        ending = self.servicer.handle(entry[0], msg)
+        if ending is not None:
+            self._end(sessions, sid, ending[0], None)
+            if ending[1] is not None:
+                self._refuse(link, refused, sid, ending[1])
+
+    def _end(
+        self, sessions: dict[int, tuple[WorkerState, int]], sid: int, how: str, alive: bool | None
+    ) -> None:
+        entry = sessions.pop(sid, None)
+        if entry is not None:
+            self.servicer.commander.detach(entry[0].key, entry[1])
+            self.servicer.end_session(entry[0], entry[1], how, alive)
+
+    @staticmethod
+    def _refuse(link: RelayLink, refused: set[int], sid: int, refusal: Refusal | None) -> None:
+        if refusal is None:
+            return
+        code, details = refusal
+        refused.add(sid)
+        log.warning("rejected %s from relay %s stream %d: %s", code.name, link.peer, sid, details)
+        reject = probe_pb2.RelayReject(code=code.name, details=details)
+        link.out.put_nowait(probe_pb2.RelayCommand(stream_id=sid, reject=reject))

@@ -1,0 +1,146 @@
+"""End to end relay mode: real gloo workers -> a node sidecar (--relay-to) -> an upstream.
+
+Both sidecars are real processes on private Unix sockets; the workers are
+real torch.distributed (gloo) ranks with the hook, connected to the node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _pair(*upstream_flags: str) -> tuple[SidecarProcess, SidecarProcess]:
+    up = SidecarProcess(short_tmpdir("tpup-"), *upstream_flags)
+    node = SidecarProcess(short_tmpdir("tpnode-"), "--relay-to", up.target)
+    return up, node
+
+
+def _workers(up: SidecarProcess, job: str) -> dict[int, str]:
+    """rank -> state of the job's workers, as the upstream sees them."""
+    try:
+        reply = up.status(job)
+    except Exception:  # the upstream is (re)starting
+        return {}
+    return {w.rank: w.state for w in reply.workers}
+
+
+def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
+    up, node = _pair("--heartbeat-timeout-s", "3", "--stall-timeout-s", "600")
+    with up, node:
+        args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
+        with Workers(
+            2, node.target, short_tmpdir(), job_id="rstop", args=[*args, "--hang-mode", "stop"]
+        ) as w:
+            states = wait_for(lambda: len(_workers(up, "rstop")) == 2 and _workers(up, "rstop"), 60)
+            assert states == {0: "connected", 1: "connected"}
+            assert list(node.status().workers) == []  # the node runs no rules and keeps no registry
+            inc = up.wait_incident(lambda r: r["rule"] == "heartbeat", timeout_s=60)
+            assert inc["verdict"] == "UNRESPONSIVE" and inc["ranks"] == [1]
+            assert inc["pids"] == [w.pids[1]]
+            action = wait_for(lambda: up.incidents("action"), 30, what="kill record")[0]
+            outcome = action["outcomes"]["1"]
+            # Signalled by the node, whose outcome came back up the relay.
+            assert outcome["method"] == "relay-signal", outcome
+            assert outcome["exited"] and outcome["signals"][:2] == ["SIGCONT", "SIGTERM"]
+            assert not outcome["error"]
+            assert w.wait(30)[1] is not None  # the stopped process is really gone
+            assert f"killed worker pid {w.pids[1]} for the upstream" in node.log_text()
+            assert "heartbeat" not in node.log_text()
+
+
+def test_goodbye_and_vanished_are_told_apart() -> None:
+    up, node = _pair("--heartbeat-timeout-s", "30", "--stall-timeout-s", "600")
+    with up, node:
+        wd = short_tmpdir()
+        with (
+            Workers(
+                1, node.target, wd, job_id="rok", args=["--steps", "15", "--step-s", "0.02"]
+            ) as ok,
+            Workers(
+                1,
+                node.target,
+                wd,
+                job_id="rexit",
+                args=[
+                    "--steps",
+                    "400",
+                    "--step-s",
+                    "0.02",
+                    "--hang-rank",
+                    "0",
+                    "--hang-at",
+                    "10",
+                    "--hang-mode",
+                    "exit",
+                ],
+            ),
+        ):
+            inc = up.wait_incident(lambda r: r["rule"] == "exit", timeout_s=60)
+            assert inc["job_id"] == "rexit" and inc["verdict"] == "DEAD"
+            # The node looked at the pid when the stream broke: it was gone.
+            assert inc["evidence"]["0"]["pid_alive"] is False
+            assert ok.wait(60) == [0]
+            wait_for(lambda: _workers(up, "rok") == {0: "goodbye"}, 10, what="goodbye upstream")
+            assert _workers(up, "rexit") == {0: "vanished"}
+            assert not [r for r in up.incidents() if r["job_id"] == "rok"]
+
+
+def test_node_survives_upstream_restart_and_reregisters_workers() -> None:
+    up, node = _pair("--heartbeat-timeout-s", "30", "--stall-timeout-s", "600")
+    node.start()  # the upstream is not there yet
+    try:
+        with Workers(
+            2,
+            node.target,
+            short_tmpdir(),
+            job_id="rre",
+            args=["--steps", "100000", "--step-s", "0.01"],
+        ) as w:
+            wait_for(lambda: w.max_step() > 5, 60, what="training while the upstream is down")
+            up.start()
+            wait_for(lambda: len(_workers(up, "rre")) == 2, 30, what="workers upstream")
+            up.stop()
+            step = w.max_step()
+            wait_for(lambda: w.max_step() > step + 50, 30, what="training on without the upstream")
+            assert all(p.poll() is None for p in w.procs)
+            up.start()  # a fresh registry: only the node's re-sent Hellos can fill it
+            states = wait_for(lambda: len(_workers(up, "rre")) == 2 and _workers(up, "rre"), 30)
+            assert states == {0: "connected", 1: "connected"}
+            step = max(w.step for w in up.status("rre").workers)
+            wait_for(
+                lambda: max(w.step for w in up.status("rre").workers) > step, 10, what="reports"
+            )
+            assert not up.incidents()
+            assert node.log_text().count("is down") == 2  # once per outage, not per retry
+    finally:
+        node.stop()
+        up.stop()
+
+
+def test_node_sigterm_leaves_workers_alone() -> None:
+    """Stopping the node signals no worker, and the upstream does not call them dead."""
+    up, node = _pair()
+    with (
+        up,
+        node,
+        Workers(
+            1,
+            node.target,
+            short_tmpdir(),
+            job_id="rterm",
+            args=["--steps", "100000", "--step-s", "0.01"],
+        ) as w,
+    ):
+        wait_for(lambda: len(_workers(up, "rterm")) == 1, 60)
+        node.stop(signal.SIGTERM)
+        wait_for(lambda: _workers(up, "rterm") == {0: "relay_lost"}, 10, what="relay_lost")
+        assert w.procs[0].poll() is None
+        os.kill(w.pids[0], 0)
+        assert not up.incidents()
