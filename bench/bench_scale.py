@@ -2,7 +2,7 @@
 
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
-        [--telemetry off|on] [--quick] [--json OUT]
+        [--telemetry off|on] [--relay-workers-per-node K] [--quick] [--json OUT]
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
@@ -24,6 +24,13 @@ Measured over a window of ``--duration`` seconds after a warm-up:
 - the lag from report to verdict: probe workers send, once a second, a report
   implying a HUNG verdict; lag = incident time - send time (tick every 100 ms);
 - RSS, and memory per worker = (RSS - RSS with no worker) / N.
+
+With ``--relay-workers-per-node K`` (relayed mode) the generators are
+bench/relay_loadgen.py instead: they simulate node sidecars in relay mode,
+each one ``Relay`` stream carrying K workers' latest reports in one
+``RelayBatch`` every ``1/hz`` seconds, so the measured sidecar is the upstream
+of a relay topology; a probe report's lag then counts from when its hook made
+it, so it includes the node's batching delay.
 
 A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
 the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
@@ -101,6 +108,8 @@ def profile_summary(raw: Path) -> dict[str, Any]:
     top = sorted(own.items(), key=lambda kv: -kv[1])[:12]
     keys = (
         "SidecarServicer._read",
+        "SidecarServicer.handle",
+        "RelayUpstream._read",
         "report_from_pb",
         "Registry.apply",
         "validate_report",
@@ -132,9 +141,12 @@ def run_level(
         offset = 0
         for g, count in enumerate(per):
             out = workdir / f"gen{g}.json"
+            k = args.relay_workers_per_node
+            script = ["relay_loadgen.py", "--per-node", str(k)] if k else ["loadgen.py"]
             cmd = [
                 PYTHON,
-                str(HERE / "loadgen.py"),
+                str(HERE / script[0]),
+                *script[1:],
                 *("--target", sc.target, "--workers", str(count), "--hz", str(args.hz)),
                 *("--rank-offset", str(offset), "--world-size", str(n)),
                 *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop)),
@@ -235,6 +247,12 @@ def main() -> int:
     p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
     p.add_argument("--profile-workers", type=int, default=1000, help="0: no profile")
     p.add_argument("--telemetry", choices=["off", "on"], default="off")
+    p.add_argument(
+        "--relay-workers-per-node",
+        type=int,
+        default=0,
+        help="relayed mode: simulated relay nodes of K workers each (0: direct Connect streams)",
+    )
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -280,6 +298,8 @@ def main() -> int:
         "failed_levels": failed,
         "profile": profile,
         "telemetry": args.telemetry,
+        "mode": "relay" if args.relay_workers_per_node else "direct",
+        "relay_workers_per_node": args.relay_workers_per_node,
         "max_sustained_per_s": best,
         "goal_per_s": RATE_GOAL,
         "goal_met": best >= RATE_GOAL,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import REPO, RESULTS
+from report_relay import relay_goal, relay_section
 from report_sections import (
     cost_section,
     detection_section,
@@ -43,6 +44,7 @@ def render(results: Path, plots_dir: Path) -> str:
     scale, mem = load(results, "scale"), load(results, "hook_memory")
     tele = load(results, "scale_telemetry")
     path = load(results, "report_path")
+    relay = load(results, "scale_relay")
     plots_dir.mkdir(parents=True, exist_ok=True)
     lines = [
         BEGIN,
@@ -51,12 +53,14 @@ def render(results: Path, plots_dir: Path) -> str:
         "",
         *goals(cost, det, scale, mem, tele),
     ]
+    if relay is not None:  # one more row, at the end of the goals table
+        lines.insert(len(lines) - 1, relay_goal(relay))
     for res, section, plot, name in (
         (cost, cost_section, plots.cost_plot, "cost"),
         (det, detection_section, plots.detection_plot, "detection"),
         (
             scale,
-            lambda r: scale_section(r, path, tele),
+            lambda r: [*scale_section(r, path, tele), *(relay_section(relay) if relay else [])],
             lambda r, out: plots.scale_plot(r, out, tele),
             "scale",
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from _common import REPO, fmt_us
@@ -37,9 +38,15 @@ def yes(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
+def repo_relative(command: str) -> str:
+    """A result's command with this checkout's paths, or another worktree's
+    (results are often produced in one), shown relative to the repository."""
+    return re.sub(r"/\S*?/(?=(bench|docs)/)", "", command.replace(str(REPO) + "/", ""))
+
+
 def provenance(r: dict[str, Any]) -> str:
     m = r["machine"]
-    command = r["command"].replace(str(REPO) + "/", "")
+    command = repo_relative(r["command"])
     return (
         f"`{command}` — finished {r['finished_at']}, took {r['wall_s']:.0f} s; "
         f"{m['cpus']} CPUs, load average {m['loadavg_at_start'][0]} at start"
@@ -265,7 +272,7 @@ def profile_lines(r: dict[str, Any], path: dict[str, Any] | None) -> list[str]:
     if path:
         out += [
             "The same Python work without the network "
-            f"(`{path['command'].replace(str(REPO) + '/', '')}`, "
+            f"(`{repo_relative(path['command'])}`, "
             f"{path['workers']:,} workers, best of {path['repeats']}): per report "
             f"parse {path['parse_us']:.1f} µs, convert {path['convert_us']:.1f} µs, "
             f"`Registry.apply` {path['apply_us']:.1f} µs (together {path['per_report_us']:.1f} µs);"

@@ -1,0 +1,182 @@
+"""Load generator for the relayed scale benchmark: simulated relay nodes.
+
+    python bench/relay_loadgen.py --target unix:///path --workers 1000 --per-node 8
+        --hz 10 --rank-offset 0 --world-size 4000 --ready FILE --stop FILE
+        --out result.json [--probes 2] [--steps-per-report 2] [--fill 1000]
+
+Like bench/loadgen.py, but what reaches the measured sidecar is what node
+sidecars in relay mode (``--relay-to``) send: each simulated node has one
+``Relay`` stream and ``--per-node`` workers, and every ``1/hz`` seconds sends
+one ``RelayBatch`` holding each of its workers' latest report. The first
+batch holds every worker's Hello and a first report with ``fill`` step times.
+
+To produce 20k+ reports/s from one core, each worker keeps one pre-built
+``WorkerMessage`` whose few changing fields (seq, clocks, steps) are set in
+place before it is serialized, and each node one pre-built ``RelayBatch``.
+
+Probes are extra workers (each its own job) on one extra node per generator:
+once a second, for 300 ms, their reports declare a phase 10 s past its 1 s
+timeout. A probe report counts as sent when the worker made it, not when its
+node relayed it: each worker has its own phase in the node's interval, as a
+real hook does, so the lag includes the node's batching delay (0-100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from loadgen import Run, Sim, watch
+
+from trainprobe.proto import probe_pb2
+
+RELAY = "/trainprobe.v1.Sidecar/Relay"
+NODES_PER_CHANNEL = 8
+
+
+class FastSim(Sim):
+    """A worker whose reports are one template updated in place."""
+
+    def __init__(self, job: str, rank: int, world: int, k: int, fill: int) -> None:
+        super().__init__(job, rank, world, k, fill)
+        self.hello_bytes = probe_pb2.WorkerMessage(hello=self.hello).SerializeToString()
+        self.msg = probe_pb2.WorkerMessage(report=probe_pb2.Report(has_step=True))
+        self.dt = 0.05 + random.random() * 0.01
+        rep = self.msg.report
+        rep.step_stats.count, rep.step_stats.sum_s, rep.step_stats.max_s = k, k * self.dt, self.dt
+        rep.recent_step_s.extend([self.dt] * k)
+        #: This worker's moment in its node's interval (0..1): when it "sends".
+        self.phase = random.random()
+
+    def next_bytes(self, now_ns: int, wall_ns: int) -> bytes:
+        self.seq += 1
+        self.step += self.k
+        rep = self.msg.report
+        rep.seq, rep.mono_ns, rep.wall_ns = self.seq, now_ns, wall_ns
+        rep.last_step, rep.last_step_mono_ns, rep.total_steps = self.step, now_ns, self.step
+        dt_ns = int(self.dt * 1e9)
+        rep.recent_steps[:] = range(self.step - self.k + 1, self.step + 1)
+        rep.recent_step_end_mono_ns[:] = [now_ns - (self.k - 1 - i) * dt_ns for i in range(self.k)]
+        return self.msg.SerializeToString()
+
+
+async def run_node(
+    channel: grpc.aio.Channel,
+    sims: list[FastSim],
+    period: float,
+    run: Run,
+    probes: dict[str, list[float]] | None,
+) -> None:
+    call = channel.stream_stream(
+        RELAY,
+        request_serializer=probe_pb2.RelayBatch.SerializeToString,
+        response_deserializer=probe_pb2.RelayCommand.FromString,
+    )()
+    first = probe_pb2.RelayBatch()
+    for sid, sim in enumerate(sims, 1):
+        first.items.add(stream_id=sid, message=sim.hello_bytes)
+        first.items.add(stream_id=sid, message=sim.report().SerializeToString())
+    await call.write(first)
+    run.first_sent += len(sims)
+    if run.first_sent == run.workers:
+        run.all_first.set()
+    batch = probe_pb2.RelayBatch()
+    items = [batch.items.add(stream_id=sid) for sid in range(1, len(sims) + 1)]
+    loop = asyncio.get_running_loop()
+    next_t = loop.time() + random.random() * period
+    cycle = 0.0
+    while not run.stopped:
+        await asyncio.sleep(max(0.0, next_t - loop.time()))
+        next_t += period
+        wall, mono_ns = time.time(), time.monotonic_ns()
+        if probes is None:
+            for item, sim in zip(items, sims, strict=True):
+                item.message = sim.next_bytes(mono_ns, int(wall * 1e9))
+        else:
+            first_of_cycle = run.all_first.is_set() and wall - cycle >= 1.0
+            if first_of_cycle:
+                cycle = wall
+            for item, sim in zip(items, sims, strict=True):
+                made = wall - (1.0 - sim.phase) * period  # when its hook made it
+                overrun = wall - cycle < 0.3
+                item.message = sim.report(overrun=overrun).SerializeToString()
+                if first_of_cycle:
+                    probes[sim.hello.job_id].append(made)
+        await call.write(batch)
+        run.count_n(wall, len(sims))
+    await call.done_writing()
+    call.cancel()
+
+
+class CountingRun(Run):
+    def count_n(self, wall: float, n: int) -> None:
+        b = int(wall * 10)
+        self.buckets[b] = self.buckets.get(b, 0) + n
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    k, fill, world = args.steps_per_report, args.fill, args.world_size
+    sims = [FastSim("load", args.rank_offset + i, world, k, fill) for i in range(args.workers)]
+    nodes = [sims[i : i + args.per_node] for i in range(0, len(sims), args.per_node)]
+    probes: dict[str, list[float]] = {}
+    probe_sims = []
+    for i in range(args.probes):
+        job = f"probe-{args.rank_offset}-{i}"
+        probes[job] = []
+        probe_sims.append(FastSim(job, 0, 1, k, 0))
+    run = CountingRun(len(sims) + len(probe_sims))
+    channels: list[grpc.aio.Channel] = []
+    tasks = []
+    period = 1.0 / args.hz
+    plan: list[tuple[list[FastSim], dict[str, list[float]] | None]] = [(n, None) for n in nodes]
+    if probe_sims:
+        plan.append((probe_sims, probes))
+    for idx, (node, node_probes) in enumerate(plan):
+        if idx % NODES_PER_CHANNEL == 0:
+            opts = [("grpc.use_local_subchannel_pool", 1)]
+            channels.append(grpc.aio.insecure_channel(args.target, options=opts))
+        tasks.append(run_node(channels[-1], node, period, run, node_probes))
+    watcher = asyncio.ensure_future(watch(run, Path(args.ready), Path(args.stop)))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    watcher.cancel()
+    errors = [repr(r) for r in results if isinstance(r, BaseException)]
+    for ch in channels:
+        await ch.close()
+    return {
+        "buckets": {str(k): v for k, v in sorted(run.buckets.items())},
+        "probe_sends": probes,
+        "errors": errors[:5],
+        "n_errors": len(errors),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--target", required=True)
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--per-node", type=int, default=8)
+    p.add_argument("--hz", type=float, default=10.0)
+    p.add_argument("--rank-offset", type=int, default=0)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--ready", required=True, help="touched once every worker has reported")
+    p.add_argument("--stop", required=True, help="the generator stops when this file exists")
+    p.add_argument("--probes", type=int, default=0)
+    p.add_argument("--steps-per-report", type=int, default=2)
+    p.add_argument("--fill", type=int, default=1000)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    t0 = time.process_time()
+    result = asyncio.run(main_async(args))
+    result["cpu_s"] = time.process_time() - t0
+    Path(args.out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

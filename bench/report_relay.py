@@ -1,0 +1,55 @@
+"""Markdown for the relayed scale benchmark (bench/results/scale_relay.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from report_sections import provenance, scale_rows, yes
+
+
+def relay_goal(r: dict[str, Any]) -> str:
+    """The goals-table row for relay mode."""
+    k = r["relay_workers_per_node"]
+    return (
+        f"| (relay mode: node sidecars send {k} workers' reports per batch) | "
+        f"{r['max_sustained_per_s']:,.0f} reports/s sustained "
+        f"({r['max_sustained_per_s'] / r['goal_per_s']:.0%} of the goal) | {yes(r['goal_met'])} |"
+    )
+
+
+def relay_section(r: dict[str, Any]) -> list[str]:
+    p = r["params"]
+    k = r["relay_workers_per_node"]
+    out = [
+        "### Relayed: one upstream sidecar behind node sidecars in relay mode",
+        "",
+        provenance(r),
+        "",
+        f"The same measurement with `bench/relay_loadgen.py` as the load: each simulated node "
+        f"sidecar (`--relay-to`) has one `Relay` stream and {k} workers, and every "
+        f"{1 / p['hz']:g} s sends one `RelayBatch` holding each worker's latest report. "
+        "A probe report's lag counts from when its hook made it, so it includes the node's "
+        "batching delay (0 to one interval).",
+        "",
+        *scale_rows(r),
+        "",
+    ]
+    prof = r.get("profile")
+    if prof:
+        lvl, inc = prof["level"], prof["inclusive"]
+        out += [
+            f"Where the core goes (py-spy, 100 Hz, one more run at N = {prof['workers']:,}: "
+            f"{lvl['processed_per_s']:,.0f} reports/s, sidecar CPU "
+            f"{lvl['sidecar_cpu'] * 100:.0f}%; shares of {prof['samples']} samples):",
+            "",
+            f"- inclusive: the relay stream loop `RelayUpstream._read` "
+            f"{inc.get('RelayUpstream._read', 0):.0%}, of which the per-message path shared with "
+            f"Connect `SidecarServicer.handle` {inc.get('SidecarServicer.handle', 0):.0%} "
+            f"(`Registry.apply` {inc['Registry.apply']:.0%}, `convert.report_from_pb` "
+            f"{inc['report_from_pb']:.0%}); the rules tick `Engine.tick` {inc['Engine.tick']:.0%}.",
+            "- top frames by own time: "
+            + "; ".join(f"`{x['frame']}` {x['share']:.0%}" for x in prof["self_top"][:6])
+            + ".",
+            "",
+        ]
+    return out
