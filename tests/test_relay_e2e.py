@@ -55,6 +55,20 @@ def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
             assert "heartbeat" not in node.log_text()
 
 
+def test_commands_reach_relayed_workers_and_results_come_back() -> None:
+    """on_hung=dump: DumpStacks goes down the relay, each hook's stacks come back up."""
+    up, node = _pair("--stall-timeout-s", "2", "--on-hung", "dump", "--heartbeat-timeout-s", "30")
+    args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
+    with up, node, Workers(2, node.target, short_tmpdir(), job_id="rdump", args=args):
+        up.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
+        dump = wait_for(
+            lambda: [a for a in up.incidents("action") if a["action"] == "dump"], 30, what="dump"
+        )[0]
+        assert dump["ok"] and dump["unanswered"] == [], dump
+        # Each hook answered over the relay with its threads' stacks (the training loop's).
+        assert dump["stacks"] and all("ddp_worker.py" in t for t in dump["stacks"].values())
+
+
 def test_goodbye_and_vanished_are_told_apart() -> None:
     up, node = _pair("--heartbeat-timeout-s", "30", "--stall-timeout-s", "600")
     with up, node:

@@ -166,3 +166,29 @@ def test_forget_stale_drops_only_old_ended_sessions() -> None:
     assert reg.forget_stale(T0 + 30) == []
     assert [w.hello.rank for w in reg.forget_stale(T0 + 61)] == [0]
     assert [w.hello.rank for w in reg] == [b.hello.rank]
+
+
+def test_offset_estimate_is_the_window_minimum_at_every_step() -> None:
+    """note_offset keeps the minimum incrementally; it must equal a full min()."""
+    import random
+
+    from trainprobe.sidecar.core.model import HelloData, WorkerState
+
+    rng = random.Random(7)
+    hello = HelloData(
+        protocol_version=1,
+        hook_version="t",
+        job_id="j",
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        host="h",
+        pid=1,
+        interval_ms=100,
+    )
+    state = WorkerState(hello=hello, first_seen_at=0.0)
+    for i in range(500):
+        # Falling, rising and repeated values, so the minimum often leaves the window.
+        d = rng.choice([rng.uniform(-1, 1), 0.5 - i * 0.001, 0.25])
+        state.note_offset(d)
+        assert state.offset_s == min(state.offsets)

@@ -21,6 +21,7 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.procs import KillOutcome
 from trainprobe.sidecar.servicer import (
+    Ending,
     Malformed,
     Refusal,
     SidecarServicer,
@@ -152,6 +153,7 @@ class RelayUpstream:
         self, link: RelayLink, sessions: dict[int, tuple[WorkerState, int]], batches: Any
     ) -> Refusal | None:
         refused: set[int] = set()
+        handle = self.servicer.handle
         async for batch in batches:
             if isinstance(batch, Malformed):
                 # Not attributable to one worker: the node must start afresh.
@@ -161,18 +163,25 @@ class RelayUpstream:
                 log.warning("relay %s dropped %d reports", link.peer, batch.dropped_reports)
             for item in batch.items:
                 sid = item.stream_id
+                body = item.WhichOneof("body")
+                entry = sessions.get(sid)
+                if entry is not None and body == "message":
+                    # The common case, kept short: a message of an open session.
+                    ending = handle(entry[0], _parse_worker_message(item.message))
+                    if ending is not None:
+                        self._close(link, sessions, refused, sid, ending)
+                    continue
                 if sid in refused:
                     continue
-                body = item.WhichOneof("body")
                 if body == "message":
-                    self._message(link, sessions, refused, sid, item.message)
+                    self._open(link, sessions, refused, sid, item.message)
                 elif body == "ended":
                     self._end(sessions, sid, "vanished", item.ended.pid_alive)
                 elif body == "kill_result":
                     link.resolve(item.kill_result)
         return None
 
-    def _message(
+    def _open(
         self,
         link: RelayLink,
         sessions: dict[int, tuple[WorkerState, int]],
@@ -180,22 +189,26 @@ class RelayUpstream:
         sid: int,
         data: bytes,
     ) -> None:
-        msg = _parse_worker_message(data)
-        entry = sessions.get(sid)
-        if entry is None:
-            route = RelayRoute(link, sid)
-            state, refusal = self.servicer.open_session(msg, route)
-            if state is None:
-                self._refuse(link, refused, sid, refusal)
-                return
-            sessions[sid] = (state, state.generation)
-            self.servicer.commander.attach(state.key, state.generation, route)
+        """The first message of a stream: it opens the session, or is refused."""
+        route = RelayRoute(link, sid)
+        state, refusal = self.servicer.open_session(_parse_worker_message(data), route)
+        if state is None:
+            self._refuse(link, refused, sid, refusal)
             return
-        ending = self.servicer.handle(entry[0], msg)
-        if ending is not None:
-            self._end(sessions, sid, ending[0], None)
-            if ending[1] is not None:
-                self._refuse(link, refused, sid, ending[1])
+        sessions[sid] = (state, state.generation)
+        self.servicer.commander.attach(state.key, state.generation, route)
+
+    def _close(
+        self,
+        link: RelayLink,
+        sessions: dict[int, tuple[WorkerState, int]],
+        refused: set[int],
+        sid: int,
+        ending: Ending,
+    ) -> None:
+        self._end(sessions, sid, ending[0], None)
+        if ending[1] is not None:
+            self._refuse(link, refused, sid, ending[1])
 
     def _end(
         self, sessions: dict[int, tuple[WorkerState, int]], sid: int, how: str, alive: bool | None
