@@ -31,7 +31,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -165,6 +167,17 @@ async def main_async(args: argparse.Namespace) -> dict:
             channels.append(ch)
         stub = probe_pb2_grpc.SidecarStub(channels[-1])
         tasks.append(run_sim(stub, sim, 1.0 / args.hz, run, sends))
+    return await finish(run, tasks, channels, probes, args)
+
+
+async def finish(
+    run: Run,
+    tasks: list[Coroutine[Any, Any, None]],
+    channels: list[grpc.aio.Channel],
+    probes: dict[str, list[float]],
+    args: argparse.Namespace,
+) -> dict:
+    """Run the simulated streams until the stop file appears; the generator's result."""
     watcher = asyncio.ensure_future(watch(run, Path(args.ready), Path(args.stop)))
     results = await asyncio.gather(*tasks, return_exceptions=True)
     watcher.cancel()
@@ -179,8 +192,9 @@ async def main_async(args: argparse.Namespace) -> dict:
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def build_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every load generator takes."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--target", required=True)
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--hz", type=float, default=10.0)
@@ -192,13 +206,19 @@ def main() -> int:
     p.add_argument("--steps-per-report", type=int, default=2)
     p.add_argument("--fill", type=int, default=1000)
     p.add_argument("--out", required=True)
-    args = p.parse_args()
+    return p
+
+
+def run_generator(
+    main: Callable[[argparse.Namespace], Coroutine[Any, Any, dict]], args: argparse.Namespace
+) -> int:
+    """Run ``main`` and write its result, with this process's CPU time, to ``--out``."""
     t0 = time.process_time()
-    result = asyncio.run(main_async(args))
+    result = asyncio.run(main(args))
     result["cpu_s"] = time.process_time() - t0
     Path(args.out).write_text(json.dumps(result))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_generator(main_async, build_parser(__doc__).parse_args()))

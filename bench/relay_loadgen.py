@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import time
-from pathlib import Path
 
 import grpc
-from loadgen import Run, Sim, watch
+from loadgen import Run, Sim, build_parser, finish, run_generator
 
 from trainprobe.proto import probe_pb2
 
@@ -142,41 +140,10 @@ async def main_async(args: argparse.Namespace) -> dict:
             opts = [("grpc.use_local_subchannel_pool", 1)]
             channels.append(grpc.aio.insecure_channel(args.target, options=opts))
         tasks.append(run_node(channels[-1], node, period, run, node_probes))
-    watcher = asyncio.ensure_future(watch(run, Path(args.ready), Path(args.stop)))
-    results = await asyncio.gather(*tasks, return_exceptions=True)
-    watcher.cancel()
-    errors = [repr(r) for r in results if isinstance(r, BaseException)]
-    for ch in channels:
-        await ch.close()
-    return {
-        "buckets": {str(k): v for k, v in sorted(run.buckets.items())},
-        "probe_sends": probes,
-        "errors": errors[:5],
-        "n_errors": len(errors),
-    }
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--target", required=True)
-    p.add_argument("--workers", type=int, required=True)
-    p.add_argument("--per-node", type=int, default=8)
-    p.add_argument("--hz", type=float, default=10.0)
-    p.add_argument("--rank-offset", type=int, default=0)
-    p.add_argument("--world-size", type=int, required=True)
-    p.add_argument("--ready", required=True, help="touched once every worker has reported")
-    p.add_argument("--stop", required=True, help="the generator stops when this file exists")
-    p.add_argument("--probes", type=int, default=0)
-    p.add_argument("--steps-per-report", type=int, default=2)
-    p.add_argument("--fill", type=int, default=1000)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    t0 = time.process_time()
-    result = asyncio.run(main_async(args))
-    result["cpu_s"] = time.process_time() - t0
-    Path(args.out).write_text(json.dumps(result))
-    return 0
+    return await finish(run, tasks, channels, probes, args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = build_parser(__doc__)
+    parser.add_argument("--per-node", type=int, default=8, help="workers per simulated node")
+    sys.exit(run_generator(main_async, parser.parse_args()))
