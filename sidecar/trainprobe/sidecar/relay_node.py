@@ -39,6 +39,8 @@ log = logging.getLogger("trainprobe.sidecar")
 
 #: First byte of a serialized WorkerMessage whose body is a Goodbye (field 3).
 GOODBYE_TAG = b"\x1a"
+#: Longest wait for the upstream to take one batch before the node reconnects.
+WRITE_TIMEOUT_S = 10.0
 #: Streams whose pid is remembered for kill orders that come after they ended.
 _REMEMBERED_STREAMS = 4096
 _CHANNEL_OPTIONS = [
@@ -218,7 +220,8 @@ class RelayNode:
             if self.connected:  # a new outage: log it once, retry soon
                 self.connected, down_logged, delay = False, False, 0.1
             if error is not None and not down_logged:
-                log.warning("relay to %s is down (%s); retrying", self.upstream, error)
+                why = str(error) or type(error).__name__
+                log.warning("relay to %s is down (%s); retrying", self.upstream, why)
                 down_logged = True
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._done.wait(), random.uniform(delay / 2, delay))
@@ -241,7 +244,9 @@ class RelayNode:
                 while not self._done.is_set():
                     batch = self.batch()
                     if batch is not None:
-                        await call.write(batch)
+                        # An upstream that stopped reading (a partition, not a
+                        # reset) would block the write forever: reconnect instead.
+                        await asyncio.wait_for(call.write(batch), WRITE_TIMEOUT_S)
                         if not self.connected:
                             self.connected, self._warned_drop = True, False
                             self.sessions += 1
