@@ -307,6 +307,7 @@ async def pump(
 ) -> T:
     """``write`` what arrives in ``outbox`` until ``reader`` is done; its result."""
     task = asyncio.ensure_future(reader)
+    getter: asyncio.Future[Any] | None = None
     try:
         while True:
             getter = asyncio.ensure_future(outbox.get())
@@ -317,5 +318,7 @@ async def pump(
                 getter.cancel()
             if task in done:
                 return task.result()
-    finally:
+    finally:  # also when the handler itself is cancelled (the peer went away)
         task.cancel()
+        if getter is not None:
+            getter.cancel()
