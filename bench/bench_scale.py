@@ -29,8 +29,10 @@ With ``--relay-workers-per-node K`` (relayed mode) the generators are
 bench/relay_loadgen.py instead: they simulate node sidecars in relay mode,
 each one ``Relay`` stream carrying K workers' latest reports in one
 ``RelayBatch`` every ``1/hz`` seconds, so the measured sidecar is the upstream
-of a relay topology; a probe report's lag then counts from when its hook made
-it, so it includes the node's batching delay.
+of a relay topology. A probe report's lag then counts from when its node sent
+the batch carrying it (the upstream's receipt, give or take the socket), and
+is also given from when its hook made it (``lag_from_hook_*``: that adds the
+node's batching delay, 0 to one interval, which is not the upstream's doing).
 
 A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
 the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
@@ -206,13 +208,25 @@ def run_level(
     b0, b1 = int(t0 * 10), int(t1 * 10)
     sent = sum(v for o in outs for k, v in o["buckets"].items() if b0 <= int(k) < b1)
     sends: dict[str, list[float]] = {}
+    made: dict[str, list[float]] = {}
     for o in outs:
-        sends.update({job: [t for t in ts if t0 <= t < t1] for job, ts in o["probe_sends"].items()})
+        for job, ts in o["probe_sends"].items():
+            inside = [i for i, t in enumerate(ts) if t0 <= t < t1]
+            sends[job] = [ts[i] for i in inside]
+            if "probe_made" in o:  # relayed: the same reports, from their hooks' making
+                made[job] = [o["probe_made"][job][i] for i in inside]
     lags = probe_lags(sends, incidents)
     processed_rate = (s1 - s0) / STEPS_PER_REPORT / (t1 - t0)
     # The generators' counts cover the main job's and the probes' reports.
     load_sent_rate = sent / ((b1 - b0) / 10) * n / (n + args.probes * args.generators)
     lag_p99 = percentile(lags, 0.99)
+    hook = {}
+    if made:
+        hook_lags = probe_lags(made, incidents)
+        hook = {
+            "lag_from_hook_p50_s": percentile(hook_lags, 0.5),
+            "lag_from_hook_p99_s": percentile(hook_lags, 0.99),
+        }
     return {
         "workers": n,
         "hz": args.hz,
@@ -227,6 +241,7 @@ def run_level(
         "lag_p50_s": percentile(lags, 0.5),
         "lag_p99_s": lag_p99,
         "lag_max_s": max(lags, default=math.nan),
+        **hook,
         "probes_sent": len(lags),
         "probes_without_verdict": sum(1 for x in lags if math.isinf(x)),
         "rss_bytes": rss,
@@ -276,7 +291,13 @@ def main() -> int:
         print(
             f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
             f"sidecar cpu {row['sidecar_cpu']:.2f} lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
-            f"p99 {row['lag_p99_s'] * 1000:.0f} ms rss {row['rss_bytes'] / 2**20:.0f} MiB "
+            f"p99 {row['lag_p99_s'] * 1000:.0f} ms "
+            + (
+                f"(from hook p99 {row['lag_from_hook_p99_s'] * 1000:.0f} ms) "
+                if "lag_from_hook_p99_s" in row
+                else ""
+            )
+            + f"rss {row['rss_bytes'] / 2**20:.0f} MiB "
             f"({row['bytes_per_worker'] / 1024:.1f} KiB/worker) sustained={row['sustained']}",
             flush=True,
         )

@@ -16,9 +16,12 @@ place before it is serialized, and each node one pre-built ``RelayBatch``.
 
 Probes are extra workers (each its own job) on one extra node per generator:
 once a second, for 300 ms, their reports declare a phase 10 s past its 1 s
-timeout. A probe report counts as sent when the worker made it, not when its
-node relayed it: each worker has its own phase in the node's interval, as a
-real hook does, so the lag includes the node's batching delay (0-100 ms).
+timeout. Two times are written out per probe report: when its node sent the
+batch carrying it (``probe_sends``: what the measured upstream receives, give
+or take the socket; the primary lag counts from here), and when its worker
+made it (``probe_made``: each worker has its own phase in the node's interval,
+as a real hook does, so a lag from here also includes the node's batching
+delay, 0-100 ms, which is not the upstream's doing).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ async def run_node(
     period: float,
     run: Run,
     probes: dict[str, list[float]] | None,
+    made: dict[str, list[float]] | None = None,
 ) -> None:
     call = channel.stream_stream(
         RELAY,
@@ -101,11 +105,14 @@ async def run_node(
             if first_of_cycle:
                 cycle = wall
             for item, sim in zip(items, sims, strict=True):
-                made = wall - (1.0 - sim.phase) * period  # when its hook made it
                 overrun = wall - cycle < 0.3
                 item.message = sim.report(overrun=overrun).SerializeToString()
-                if first_of_cycle:
-                    probes[sim.hello.job_id].append(made)
+            if first_of_cycle:
+                sent = time.time()  # the batch leaves now: the upstream's receipt
+                for sim in sims:
+                    probes[sim.hello.job_id].append(sent)
+                    if made is not None:  # when its hook made it: before its node's send
+                        made[sim.hello.job_id].append(wall - (1.0 - sim.phase) * period)
         await call.write(batch)
         run.count_n(wall, len(sims))
     await call.done_writing()
@@ -123,10 +130,11 @@ async def main_async(args: argparse.Namespace) -> dict:
     sims = [FastSim("load", args.rank_offset + i, world, k, fill) for i in range(args.workers)]
     nodes = [sims[i : i + args.per_node] for i in range(0, len(sims), args.per_node)]
     probes: dict[str, list[float]] = {}
+    made: dict[str, list[float]] = {}
     probe_sims = []
     for i in range(args.probes):
         job = f"probe-{args.rank_offset}-{i}"
-        probes[job] = []
+        probes[job], made[job] = [], []
         probe_sims.append(FastSim(job, 0, 1, k, 0))
     run = CountingRun(len(sims) + len(probe_sims))
     channels: list[grpc.aio.Channel] = []
@@ -139,8 +147,11 @@ async def main_async(args: argparse.Namespace) -> dict:
         if idx % NODES_PER_CHANNEL == 0:
             opts = [("grpc.use_local_subchannel_pool", 1)]
             channels.append(grpc.aio.insecure_channel(args.target, options=opts))
-        tasks.append(run_node(channels[-1], node, period, run, node_probes))
-    return await finish(run, tasks, channels, probes, args)
+        node_made = made if node_probes is not None else None
+        tasks.append(run_node(channels[-1], node, period, run, node_probes, node_made))
+    result = await finish(run, tasks, channels, probes, args)
+    result["probe_made"] = made
+    return result
 
 
 if __name__ == "__main__":

@@ -28,8 +28,12 @@ def relay_section(r: dict[str, Any]) -> list[str]:
         f"The same measurement with `bench/relay_loadgen.py` as the load: each simulated node "
         f"sidecar (`--relay-to`) has one `Relay` stream and {k} workers, and every "
         f"{1 / p['hz']:g} s sends one `RelayBatch` holding each worker's latest report. "
-        "A probe report's lag counts from when its hook made it, so it includes the node's "
-        "batching delay (0 to one interval).",
+        "Lag = the batch carrying a probe report sent by its node (the upstream's receipt, "
+        "give or take the socket) → its HUNG incident, as the issue defines it (from receiving "
+        "a report); `lag p99 from hook` counts from when the probe's hook made the report, "
+        "so it adds the node's batching delay (0 to one interval), which is not the upstream's "
+        "doing. The relayed results before this definition (commit 4d15df7 and earlier) counted "
+        "from the hook.",
         "",
         *scale_rows(r),
         "",

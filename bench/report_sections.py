@@ -285,28 +285,24 @@ def profile_lines(r: dict[str, Any], path: dict[str, Any] | None) -> list[str]:
 
 
 def scale_rows(r: dict[str, Any]) -> list[str]:
-    out = table_head(
-        "N",
-        "sent/s",
-        "processed/s",
-        "sidecar CPU",
-        "reports per CPU-s",
-        "lag p50",
-        "lag p99",
-        "RSS",
-        "per worker",
-        "sustained",
-    )
+    """The scale table; relayed results add the lag from the hook's making of the probe."""
+    hook = any("lag_from_hook_p99_s" in row for row in r["levels"])
+    cols = ["N", "sent/s", "processed/s", "sidecar CPU", "reports per CPU-s"]
+    cols += ["lag p50", "lag p99", *(["lag p99 from hook (incl. node batching)"] if hook else [])]
+    out = table_head(*cols, "RSS", "per worker", "sustained")
     for row in r["levels"]:
+        from_hook = row.get("lag_from_hook_p99_s", math.nan) * 1000
         out.append(
             f"| {row['workers']:,} | {row['sent_per_s']:,.0f} | {row['processed_per_s']:,.0f} | "
             f"{row['sidecar_cpu'] * 100:.0f}% | {row['reports_per_cpu_s']:,.0f} | "
             f"{s(row['lag_p50_s'] * 1000, ' ms', 0)} | "
-            f"{s(row['lag_p99_s'] * 1000, ' ms', 0)} | {row['rss_bytes'] / 2**20:.0f} MiB | "
+            f"{s(row['lag_p99_s'] * 1000, ' ms', 0)} | "
+            + (f"{s(from_hook, ' ms', 0)} | " if hook else "")
+            + f"{row['rss_bytes'] / 2**20:.0f} MiB | "
             f"{row['bytes_per_worker'] / 1024:.1f} KiB | {'yes' if row['sustained'] else 'no'} |"
         )
     for row in r.get("failed_levels", []):
-        out.append(f"| {row['workers']:,} | {row['error']} |" + " |" * 8)
+        out.append(f"| {row['workers']:,} | {row['error']} |" + " |" * (len(cols) + 1))
     return out
 
 
