@@ -22,3 +22,18 @@ def test_window_p99_matches_sorting_the_last_n_samples() -> None:
 
 def test_empty_window_has_no_p99() -> None:
     assert p99(StepWindow(10)) is None
+
+
+def test_extend_positive_is_append_of_each_positive_sample() -> None:
+    """The inlined report-path loop against appending one by one."""
+    rng = random.Random(5)
+    fast, slow = StepWindow(50), StepWindow(50)
+    for _ in range(300):
+        batch = [rng.choice([0.0, rng.random(), 0.5, 0.25]) for _ in range(rng.randrange(0, 5))]
+        positive = [x for x in batch if x > 0]
+        assert fast.extend_positive(batch) == len(positive)
+        for x in positive:
+            slow.append(x)
+        assert list(fast) == list(slow)
+        assert fast.sorted() == slow.sorted() == sorted(slow)
+        assert fast.p99() == p99(slow) == p99(list(slow))

@@ -93,6 +93,8 @@ class RecoveryLog:
         self._clock = clock
 
     def __call__(self, state: WorkerState, report: ReportData) -> None:
+        if not self.watch:  # no kill awaits its replacement: the usual case, every report
+            return
         record = self.watch.on_report(state, report, self._clock())
         if record is None:
             return

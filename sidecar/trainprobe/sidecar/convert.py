@@ -121,9 +121,11 @@ def report_from_pb(m: probe_pb2.Report) -> ReportData:
         _phases(m.active_phases),
         _phases(m.finished_phases),
         m.dropped_reports,
-        tuple(m.recent_steps),
-        tuple(m.recent_step_end_mono_ns),
-        tuple(m.recent_step_s),
+        # A slice first: copying the upb container to a list is about twice as
+        # fast as iterating it (bench/bench_report_path.py).
+        tuple(m.recent_steps[:]),
+        tuple(m.recent_step_end_mono_ns[:]),
+        tuple(m.recent_step_s[:]),
         _gpu(m.gpu_memory) if m.HasField("gpu_memory") else None,
         _sync(m.sync) if m.HasField("sync") else None,
     )

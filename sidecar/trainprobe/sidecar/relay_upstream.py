@@ -153,7 +153,7 @@ class RelayUpstream:
         self, link: RelayLink, sessions: dict[int, tuple[WorkerState, int]], batches: Any
     ) -> Refusal | None:
         refused: set[int] = set()
-        handle = self.servicer.handle
+        handle, parse, session = self.servicer.handle, _parse_worker_message, sessions.get
         async for batch in batches:
             if isinstance(batch, Malformed):
                 # Not attributable to one worker: the node must start afresh.
@@ -162,24 +162,43 @@ class RelayUpstream:
                 self.dropped_reports += batch.dropped_reports
                 log.warning("relay %s dropped %d reports", link.peer, batch.dropped_reports)
             for item in batch.items:
-                sid = item.stream_id
-                body = item.WhichOneof("body")
-                entry = sessions.get(sid)
-                if entry is not None and body == "message":
-                    # The common case, kept short: a message of an open session.
-                    ending = handle(entry[0], _parse_worker_message(item.message))
-                    if ending is not None:
-                        self._close(link, sessions, refused, sid, ending)
-                    continue
-                if sid in refused:
-                    continue
-                if body == "message":
-                    self._open(link, sessions, refused, sid, item.message)
-                elif body == "ended":
-                    self._end(sessions, sid, "vanished", item.ended.pid_alive)
-                elif body == "kill_result":
-                    link.resolve(item.kill_result)
+                entry = session(item.stream_id)
+                # The common case, kept short: a message of an open session. Its
+                # bytes are b"" when the body is another kind (or an empty message,
+                # which _item handles): no WhichOneof per item.
+                if entry is not None:
+                    data = item.message
+                    if data:
+                        ending = handle(entry[0], parse(data))
+                        if ending is not None:
+                            self._close(link, sessions, refused, item.stream_id, ending)
+                        continue
+                self._item(link, sessions, refused, item)
         return None
+
+    def _item(
+        self,
+        link: RelayLink,
+        sessions: dict[int, tuple[WorkerState, int]],
+        refused: set[int],
+        item: probe_pb2.RelayItem,
+    ) -> None:
+        """Any item but a non-empty message of an open session."""
+        sid = item.stream_id
+        body = item.WhichOneof("body")
+        entry = sessions.get(sid)
+        if entry is not None and body == "message":
+            ending = self.servicer.handle(entry[0], _parse_worker_message(item.message))
+            if ending is not None:
+                self._close(link, sessions, refused, sid, ending)
+        elif sid in refused:
+            return
+        elif body == "message":
+            self._open(link, sessions, refused, sid, item.message)
+        elif body == "ended":
+            self._end(sessions, sid, "vanished", item.ended.pid_alive)
+        elif body == "kill_result":
+            link.resolve(item.kill_result)
 
     def _open(
         self,

@@ -18,7 +18,6 @@ from trainprobe.sidecar.core.model import (
     WorkerKey,
     WorkerState,
 )
-from trainprobe.sidecar.core.thresholds import p99
 from trainprobe.sidecar.core.validate import validate_hello, validate_report
 
 #: Protocol versions this sidecar accepts.
@@ -119,14 +118,14 @@ class Registry:
                 ActivePhase(p.name, state.to_local(p.start_mono_ns), p.timeout_s)
                 for p in report.active_phases
             ]
-        new_samples = [d for d in report.recent_step_s if d > 0]
-        if new_samples:
-            state.step_samples.extend(new_samples)
-            state.step_p99_s = p99(state.step_samples)
-        elif report.step_count and not report.recent_step_s:
+        window = state.step_samples
+        if report.recent_step_s:
+            if window.extend_positive(report.recent_step_s):
+                state.step_p99_s = window.p99()
+        elif report.step_count:
             # An old hook without per-step samples: the window max stands in.
-            state.step_samples.append(report.step_max_s)
-            state.step_p99_s = p99(state.step_samples)
+            window.append(report.step_max_s)
+            state.step_p99_s = window.p99()
         if report.gpu is not None:
             _fold_gpu(state, report.gpu)
         if report.sync is not None:

@@ -10,8 +10,8 @@ taking the maximum, so one rank's fast steps never tighten another's limit.
 
 from __future__ import annotations
 
-import bisect
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,13 +35,30 @@ class StepWindow:
     def append(self, x: float) -> None:
         if len(self._fifo) == self.maxlen:
             oldest = self._fifo.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
+            del self._sorted[bisect_left(self._sorted, oldest)]
         self._fifo.append(x)
-        bisect.insort(self._sorted, x)
+        insort(self._sorted, x)
 
     def extend(self, xs: Iterable[float]) -> None:
         for x in xs:
             self.append(x)
+
+    def extend_positive(self, xs: Iterable[float]) -> int:
+        """Append each of ``xs`` that is > 0; how many were appended.
+
+        :meth:`append` inlined (the report path's inner loop: one method call
+        per sample cost more than the bisect and memmove it does).
+        """
+        fifo, ordered, maxlen = self._fifo, self._sorted, self.maxlen
+        n = 0
+        for x in xs:
+            if x > 0:
+                if len(fifo) == maxlen:
+                    del ordered[bisect_left(ordered, fifo.popleft())]
+                fifo.append(x)
+                insort(ordered, x)
+                n += 1
+        return n
 
     def __len__(self) -> int:
         return len(self._fifo)
@@ -51,6 +68,11 @@ class StepWindow:
 
     def sorted(self) -> list[float]:
         return self._sorted
+
+    def p99(self) -> float | None:
+        """:func:`p99` of the window, without a sort."""
+        ordered = self._sorted
+        return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else None
 
 
 def p99(samples: Iterable[float]) -> float | None:
