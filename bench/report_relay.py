@@ -32,8 +32,7 @@ def relay_section(r: dict[str, Any]) -> list[str]:
         "give or take the socket) → its HUNG incident, as the issue defines it (from receiving "
         "a report); `lag p99 from hook` counts from when the probe's hook made the report, "
         "so it adds the node's batching delay (0 to one interval), which is not the upstream's "
-        "doing. The relayed results before this definition (commit 4d15df7 and earlier) counted "
-        "from the hook.",
+        "doing. Relayed results before this definition counted from the hook.",
         "",
         *scale_rows(r),
         "",
