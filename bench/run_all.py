@@ -30,6 +30,11 @@ ARGS = {
     "scale_telemetry": [
         *("--telemetry", "on", "--workers", "100,250,500,1000", "--profile-workers", "250")
     ],
+    # Simulated relay nodes of 8 workers each, batching every 100 ms, to one upstream.
+    "scale_relay": [
+        *("--relay-workers-per-node", "8", "--workers", "1000,1500,1750,2000,2500"),
+        *("--profile-workers", "2000"),
+    ],
 }
 #: Benchmarks with hand-written sections: run (not in --quick), tables printed.
 EXTRA = [
@@ -39,11 +44,20 @@ EXTRA = [
     ["bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
     ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
 ]
-BENCHES = ("report_path", "scale", "scale_telemetry", "cost", "hook_memory", "detection")
+BENCHES = (
+    "report_path",
+    "scale",
+    "scale_telemetry",
+    "scale_relay",
+    "cost",
+    "hook_memory",
+    "detection",
+)
 SCRIPTS = {
     "report_path": "bench_report_path.py",
     "scale": "bench_scale.py",
     "scale_telemetry": "bench_scale.py",
+    "scale_relay": "bench_scale.py",
     "cost": "bench_cost.py",
     "hook_memory": "bench_hook.py",
     "detection": "bench_detection.py",
