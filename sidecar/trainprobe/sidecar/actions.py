@@ -56,10 +56,20 @@ class SignalKiller:
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
         if state.relay is not None:
             # A relayed worker: the node that relays it signals the pid and says how it went.
-            return await state.relay.kill(state.hello.pid, grace_s)  # type: ignore[no-any-return]
+            record: dict[str, object] = await state.relay.kill(state.hello.pid, grace_s)
+            if record["signals"] or record["exited"]:
+                return record
+            # Nothing signalled (another host's process; the node gone): ask the
+            # worker itself over its relayed stream, as for any remote worker.
+            aborted = await self._abort(state, grace_s)
+            aborted["relay_error"] = record["error"]
+            return aborted
         if state.local:
             outcome = await terminate(state.hello.pid, grace_s, state.proc_start_ticks)
             return outcome.to_record()
+        return await self._abort(state, grace_s)
+
+    async def _abort(self, state: WorkerState, grace_s: float) -> dict[str, object]:
         result = await self.commander.request(
             state.key,
             DUMP_TIMEOUT_S,

@@ -41,6 +41,8 @@ log = logging.getLogger("trainprobe.sidecar")
 GOODBYE_TAG = b"\x1a"
 #: Longest wait for the upstream to take one batch before the node reconnects.
 WRITE_TIMEOUT_S = 10.0
+#: A kill order for a worker whose process this node cannot see (another host).
+NOT_SIGNALLABLE = "not a process on the relaying node's host; not signalled"
 #: Streams whose pid is remembered for kill orders that come after they ended.
 _REMEMBERED_STREAMS = 4096
 _CHANNEL_OPTIONS = [
@@ -64,18 +66,20 @@ class _Stream:
 
     sid: int
     hello: bytes
-    pid: int
-    start_ticks: int | None
     #: Commands for the worker, and possibly a RelayReject that ends the stream.
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
 
-def _pid_of_hello(data: bytes) -> int:
+def _hello_pid_and_host(data: bytes) -> tuple[int, str]:
+    """The pid and host a worker's first message names ((0, "") if it is no Hello,
+    which the upstream rejects)."""
     try:
         msg = probe_pb2.WorkerMessage.FromString(data)
-    except Exception:  # the upstream rejects it; nothing to signal here
-        return 0
-    return msg.hello.pid if msg.WhichOneof("body") == "hello" else 0
+    except Exception:
+        return 0, ""
+    if msg.WhichOneof("body") != "hello":
+        return 0, ""
+    return msg.hello.pid, msg.hello.host
 
 
 class RelayNode:
@@ -109,6 +113,7 @@ class RelayNode:
         #: Set while this node shuts down: its workers' streams end because of
         #: us, not them, so they are not reported as vanished.
         self._closing = False
+        self._hostname = socket.gethostname()
 
     # -- the worker side -------------------------------------------------------
 
@@ -143,11 +148,14 @@ class RelayNode:
         if first is None:
             return
         sid = next(self._ids)
-        pid = _pid_of_hello(first)
-        ticks = proc_start_ticks(pid) if pid > 0 and pid_alive(pid) else None
-        stream = _Stream(sid, first, pid, ticks)
+        pid, host = _hello_pid_and_host(first)
+        # As in direct mode, only a live pid of a worker on this host is ours to
+        # signal or look at: another host's pid names nothing here.
+        local = pid > 0 and host == self._hostname and pid_alive(pid)
+        ticks = proc_start_ticks(pid) if local else None
+        stream = _Stream(sid, first)
         self._streams[sid] = stream
-        self._pids[sid] = (pid, ticks)
+        self._pids[sid] = (pid if local else 0, ticks)
         while len(self._pids) > _REMEMBERED_STREAMS:
             self._pids.popitem(last=False)
         self._add(sid, Kind.HELLO, first)
@@ -172,13 +180,13 @@ class RelayNode:
             self._streams.pop(sid, None)
             if rejected is None and last[0][:1] != GOODBYE_TAG and not self._closing:
                 # Not awaited here: gRPC may cancel this handler again while it waits.
-                self._spawn(self._vanished(sid, pid))
+                self._spawn(self._vanished(sid, pid, local))
         if rejected is not None:
             log.warning("upstream rejected worker pid %d: %s", pid, rejected.details)
             await context.abort(rejected.code, rejected.details)
 
-    async def _vanished(self, sid: int, pid: int) -> None:
-        alive = await still_alive(pid) if pid > 0 else False
+    async def _vanished(self, sid: int, pid: int, local: bool) -> None:
+        alive = await still_alive(pid) if local else False
         self._add(sid, Kind.ENDED, alive)
         log.warning("worker pid %d stream ended without goodbye (pid alive: %s)", pid, alive)
 
@@ -279,13 +287,14 @@ class RelayNode:
         pid, ticks = self._pids.get(sid, (0, None))
         result = probe_pb2.RelayKillResult(kill_id=order.kill_id)
         if pid <= 0:
-            result.error = "the relaying node does not know this worker's pid"
+            result.error = NOT_SIGNALLABLE
+            log.warning("kill order for worker stream %d refused: %s", sid, result.error)
         else:
             out = await terminate(pid, order.grace_s, ticks)
             result.exited, result.error = out.exited, out.error
             result.signals.extend(out.signals)
             result.seconds = out.seconds
-        log.warning("killed worker pid %d for the upstream: %s", pid, result.error or "exited")
+            log.warning("killed worker pid %d for the upstream: %s", pid, out.error or "exited")
         self._add(sid, Kind.KILL_RESULT, result)
 
     # -- lifecycle -------------------------------------------------------------
