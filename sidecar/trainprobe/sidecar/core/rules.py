@@ -48,53 +48,73 @@ class JobContext:
     last_phase_end_at: float = 0.0
 
 
-class _JobTally:
-    """What :func:`job_contexts` gathers about one job in its single pass."""
-
-    __slots__ = ("holders", "last_phase_end_at", "p99_s", "samples")
-
-    def __init__(self) -> None:
-        self.samples = 0
-        self.p99_s: float | None = None
-        self.holders: list[int] = []
-        self.last_phase_end_at = 0.0
-
-    def add(self, w: WorkerState) -> None:
-        # The job's threshold takes the maxima over its ranks (see thresholds.py).
-        self.samples = max(self.samples, len(w.step_samples))
-        if w.step_p99_s is not None and (self.p99_s is None or w.step_p99_s > self.p99_s):
-            self.p99_s = w.step_p99_s
-        if w.connected and w.active_phases:
-            self.holders.append(w.hello.rank)
-        if w.last_phase_end_at > self.last_phase_end_at:
-            self.last_phase_end_at = w.last_phase_end_at
-
-
 def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:
-    """The context of every job present in ``workers``, in one pass over them."""
-    tallies: dict[str, _JobTally] = {}
+    """The context of every job present in ``workers``, in one pass over them.
+
+    The job's threshold takes the maxima over its ranks (see thresholds.py).
+    The tally is inlined (one method call per worker per tick cost more than
+    the tally itself); each job's is [samples, p99_s, phase holders, last
+    phase end].
+    """
+    tallies: dict[str, list] = {}
     for w in workers:
-        tally = tallies.get(w.hello.job_id)
-        if tally is None:
-            tally = tallies[w.hello.job_id] = _JobTally()
-        tally.add(w)
+        t = tallies.get(w.hello.job_id)
+        if t is None:
+            t = tallies[w.hello.job_id] = [0, None, [], 0.0]
+        n = len(w.step_samples)
+        if n > t[0]:
+            t[0] = n
+        p = w.step_p99_s
+        if p is not None and (t[1] is None or p > t[1]):
+            t[1] = p
+        if w.active_phases and w.connected:
+            t[2].append(w.hello.rank)
+        if w.last_phase_end_at > t[3]:
+            t[3] = w.last_phase_end_at
     return {
         job: JobContext(
-            threshold=stall_threshold(policy, [t.samples], [t.p99_s]),
-            phase_holders=tuple(sorted(t.holders)),
-            last_phase_end_at=t.last_phase_end_at,
+            threshold=stall_threshold(policy, [samples], [p99_s]),
+            phase_holders=tuple(sorted(holders)),
+            last_phase_end_at=last_end,
         )
-        for job, t in tallies.items()
+        for job, (samples, p99_s, holders, last_end) in tallies.items()
     }
 
 
 def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
-    """Every finding for every worker at time ``now``."""
+    """Every finding for every worker at time ``now``.
+
+    The common worker (connected, stepping, no phase, sync or GPU data, its
+    job holding no phase, its report and step ages within the smallest limits
+    that can apply) is passed over without :func:`evaluate_worker`, which
+    would find nothing for it either (tests/unit/test_rules_fast_path.py).
+    """
     workers = workers if isinstance(workers, list) else list(workers)
     contexts = job_contexts(workers, cfg.stall)
+    # The heartbeat limit is never below heartbeat_timeout_s (heartbeat_limit_s).
+    heartbeat_s = cfg.heartbeat_timeout_s
+    # Per job: its stall threshold, or None where a phase rules out the fast path.
+    stall_s: dict[str, float | None] = {
+        job: None if ctx.phase_holders else ctx.threshold.seconds for job, ctx in contexts.items()
+    }
     out: list[Finding] = []
     for w in workers:
-        found = evaluate_worker(w, cfg, contexts[w.hello.job_id], now)
+        job = w.hello.job_id
+        if (
+            w.has_step
+            and now - w.last_report_at <= heartbeat_s
+            and w.connected
+            and not w.active_phases
+            and not w.inflight_since
+            and not w.gpu_ratios
+            and not w.killed_by_us
+            and not w.ended
+            and (threshold_s := stall_s[job]) is not None
+            and (w.last_report is None or w.last_report.sync is None)
+            and now - max(w.last_step_at, contexts[job].last_phase_end_at) <= threshold_s
+        ):
+            continue
+        found = evaluate_worker(w, cfg, contexts[job], now)
         if found:
             out.extend(found)
     return out
