@@ -2,7 +2,8 @@
 
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
-        [--telemetry off|on] [--relay-workers-per-node K] [--quick] [--json OUT]
+        [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 100]
+        [--quick] [--json OUT]
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
@@ -27,9 +28,11 @@ Measured over a window of ``--duration`` seconds after a warm-up:
 
 With ``--relay-workers-per-node K`` (relayed mode) the generators are
 bench/relay_loadgen.py instead: they simulate node sidecars in relay mode,
-each one ``Relay`` stream carrying K workers' latest reports in one
-``RelayBatch`` every ``1/hz`` seconds, so the measured sidecar is the upstream
-of a relay topology. A probe report's lag then counts from when its node sent
+each one ``Relay`` stream for K workers reporting at ``--hz``, sending one
+``RelayBatch`` every ``--relay-interval-ms`` (the node's ``relay_interval_ms``)
+that carries every report its workers made since the previous batch (K x
+interval x hz reports), so the measured sidecar is the upstream of a relay
+topology. A probe report's lag then counts from when its node sent
 the batch carrying it (the upstream's receipt, give or take the socket), and
 is also given from when its hook made it (``lag_from_hook_*``: that adds the
 node's batching delay, 0 to one interval, which is not the upstream's doing).
@@ -144,7 +147,10 @@ def run_level(
         for g, count in enumerate(per):
             out = workdir / f"gen{g}.json"
             k = args.relay_workers_per_node
-            script = ["relay_loadgen.py", "--per-node", str(k)] if k else ["loadgen.py"]
+            script = ["loadgen.py"]
+            if k:
+                interval = str(args.relay_interval_ms)
+                script = ["relay_loadgen.py", "--per-node", str(k), "--interval-ms", interval]
             cmd = [
                 PYTHON,
                 str(HERE / script[0]),
@@ -268,6 +274,13 @@ def main() -> int:
         default=0,
         help="relayed mode: simulated relay nodes of K workers each (0: direct Connect streams)",
     )
+    p.add_argument(
+        "--relay-interval-ms",
+        type=float,
+        default=100.0,
+        help="relayed mode: each node's relay_interval_ms: one batch per interval, carrying "
+        "every report its workers made since the previous one",
+    )
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -321,6 +334,7 @@ def main() -> int:
         "telemetry": args.telemetry,
         "mode": "relay" if args.relay_workers_per_node else "direct",
         "relay_workers_per_node": args.relay_workers_per_node,
+        "relay_interval_ms": args.relay_interval_ms if args.relay_workers_per_node else None,
         "max_sustained_per_s": best,
         "goal_per_s": RATE_GOAL,
         "goal_met": best >= RATE_GOAL,

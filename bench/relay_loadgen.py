@@ -3,12 +3,16 @@
     python bench/relay_loadgen.py --target unix:///path --workers 1000 --per-node 8
         --hz 10 --rank-offset 0 --world-size 4000 --ready FILE --stop FILE
         --out result.json [--probes 2] [--steps-per-report 2] [--fill 1000]
+        [--interval-ms 100]
 
 Like bench/loadgen.py, but what reaches the measured sidecar is what node
 sidecars in relay mode (``--relay-to``) send: each simulated node has one
-``Relay`` stream and ``--per-node`` workers, and every ``1/hz`` seconds sends
-one ``RelayBatch`` holding each of its workers' latest report. The first
-batch holds every worker's Hello and a first report with ``fill`` step times.
+``Relay`` stream and ``--per-node`` workers, each making a report every
+``1/hz`` seconds at its own phase, and every ``--interval-ms`` (the node's
+``relay_interval_ms``) the node sends one ``RelayBatch`` carrying every report
+its workers made since its previous batch, oldest first (10 Hz workers at
+200 ms: two reports per worker per batch). The first batch holds every
+worker's Hello and a first report with ``fill`` step times.
 
 To produce 20k+ reports/s from one core, each worker keeps one pre-built
 ``WorkerMessage`` whose few changing fields (seq, clocks, steps) are set in
@@ -21,7 +25,9 @@ batch carrying it (``probe_sends``: what the measured upstream receives, give
 or take the socket; the primary lag counts from here), and when its worker
 made it (``probe_made``: each worker has its own phase in the node's interval,
 as a real hook does, so a lag from here also includes the node's batching
-delay, 0-100 ms, which is not the upstream's doing).
+delay, 0 to one interval, which is not the upstream's doing). With several
+reports per worker in a batch, all of a probe's reports in the batch that
+opens its overrun carry it, and ``probe_made`` is the oldest of them.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ class FastSim(Sim):
         #: This worker's moment in its node's interval (0..1): when it "sends".
         self.phase = random.random()
 
+        #: Monotonic time (s) of this worker's next report; set by its node.
+        self.next_made = 0.0
+
     def next_bytes(self, now_ns: int, wall_ns: int) -> bytes:
         self.seq += 1
         self.step += self.k
@@ -67,10 +76,22 @@ class FastSim(Sim):
         return self.msg.SerializeToString()
 
 
+def made_since(sims: list[FastSim], mono: float, period: float) -> list[tuple[float, int]]:
+    """(made at, stream id) of every report ``sims`` made up to ``mono``, oldest first."""
+    made = []
+    for sid, sim in enumerate(sims, 1):
+        while sim.next_made <= mono:
+            made.append((sim.next_made, sid))
+            sim.next_made += period
+    made.sort()
+    return made
+
+
 async def run_node(
     channel: grpc.aio.Channel,
     sims: list[FastSim],
     period: float,
+    interval: float,
     run: Run,
     probes: dict[str, list[float]] | None,
     made: dict[str, list[float]] | None = None,
@@ -88,33 +109,47 @@ async def run_node(
     run.first_sent += len(sims)
     if run.first_sent == run.workers:
         run.all_first.set()
-    batch = probe_pb2.RelayBatch()
-    items = [batch.items.add(stream_id=sid) for sid in range(1, len(sims) + 1)]
     loop = asyncio.get_running_loop()
-    next_t = loop.time() + random.random() * period
+    start = time.monotonic()
+    for sim in sims:
+        sim.next_made = start + sim.phase * period
+    next_t = loop.time() + random.random() * interval
     cycle = 0.0
     while not run.stopped:
         await asyncio.sleep(max(0.0, next_t - loop.time()))
-        next_t += period
-        wall, mono_ns = time.time(), time.monotonic_ns()
+        next_t += interval
+        wall, mono = time.time(), time.monotonic()
+        made_list = made_since(sims, mono, period)
+        batch = probe_pb2.RelayBatch()
+        add = batch.items.add
         if probes is None:
-            for item, sim in zip(items, sims, strict=True):
-                item.message = sim.next_bytes(mono_ns, int(wall * 1e9))
+            for t, sid in made_list:
+                ns = int(t * 1e9)
+                add(
+                    stream_id=sid,
+                    message=sims[sid - 1].next_bytes(ns, int((wall - mono) * 1e9) + ns),
+                )
         else:
-            first_of_cycle = run.all_first.is_set() and wall - cycle >= 1.0
+            carried = {sid for _, sid in made_list}
+            first_of_cycle = (
+                run.all_first.is_set() and wall - cycle >= 1.0 and len(carried) == len(sims)
+            )
             if first_of_cycle:
                 cycle = wall
-            for item, sim in zip(items, sims, strict=True):
-                overrun = wall - cycle < 0.3
-                item.message = sim.report(overrun=overrun).SerializeToString()
+            overrun = wall - cycle < 0.3
+            for _, sid in made_list:
+                add(
+                    stream_id=sid, message=sims[sid - 1].report(overrun=overrun).SerializeToString()
+                )
             if first_of_cycle:
                 sent = time.time()  # the batch leaves now: the upstream's receipt
-                for sim in sims:
+                for sid, sim in enumerate(sims, 1):
                     probes[sim.hello.job_id].append(sent)
-                    if made is not None:  # when its hook made it: before its node's send
-                        made[sim.hello.job_id].append(wall - (1.0 - sim.phase) * period)
+                    if made is not None:  # when its hook made the first carrying it
+                        oldest = min(t for t, s in made_list if s == sid)
+                        made[sim.hello.job_id].append(wall - (mono - oldest))
         await call.write(batch)
-        run.count_n(wall, len(sims))
+        run.count_n(wall, len(made_list))
     await call.done_writing()
     call.cancel()
 
@@ -139,7 +174,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     run = CountingRun(len(sims) + len(probe_sims))
     channels: list[grpc.aio.Channel] = []
     tasks = []
-    period = 1.0 / args.hz
+    period, interval = 1.0 / args.hz, args.interval_ms / 1000.0
     plan: list[tuple[list[FastSim], dict[str, list[float]] | None]] = [(n, None) for n in nodes]
     if probe_sims:
         plan.append((probe_sims, probes))
@@ -148,7 +183,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             opts = [("grpc.use_local_subchannel_pool", 1)]
             channels.append(grpc.aio.insecure_channel(args.target, options=opts))
         node_made = made if node_probes is not None else None
-        tasks.append(run_node(channels[-1], node, period, run, node_probes, node_made))
+        tasks.append(run_node(channels[-1], node, period, interval, run, node_probes, node_made))
     result = await finish(run, tasks, channels, probes, args)
     result["probe_made"] = made
     return result
@@ -157,4 +192,7 @@ async def main_async(args: argparse.Namespace) -> dict:
 if __name__ == "__main__":
     parser = build_parser(__doc__)
     parser.add_argument("--per-node", type=int, default=8, help="workers per simulated node")
+    parser.add_argument(
+        "--interval-ms", type=float, default=100.0, help="each node's relay_interval_ms"
+    )
     sys.exit(run_generator(main_async, parser.parse_args()))

@@ -45,6 +45,7 @@ def render(results: Path, plots_dir: Path) -> str:
     tele = load(results, "scale_telemetry")
     path = load(results, "report_path")
     relay = load(results, "scale_relay")
+    relay_200 = load(results, "scale_relay_200ms")
     plots_dir.mkdir(parents=True, exist_ok=True)
     lines = [
         BEGIN,
@@ -53,14 +54,19 @@ def render(results: Path, plots_dir: Path) -> str:
         "",
         *goals(cost, det, scale, mem, tele),
     ]
-    if relay is not None:  # one more row, at the end of the goals table
-        lines.insert(len(lines) - 1, relay_goal(relay))
+    for r in (relay, relay_200):  # one more row each, at the end of the goals table
+        if r is not None:
+            lines.insert(len(lines) - 1, relay_goal(r))
     for res, section, plot, name in (
         (cost, cost_section, plots.cost_plot, "cost"),
         (det, detection_section, plots.detection_plot, "detection"),
         (
             scale,
-            lambda r: [*scale_section(r, path, tele), *(relay_section(relay) if relay else [])],
+            lambda r: [
+                *scale_section(r, path, tele),
+                *(relay_section(relay) if relay else []),
+                *(relay_section(relay_200, first=False) if relay_200 else []),
+            ],
             lambda r, out: plots.scale_plot(r, out, tele),
             "scale",
         ),

@@ -7,27 +7,55 @@ from typing import Any
 from report_sections import provenance, scale_rows, yes
 
 
+def interval_ms(r: dict[str, Any]) -> float:
+    """The nodes' relay_interval_ms (results before the knob: one batch per report period)."""
+    ms = r.get("relay_interval_ms")
+    return float(ms) if ms else 1000.0 / r["params"]["hz"]
+
+
+def per_batch(r: dict[str, Any]) -> float:
+    """Reports in one node's batch: K workers x reports each made in one interval."""
+    return r["relay_workers_per_node"] * interval_ms(r) / 1000.0 * r["params"]["hz"]
+
+
 def relay_goal(r: dict[str, Any]) -> str:
     """The goals-table row for relay mode."""
     k = r["relay_workers_per_node"]
     return (
-        f"| (relay mode: node sidecars send {k} workers' reports per batch) | "
+        f"| (relay mode: nodes of {k} workers, one batch every {interval_ms(r):g} ms, "
+        f"{per_batch(r):g} reports per batch) | "
         f"{r['max_sustained_per_s']:,.0f} reports/s sustained "
         f"({r['max_sustained_per_s'] / r['goal_per_s']:.0%} of the goal) | {yes(r['goal_met'])} |"
     )
 
 
-def relay_section(r: dict[str, Any]) -> list[str]:
+def relay_section(r: dict[str, Any], first: bool = True) -> list[str]:
     p = r["params"]
-    k = r["relay_workers_per_node"]
+    k, ms = r["relay_workers_per_node"], interval_ms(r)
+    title = f"{k} workers per node, one batch every {ms:g} ms ({per_batch(r):g} reports per batch)"
+    if not first:
+        return [
+            f"#### Relayed, {title}",
+            "",
+            provenance(r),
+            "",
+            f"As above, with each node's `relay_interval_ms` at {ms:g}: every batch carries "
+            f"every report its {k} workers (each at {p['hz']:g} Hz) made since the previous "
+            "one. Lag from receipt as above; the lag from the hook adds up to one interval.",
+            "",
+            *scale_rows(r),
+            "",
+        ]
     out = [
         "### Relayed: one upstream sidecar behind node sidecars in relay mode",
         "",
         provenance(r),
         "",
+        f"**{title}.** "
         f"The same measurement with `bench/relay_loadgen.py` as the load: each simulated node "
-        f"sidecar (`--relay-to`) has one `Relay` stream and {k} workers, and every "
-        f"{1 / p['hz']:g} s sends one `RelayBatch` holding each worker's latest report. "
+        f"sidecar (`--relay-to`) has one `Relay` stream and {k} workers reporting at "
+        f"{p['hz']:g} Hz, and every {ms:g} ms (its `relay_interval_ms`) sends one `RelayBatch` "
+        "carrying every report its workers made since the previous batch. "
         "Lag = the batch carrying a probe report sent by its node (the upstream's receipt, "
         "give or take the socket) → its HUNG incident, as the issue defines it (from receiving "
         "a report); `lag p99 from hook` counts from when the probe's hook made the report, "
