@@ -54,7 +54,7 @@ def random_worker(rng: random.Random, reg: Registry, job: str, rank: int) -> Wor
     some = rng.random
     w.first_seen_at = NOW - rng.uniform(0, 1200)
     w.last_report_at = NOW - rng.choice([0.0, 1.0, 9.99, 10.0, 10.01, 14.9, 15.1, 100.0])
-    steps = rng.choice([0, 5, 19, 20, 25, 200])
+    steps = rng.choice([0, 5, 19, 20, 25, 200, 1200])  # 1,200: a full window
     w.step_samples.extend([rng.uniform(0.01, 5.0) for _ in range(steps)])
     w.step_p99_s = w.step_samples.p99()
     if some() < 0.8:

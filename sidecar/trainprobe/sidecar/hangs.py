@@ -277,9 +277,13 @@ class HangDesk:
     def settle(self, workers: list[WorkerState]) -> list[Episode]:
         if not len(self.episodes):
             return []  # every tick asks; most ticks have no open episode
+        # Only the jobs with an open episode: the others' ranks are not looked at.
         by_job: dict[str, dict[int, WorkerState]] = {}
+        is_open = self.episodes.get
         for w in workers:
-            by_job.setdefault(w.hello.job_id, {})[w.hello.rank] = w
+            job = w.hello.job_id
+            if is_open(job) is not None:
+                by_job.setdefault(job, {})[w.hello.rank] = w
         return self.episodes.settle(by_job)
 
 

@@ -61,8 +61,9 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
         t = tallies.get(w.hello.job_id)
         if t is None:
             t = tallies[w.hello.job_id] = [0, None, [], 0.0]
-        n = len(w.step_samples)
-        if n > t[0]:
+        window = w.step_samples
+        # No window outgrows its maxlen: once a job's count reaches it, skip len().
+        if t[0] < window.maxlen and (n := len(window)) > t[0]:
             t[0] = n
         p = w.step_p99_s
         if p is not None and (t[1] is None or p > t[1]):
