@@ -31,12 +31,12 @@ from loadgen import Sim  # noqa: E402
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar import convert  # noqa: E402
 from trainprobe.sidecar.actions import Actions, SignalKiller  # noqa: E402
+from trainprobe.sidecar.commander import Commander  # noqa: E402
 from trainprobe.sidecar.core.policy import ActionPolicy  # noqa: E402
 from trainprobe.sidecar.core.registry import Registry  # noqa: E402
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
 from trainprobe.sidecar.engine import Engine  # noqa: E402
 from trainprobe.sidecar.incident_log import IncidentLog  # noqa: E402
-from trainprobe.sidecar.servicer import Commander  # noqa: E402
 
 
 def make_engine(reg: Registry, cfg: RuleConfig, log_dir: Path) -> Engine:

@@ -35,6 +35,11 @@ ARGS = {
         *("--relay-workers-per-node", "8", "--workers", "1000,1500,1750,2000,2500"),
         *("--profile-workers", "2000"),
     ],
+    # The same nodes batching every 200 ms: 16 reports per RelayBatch.
+    "scale_relay_200ms": [
+        *("--relay-workers-per-node", "8", "--relay-interval-ms", "200"),
+        *("--workers", "2000,2250,2500", "--profile-workers", "0"),
+    ],
 }
 #: Benchmarks with hand-written sections: run (not in --quick), tables printed.
 EXTRA = [
@@ -49,6 +54,7 @@ BENCHES = (
     "scale",
     "scale_telemetry",
     "scale_relay",
+    "scale_relay_200ms",
     "cost",
     "hook_memory",
     "detection",
@@ -58,6 +64,7 @@ SCRIPTS = {
     "scale": "bench_scale.py",
     "scale_telemetry": "bench_scale.py",
     "scale_relay": "bench_scale.py",
+    "scale_relay_200ms": "bench_scale.py",
     "cost": "bench_cost.py",
     "hook_memory": "bench_hook.py",
     "detection": "bench_detection.py",

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.commander import Commander
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.incident_log import IncidentLog
 from trainprobe.sidecar.procs import KillOutcome, terminate
-from trainprobe.sidecar.servicer import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
 

@@ -23,6 +23,7 @@ from trainprobe.sidecar.actions import (
     RecoveryLog,
     default_killer,
 )
+from trainprobe.sidecar.commander import Commander
 from trainprobe.sidecar.convert import status_pb
 from trainprobe.sidecar.core.episodes import CulpritPolicy
 from trainprobe.sidecar.core.jobview import JobView
@@ -38,7 +39,7 @@ from trainprobe.sidecar.incident_log import IncidentLog
 from trainprobe.sidecar.listeners import ListenError, open_servers  # noqa: F401
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.relay_upstream import RelayUpstream
-from trainprobe.sidecar.servicer import Commander, SidecarServicer
+from trainprobe.sidecar.servicer import SidecarServicer
 from trainprobe.sidecar.settings import Settings
 from trainprobe.sidecar.stackdump import StackCollector
 

@@ -8,19 +8,19 @@ one log line.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar import convert
-from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
+from trainprobe.sidecar.commander import Commander
+from trainprobe.sidecar.core.model import ReportData, WorkerState
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
 from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive
@@ -34,12 +34,6 @@ ReportListener = Callable[[WorkerState, ReportData], None]
 Refusal = tuple[grpc.StatusCode, str]
 #: How a stream ended ("goodbye", "vanished", "rejected") and its refusal, if any.
 Ending = tuple[str, Refusal | None]
-
-
-class CommandSink(Protocol):
-    """Where a session's commands go: its Connect stream's queue, or a relay."""
-
-    def put_nowait(self, command: probe_pb2.Command) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -59,56 +53,6 @@ def safe_parser(cls: Any) -> Callable[[bytes], Any]:
             return Malformed(cls.__name__, len(data), str(err) or type(err).__name__)
 
     return parse
-
-
-class Commander:
-    """Outbound command queues per live session and their pending results."""
-
-    def __init__(self) -> None:
-        self._queues: dict[WorkerKey, tuple[int, CommandSink]] = {}
-        self._pending: dict[int, asyncio.Future[probe_pb2.CommandResult]] = {}
-        self._ids = itertools.count(1)
-
-    def attach(self, key: WorkerKey, generation: int, sink: CommandSink | None = None) -> Any:
-        """Route the session's commands to ``sink`` (default: a new queue, returned)."""
-        out: CommandSink = asyncio.Queue() if sink is None else sink
-        self._queues[key] = (generation, out)
-        return out
-
-    def detach(self, key: WorkerKey, generation: int) -> None:
-        entry = self._queues.get(key)
-        if entry is not None and entry[0] == generation:
-            del self._queues[key]
-
-    def connected(self, key: WorkerKey) -> bool:
-        return key in self._queues
-
-    async def request(
-        self, key: WorkerKey, timeout_s: float, **kind: Any
-    ) -> probe_pb2.CommandResult | None:
-        """Send a command (``dump_stacks=...`` or ``abort=...``) and await its result.
-
-        Returns None if the worker is not connected or does not answer in time
-        (a thread holding the GIL in C code cannot answer).
-        """
-        entry = self._queues.get(key)
-        if entry is None:
-            return None
-        cid = next(self._ids)
-        fut: asyncio.Future[probe_pb2.CommandResult] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = fut
-        entry[1].put_nowait(probe_pb2.Command(id=cid, **kind))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return None
-        finally:
-            self._pending.pop(cid, None)
-
-    def resolve(self, result: probe_pb2.CommandResult) -> None:
-        fut = self._pending.get(result.command_id)
-        if fut is not None and not fut.done():
-            fut.set_result(result)
 
 
 class SidecarServicer:

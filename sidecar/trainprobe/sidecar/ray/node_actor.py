@@ -17,11 +17,11 @@ import time
 from typing import Any
 
 from trainprobe.sidecar.actions import SignalKiller
+from trainprobe.sidecar.commander import Commander
 from trainprobe.sidecar.ray.handles import HandleHolder, HandleStore
 from trainprobe.sidecar.ray.killer import RayKiller
 from trainprobe.sidecar.ray.link import RayLink
 from trainprobe.sidecar.ray.naming import settings_for_node
-from trainprobe.sidecar.servicer import Commander
 from trainprobe.sidecar.settings import Settings
 from trainprobe.sidecar.threaded import SidecarThread
 
