@@ -256,7 +256,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "relay_interval_ms",
         v.integer(10, 10_000),
-        "Relay mode: how often the buffered worker messages go upstream as one batch, in ms.",
+        "Relay mode: how often the buffered worker messages go upstream as one batch, in ms. "
+        "Longer batches cost the upstream less per report (gRPC is paid per message); the "
+        "wait adds at most this much to when the upstream sees a report, small next to "
+        "seconds-long hang thresholds. Commands and kills go down at once.",
         _L,
     ),
     Option(

@@ -96,7 +96,7 @@ class Settings:
     metrics_host: str = "0.0.0.0"
     # relay
     relay_to: str | None = None
-    relay_interval_ms: int = 100
+    relay_interval_ms: int = 200
     relay_buffer_messages: int = 20_000
 
     @property
