@@ -81,6 +81,9 @@ def main() -> int:
                 str(args.hang_at),
                 "--progress",
                 str(work / "progress.jsonl"),
+                # The DDP comm hook reports collective sequence numbers: the
+                # sidecar can then tell the hung rank from its waiting peers.
+                "--watch-ddp",
             ],
             dict(
                 env,
@@ -126,8 +129,13 @@ def main() -> int:
         print("no incident was recorded: something is wrong, see", work)
         return 1
     actions = [r for r in _lines(incidents) if r.get("type") == "action"]
-    print(f"\n== incident (from the sidecar's incident log {incidents})")
-    print(json.dumps(incident, indent=2))
+    print(f"\n== incident (the full record is in the sidecar's incident log {incidents})")
+    brief = {k: incident.get(k) for k in ("verdict", "rule", "ranks", "action", "targets")}
+    print(json.dumps(brief))
+    diagnosis = incident.get("diagnosis") or {}
+    print(f"   diagnosis ({diagnosis.get('kind')}): {diagnosis.get('summary')}")
+    for rank, where in sorted((diagnosis.get("where") or {}).items()):
+        print(f"   rank {rank} is stuck at {where}")
     for action in actions:
         for rank, out in sorted(action.get("outcomes", {}).items()):
             print(
