@@ -71,13 +71,15 @@ class StepWindow:
 
     def p99(self) -> float | None:
         """:func:`p99` of the window, without a sort."""
-        ordered = self._sorted
-        return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else None
+        return _p99_of_sorted(self._sorted)
 
 
 def p99(samples: Iterable[float]) -> float | None:
     """Nearest-rank 99th percentile; None without samples."""
-    ordered = samples.sorted() if isinstance(samples, StepWindow) else sorted(samples)
+    return _p99_of_sorted(sorted(samples))
+
+
+def _p99_of_sorted(ordered: Sequence[float]) -> float | None:
     if not ordered:
         return None
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
