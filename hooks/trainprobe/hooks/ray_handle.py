@@ -22,8 +22,7 @@ import logging
 import sys
 import threading
 
-from trainprobe.hooks.reporter import Backoff
-from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name
+from trainprobe.proto import RAY_NAMESPACE, Backoff, ray_node_actor_name
 
 log = logging.getLogger("trainprobe.hooks")
 

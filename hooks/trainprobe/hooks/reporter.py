@@ -12,13 +12,18 @@ import asyncio
 import collections
 import contextlib
 import logging
-import random
 import threading
 from collections.abc import Callable
 
 import grpc
 
-from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, probe_pb2, probe_pb2_grpc
+from trainprobe.proto import (
+    AUTH_METADATA_KEY,
+    MAX_MESSAGE_BYTES,
+    Backoff,
+    probe_pb2,
+    probe_pb2_grpc,
+)
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -31,25 +36,6 @@ _PERMANENT = {
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.UNIMPLEMENTED,
 }
-
-
-class Backoff:
-    """Capped exponential backoff with full jitter."""
-
-    def __init__(self, initial_s: float = 0.1, cap_s: float = 5.0) -> None:
-        self.initial_s = initial_s
-        self.cap_s = cap_s
-        self._next = initial_s
-
-    def reset(self) -> None:
-        self._next = self.initial_s
-
-    def next_delay(self, permanent: bool = False) -> float:
-        if permanent:
-            self._next = self.cap_s
-        delay = random.uniform(self._next / 2, self._next)
-        self._next = min(self.cap_s, self._next * 2)
-        return delay
 
 
 class Reporter:

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import random
 import socket
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -28,7 +27,13 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint, probe_pb2
+from trainprobe.proto import (
+    AUTH_METADATA_KEY,
+    MAX_MESSAGE_BYTES,
+    Backoff,
+    parse_endpoint,
+    probe_pb2,
+)
 from trainprobe.sidecar.core.relaybuffer import Item, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.listeners import open_servers
 from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive, terminate
@@ -215,7 +220,7 @@ class RelayNode:
         return probe_pb2.RelayBatch(items=[_item_pb(i) for i in items], dropped_reports=dropped)
 
     async def _relay_forever(self) -> None:
-        delay = 0.1
+        backoff = Backoff()
         down_logged = False
         while not self._done.is_set():
             error: Exception | None = None
@@ -226,14 +231,14 @@ class RelayNode:
             except Exception as err:
                 error = err
             if self.connected:  # a new outage: log it once, retry soon
-                self.connected, down_logged, delay = False, False, 0.1
+                self.connected, down_logged = False, False
+                backoff.reset()
             if error is not None and not down_logged:
                 why = str(error) or type(error).__name__
                 log.warning("relay to %s is down (%s); retrying", self.upstream, why)
                 down_logged = True
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._done.wait(), random.uniform(delay / 2, delay))
-            delay = min(5.0, delay * 2)
+                await asyncio.wait_for(self._done.wait(), backoff.next_delay())
 
     async def _relay_once(self) -> None:
         async with grpc.aio.insecure_channel(
