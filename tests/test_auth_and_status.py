@@ -10,6 +10,7 @@ import grpc
 
 from tests.support import PYTHON, SidecarProcess, child_env, free_port, short_tmpdir, wait_for
 from tests.test_hook_resilience import start_loop
+from trainprobe.hooks.reporter import Reporter
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 
 
@@ -63,6 +64,32 @@ def test_tcp_requires_the_token_and_the_hook_sends_it() -> None:
             assert row["jobId"] == "loop"
         finally:
             proc.kill()
+
+
+def test_a_refused_hook_names_the_reason_every_time() -> None:
+    # When the hook's write races with the sidecar's refusal, grpc reports
+    # "INTERNAL: Internal error from Core". Before the hook asked again, about
+    # one session in ten said that instead of UNAUTHENTICATED.
+    port = free_port()
+    workdir = short_tmpdir()
+    reasons = []
+    with SidecarProcess(workdir, "--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret"):
+        for _ in range(30):
+            reporter = Reporter(
+                f"127.0.0.1:{port}",
+                0.02,
+                make_hello=lambda: probe_pb2.Hello(job_id="refused", world_size=1, pid=1),
+                make_report=probe_pb2.Report,
+                on_command=lambda _command: None,
+                token="wrong",
+            )
+            reporter.start()
+            try:
+                wait_for(lambda r=reporter: r.last_error, 30, what="the refusal")
+                reasons.append(reporter.last_error.split(":")[0])
+            finally:
+                reporter.stop()
+    assert set(reasons) == {"UNAUTHENTICATED"}, reasons
 
 
 def ctl_status(port: int) -> dict | None:

@@ -189,18 +189,18 @@ class Reporter:
             self._outbox = asyncio.Queue()
             reader = asyncio.ensure_future(self._read_commands(call))
             try:
+                hello = self._make_hello()
                 await asyncio.wait_for(
-                    call.write(probe_pb2.WorkerMessage(hello=self._make_hello())), write_timeout
+                    call.write(probe_pb2.WorkerMessage(hello=hello)), write_timeout
                 )
                 await self._write_loop(call, reader, write_timeout)
             except asyncio.InvalidStateError:
                 # The sidecar ended the call (it refused us, say): raise its status instead.
-                raise grpc.aio.AioRpcError(
-                    await call.code(),
-                    grpc.aio.Metadata(),
-                    grpc.aio.Metadata(),
-                    details=await call.details(),
-                ) from None
+                raise await _ended_error(call, stub, self._metadata, hello.job_id) from None
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.INTERNAL:
+                    raise
+                raise await _ended_error(call, stub, self._metadata, hello.job_id) from None
             finally:
                 if not reader.done():
                     reader.cancel()
@@ -293,3 +293,30 @@ class Reporter:
                     self._outbox.put_nowait(probe_pb2.WorkerMessage(command_result=result))
         finally:
             self._outbox.put_nowait(None)
+
+
+async def _ended_error(
+    call: grpc.aio.StreamStreamCall,
+    stub: probe_pb2_grpc.SidecarStub,
+    metadata: tuple[tuple[str, str], ...],
+    job_id: str,
+) -> grpc.aio.AioRpcError:
+    """The reason the sidecar ended the stream, as well as it can be known.
+
+    When a write races with the sidecar ending the call (refusing the token,
+    say), grpc keeps "INTERNAL: Internal error from Core" as the call's status
+    and drops the one the sidecar sent. A unary call on the same channel with
+    the same credentials then tells the user the real reason
+    (UNAUTHENTICATED); it is made only on this failure path.
+    """
+    code = await call.code()
+    details = await call.details()
+    if code == grpc.StatusCode.INTERNAL:
+        try:
+            await stub.GetStatus(
+                probe_pb2.StatusRequest(job_id=job_id), metadata=metadata, timeout=2.0
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() in _PERMANENT:
+                code, details = err.code(), err.details()
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
