@@ -22,7 +22,6 @@ import itertools
 import logging
 import socket
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -34,16 +33,21 @@ from trainprobe.proto import (
     parse_endpoint,
     probe_pb2,
 )
-from trainprobe.sidecar.core.relaybuffer import Item, Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.core.relaybuffer import Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.listeners import open_servers
 from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive, terminate
+from trainprobe.sidecar.relay_wire import (
+    GOODBYE_TAG,
+    Rejected,
+    WorkerStream,
+    hello_pid_and_host,
+    item_pb,
+)
 from trainprobe.sidecar.servicer import SERVICE, pump
 from trainprobe.sidecar.settings import Settings
 
 log = logging.getLogger("trainprobe.sidecar")
 
-#: First byte of a serialized WorkerMessage whose body is a Goodbye (field 3).
-GOODBYE_TAG = b"\x1a"
 #: Longest wait for the upstream to take one batch before the node reconnects.
 WRITE_TIMEOUT_S = 10.0
 #: A kill order for a worker whose process this node cannot see (another host).
@@ -54,37 +58,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
-
-
-class _Rejected(Exception):
-    """The upstream refused a worker stream; end it with this status."""
-
-    def __init__(self, reject: probe_pb2.RelayReject) -> None:
-        super().__init__(reject.details)
-        self.code = getattr(grpc.StatusCode, reject.code, grpc.StatusCode.UNKNOWN)
-        self.details = reject.details
-
-
-@dataclass
-class _Stream:
-    """One worker's Connect stream on this node."""
-
-    sid: int
-    hello: bytes
-    #: Commands for the worker, and possibly a RelayReject that ends the stream.
-    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-
-
-def _hello_pid_and_host(data: bytes) -> tuple[int, str]:
-    """The pid and host a worker's first message names ((0, "") if it is no Hello,
-    which the upstream rejects)."""
-    try:
-        msg = probe_pb2.WorkerMessage.FromString(data)
-    except Exception:
-        return 0, ""
-    if msg.WhichOneof("body") != "hello":
-        return 0, ""
-    return msg.hello.pid, msg.hello.host
 
 
 class RelayNode:
@@ -101,7 +74,7 @@ class RelayNode:
         #: Whether a Relay stream to the upstream is up now, and how many were opened.
         self.connected = False
         self.sessions = 0
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, WorkerStream] = {}
         self._pids: OrderedDict[int, tuple[int, int | None]] = OrderedDict()
         self._ids = itertools.count(1)
         self._metadata = ((AUTH_METADATA_KEY, f"Bearer {settings.token}"),)
@@ -153,19 +126,19 @@ class RelayNode:
         if first is None:
             return
         sid = next(self._ids)
-        pid, host = _hello_pid_and_host(first)
+        pid, host = hello_pid_and_host(first)
         # As in direct mode, only a live pid of a worker on this host is ours to
         # signal or look at: another host's pid names nothing here.
         local = pid > 0 and host == self._hostname and pid_alive(pid)
         ticks = proc_start_ticks(pid) if local else None
-        stream = _Stream(sid, first)
+        stream = WorkerStream(sid, first)
         self._streams[sid] = stream
         self._pids[sid] = (pid if local else 0, ticks)
         while len(self._pids) > _REMEMBERED_STREAMS:
             self._pids.popitem(last=False)
         self._add(sid, Kind.HELLO, first)
         last = [first]
-        rejected: _Rejected | None = None
+        rejected: Rejected | None = None
 
         async def read() -> None:
             async for data in request_iterator:
@@ -174,12 +147,12 @@ class RelayNode:
 
         async def write(item: Any) -> None:
             if isinstance(item, probe_pb2.RelayReject):
-                raise _Rejected(item)
+                raise Rejected(item)
             await context.write(item)
 
         try:
             await pump(write, read(), stream.outbox)
-        except _Rejected as err:
+        except Rejected as err:
             rejected = err
         finally:
             self._streams.pop(sid, None)
@@ -217,7 +190,7 @@ class RelayNode:
         items, dropped = self.buffer.take()
         if not items and not dropped:
             return None
-        return probe_pb2.RelayBatch(items=[_item_pb(i) for i in items], dropped_reports=dropped)
+        return probe_pb2.RelayBatch(items=[item_pb(i) for i in items], dropped_reports=dropped)
 
     async def _relay_forever(self) -> None:
         backoff = Backoff()
@@ -339,12 +312,3 @@ class RelayNode:
 
     def request_stop(self) -> None:
         self._stop.set()
-
-
-def _item_pb(item: Item) -> probe_pb2.RelayItem:
-    sid, kind, payload = item
-    if kind is Kind.ENDED:
-        return probe_pb2.RelayItem(stream_id=sid, ended=probe_pb2.StreamEnded(pid_alive=payload))
-    if kind is Kind.KILL_RESULT:
-        return probe_pb2.RelayItem(stream_id=sid, kill_result=payload)
-    return probe_pb2.RelayItem(stream_id=sid, message=payload)
