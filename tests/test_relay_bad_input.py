@@ -7,12 +7,14 @@ A real upstream sidecar process; the test plays the relaying node on a raw
 from __future__ import annotations
 
 import queue
+import re
 import threading
+import time
 from collections.abc import Iterator
 
 import grpc
 
-from tests.support import SidecarProcess, short_tmpdir, wait_for
+from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
 from tests.test_bad_input import hello, report
 from trainprobe.proto import probe_pb2
 
@@ -123,3 +125,20 @@ def test_malformed_batch_ends_the_relay_stream() -> None:
             assert "malformed RelayBatch" in err.details()
         else:
             raise AssertionError("a malformed batch was accepted")
+
+
+def test_a_node_refused_by_the_upstream_says_why_and_backs_off() -> None:
+    port = free_port()
+    upstream_flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
+    with SidecarProcess(short_tmpdir(), *upstream_flags) as upstream:
+        node_flags = ("--relay-to", f"tcp://127.0.0.1:{port}", "--token", "wrong")
+        with SidecarProcess(short_tmpdir(), *node_flags) as node:
+            wait_for(lambda: "is down" in node.log_text(), 30, what="the refusal logged")
+            time.sleep(2.0)
+            log = node.log_text()
+            assert "is down (UNAUTHENTICATED: missing or wrong bearer token)" in log, log
+            assert log.count("is down") == 1, log
+            # A refused stream never counts as a link (which would reset the backoff).
+            assert not re.search(rf": relaying to tcp://127\.0\.0\.1:{port}$", log, re.M), log
+            # A refusal backs off to the cap (2.5-5 s with jitter), not to 0.1 s.
+            assert upstream.log_text().count("rejected UNAUTHENTICATED") <= 2

@@ -20,22 +20,13 @@ import grpc
 from trainprobe.proto import (
     AUTH_METADATA_KEY,
     MAX_MESSAGE_BYTES,
+    PERMANENT_CODES,
     Backoff,
     probe_pb2,
     probe_pb2_grpc,
 )
 
 log = logging.getLogger("trainprobe.hooks")
-
-#: Errors that will not go away by retrying quickly: back off to the cap.
-_PERMANENT = {
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.UNIMPLEMENTED,
-}
 
 
 class Reporter:
@@ -122,7 +113,7 @@ class Reporter:
             try:
                 await self._session()
             except grpc.aio.AioRpcError as err:
-                permanent = err.code() in _PERMANENT
+                permanent = err.code() in PERMANENT_CODES
                 self._note_failure(f"{err.code().name}: {err.details()}")
             except (asyncio.TimeoutError, OSError) as err:
                 self._note_failure(f"{type(err).__name__}: {err}")
@@ -317,6 +308,6 @@ async def _ended_error(
                 probe_pb2.StatusRequest(job_id=job_id), metadata=metadata, timeout=2.0
             )
         except grpc.aio.AioRpcError as err:
-            if err.code() in _PERMANENT:
+            if err.code() in PERMANENT_CODES:
                 code, details = err.code(), err.details()
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)

@@ -7,7 +7,7 @@ a client backs off between reconnects.
 """
 
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
-from trainprobe.proto.backoff import Backoff
+from trainprobe.proto.backoff import PERMANENT_CODES, Backoff
 from trainprobe.proto.endpoints import (
     DEFAULT_TARGET_ENV,
     RAY_NAMESPACE,
@@ -28,13 +28,17 @@ AUTH_METADATA_KEY = "authorization"
 #: Largest message either side accepts, in bytes. Reports are a few KiB;
 #: stack dumps of hundreds of threads stay well under this.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Initial-metadata key with which an upstream sidecar accepts a Relay stream.
+RELAY_ACCEPTED_KEY = "trainprobe-relay-accepted"
 
 __all__ = [
     "AUTH_METADATA_KEY",
     "DEFAULT_TARGET_ENV",
     "MAX_MESSAGE_BYTES",
+    "PERMANENT_CODES",
     "PROTOCOL_VERSION",
     "RAY_NAMESPACE",
+    "RELAY_ACCEPTED_KEY",
     "Backoff",
     "Endpoint",
     "EndpointError",

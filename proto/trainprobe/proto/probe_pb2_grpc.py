@@ -85,7 +85,9 @@ class SidecarServicer(object):
         over this one stream, in batches, to an upstream sidecar that runs the
         rules for all of them (a job-level view). The upstream sends back, per
         worker stream, the commands for that worker and the kill orders that the
-        node carries out with its own signals.
+        node carries out with its own signals. The upstream accepts the stream by
+        sending the initial metadata `trainprobe-relay-accepted`; the node sends no
+        batch before that, so a refusal (a wrong token) costs it no reports.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -29,6 +29,7 @@ import grpc
 from trainprobe.proto import (
     AUTH_METADATA_KEY,
     MAX_MESSAGE_BYTES,
+    PERMANENT_CODES,
     Backoff,
     parse_endpoint,
     probe_pb2,
@@ -40,8 +41,10 @@ from trainprobe.sidecar.relay_wire import (
     GOODBYE_TAG,
     Rejected,
     WorkerStream,
+    accepted,
     hello_pid_and_host,
     item_pb,
+    reason,
 )
 from trainprobe.sidecar.servicer import SERVICE, pump
 from trainprobe.sidecar.settings import Settings
@@ -206,12 +209,12 @@ class RelayNode:
             if self.connected:  # a new outage: log it once, retry soon
                 self.connected, down_logged = False, False
                 backoff.reset()
+            permanent = isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
             if error is not None and not down_logged:
-                why = str(error) or type(error).__name__
-                log.warning("relay to %s is down (%s); retrying", self.upstream, why)
+                log.warning("relay to %s is down (%s); retrying", self.upstream, reason(error))
                 down_logged = True
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._done.wait(), backoff.next_delay())
+                await asyncio.wait_for(self._done.wait(), backoff.next_delay(permanent))
 
     async def _relay_once(self) -> None:
         async with grpc.aio.insecure_channel(
@@ -223,6 +226,10 @@ class RelayNode:
                 response_deserializer=probe_pb2.RelayCommand.FromString,
             )(metadata=self._metadata)
             await call.wait_for_connection()
+            await accepted(call, WRITE_TIMEOUT_S)
+            self.connected, self._warned_drop = True, False
+            self.sessions += 1
+            log.info("relaying to %s", self.upstream)
             # The new stream knows no session: every live worker's Hello goes first.
             self.buffer.resume((s.sid, s.hello) for s in self._streams.values())
             reader = asyncio.ensure_future(self._commands(call))
@@ -233,10 +240,6 @@ class RelayNode:
                         # An upstream that stopped reading (a partition, not a
                         # reset) would block the write forever: reconnect instead.
                         await asyncio.wait_for(call.write(batch), WRITE_TIMEOUT_S)
-                        if not self.connected:
-                            self.connected, self._warned_drop = True, False
-                            self.sessions += 1
-                            log.info("relaying to %s", self.upstream)
                     done, _ = await asyncio.wait({reader}, timeout=self.interval_s)
                     if done:
                         reader.result()  # raises what ended the stream

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import probe_pb2
+from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.procs import KillOutcome
 from trainprobe.sidecar.servicer import (
@@ -135,6 +135,9 @@ class RelayUpstream:
         link = RelayLink(context.peer())
         sessions: dict[int, tuple[WorkerState, int]] = {}
         log.info("relay stream from %s opened", link.peer)
+        # The node waits for this before it sends a batch, so a refusal (a
+        # wrong token) costs it no reports and is not mistaken for a link.
+        await context.send_initial_metadata(((RELAY_ACCEPTED_KEY, "1"),))
         error: Refusal | None = None
         try:
             reader = self._read(link, sessions, request_iterator)
