@@ -109,7 +109,9 @@ def test_killed_rank_is_dead_at_once() -> None:
         assert inc["verdict"] == "DEAD" and inc["ranks"] == [0]
         assert inc["evidence"]["0"]["pid_alive"] is False
         assert inc["action"] == "observe"
-        assert inc["detection_latency_s"] < 1.5  # seen when the stream broke, not by a timeout
+        # Seen when the stream broke, not by the 30 s heartbeat timeout (the margin
+        # is for a loaded CI machine; it is a few ticks when quiet).
+        assert inc["detection_latency_s"] < 5.0
 
 
 def test_long_declared_checkpoint_is_never_killed() -> None:

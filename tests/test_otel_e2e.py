@@ -171,7 +171,9 @@ def test_dead_collector_costs_one_log_line_and_no_kill_is_late() -> None:
         with Workers(2, sc.target, short_tmpdir(), job_id="otel-dead", args=HANG) as w:
             inc = sc.wait_incident(lambda r: r["rule"] == "stall", timeout_s=60)
             seen = time.monotonic()
-            assert 3.0 <= inc["detection_latency_s"] < 3.0 + 0.5  # as fast as without telemetry
+            # As fast as without telemetry: the threshold plus a few ticks (the margin
+            # is for a loaded CI machine).
+            assert 3.0 <= inc["detection_latency_s"] < 3.0 + 1.0
             (action,) = wait_for(lambda: sc.incidents("action"), 30, what="action record")
             assert time.monotonic() - seen < 5.0  # SIGTERM kills in well under the grace period
             assert action["incident_id"] == inc["id"] and action["ok"] is True

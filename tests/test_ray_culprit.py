@@ -146,7 +146,8 @@ def test_straggler_on_the_other_node_is_named_and_killed_there(cluster: tuple[An
     assert second["rule"] == "remote_episode" and second["ranks"] == [2]
     assert second["evidence"]["2"]["episode"] == first["id"]
     assert second["diagnosis"]["culprits"] == [2] and second["targets"] == [2]
-    assert second["time"] - first["time"] < 3.0  # a few sync rounds, not its own 30 s
+    # A few sync rounds (under a second when quiet), not its own 30 s threshold.
+    assert second["time"] - first["time"] < 10.0
     stacks = second["diagnosis"]["stacks"]["2"]
     assert stacks["method"] == "in-process" and "in hang" in stacks["where"]
     assert second["diagnosis"]["text"].endswith(f"rank 2 is stuck at {stacks['where']}")

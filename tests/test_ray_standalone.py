@@ -74,7 +74,8 @@ def test_standalone_sidecar_kills_a_hung_actor_through_ray(local_ray: SimpleName
             assert ray.get(actor.handle_registered.remote(30))
             inc = sc.wait_incident(lambda r: r["job_id"] == "standalone", timeout_s=60)
             assert (inc["rule"], inc["verdict"], inc["action"]) == ("stall", "HUNG", "kill")
-            assert 2.0 <= inc["detection_latency_s"] < 3.0
+            # At the 2 s threshold, not the 30 s default (the margin is for a loaded CI machine).
+            assert 2.0 <= inc["detection_latency_s"] < 4.0
             action = wait_for(lambda: sc.incidents("action"), 30, what="action record")[0]
             out = action["outcomes"]["0"]
             assert action["ok"] is True
