@@ -28,6 +28,17 @@ def proc_start_ticks(pid: int) -> int | None:
         return None
 
 
+def proc_stopped(pid: int) -> bool:
+    """True if ``pid`` is stopped (SIGSTOP, or a tracer's stop): none of its
+    threads runs, so it can neither answer a command nor run a signal handler."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"T", b"t")
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     if pid <= 0:

@@ -12,7 +12,11 @@
    run in a stopped process.
 
 2 and 3 need the process in this sidecar's PID namespace. Each record says
-which method worked and why the others did not.
+which method worked and why the others did not. The order adapts to what the
+process can do: a stopped process (state ``T`` in ``/proc``) gets py-spy only,
+and one whose reporter has missed several reports (a C call holding the GIL)
+is asked in-process last, so neither case waits out the in-process timeout
+before the action.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.commander import Commander
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import stuck_at
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, proc_stopped
 
 __all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy"]
 
@@ -38,6 +42,10 @@ __all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy"]
 MAX_STACK_CHARS = 16_000
 #: Longest Flight Recorder JSON an incident keeps per rank.
 MAX_FR_CHARS = 32_000
+#: A reporter this many intervals (and at least SILENT_MIN_S) late is not
+#: running: the in-process request is asked last.
+SILENT_INTERVALS = 3
+SILENT_MIN_S = 1.0
 
 
 def find_py_spy(setting: str) -> str:
@@ -86,15 +94,35 @@ class StackCollector:
         """The record of one rank: method, stacks, where, flight_recorder, attempts."""
         t0 = time.monotonic()
         attempts: list[dict[str, str]] = []
-        found = await self._in_process(state, attempts)
-        if found is None and not state.local:
-            attempts.append(
-                {"method": "py-spy/faulthandler", "error": "process not in this sidecar's host"}
+        here = state.local and self._same_process(state)
+        if here and proc_stopped(state.hello.pid):
+            # Only py-spy reads a stopped process; waiting for an answer would
+            # only delay the kill by the in-process timeout.
+            stopped = "process is stopped (SIGSTOP): none of its threads can run"
+            attempts.append({"method": "in-process", "error": stopped})
+            found = await self._py_spy(state, attempts)
+            if found is None:
+                attempts.append({"method": "faulthandler", "error": stopped})
+        elif here and self._silent(state, t0):
+            # No report for several intervals: the reporter thread cannot run
+            # (a C call holding the GIL), so ask it last.
+            found = (
+                await self._py_spy(state, attempts)
+                or await self._faulthandler(state, attempts)
+                or await self._in_process(state, attempts)
             )
-        elif found is None and not self._same_process(state):
-            attempts.append({"method": "py-spy/faulthandler", "error": "process is gone"})
-        elif found is None:
-            found = await self._py_spy(state, attempts) or await self._faulthandler(state, attempts)
+        else:
+            found = await self._in_process(state, attempts)
+            if found is None and not state.local:
+                attempts.append(
+                    {"method": "py-spy/faulthandler", "error": "process not in this sidecar's host"}
+                )
+            elif found is None and not here:
+                attempts.append({"method": "py-spy/faulthandler", "error": "process is gone"})
+            elif found is None:
+                found = await self._py_spy(state, attempts) or await self._faulthandler(
+                    state, attempts
+                )
         method, text, fr = found if found is not None else ("", "", "")
         return {
             "method": method,
@@ -105,6 +133,12 @@ class StackCollector:
             "flight_recorder": _flight_recorder(fr),
             "attempts": attempts,
         }
+
+    @staticmethod
+    def _silent(state: WorkerState, now: float) -> bool:
+        """Whether the worker's reporter has missed several reports in a row."""
+        interval_s = state.hello.interval_ms / 1000.0
+        return now - state.last_report_at > max(SILENT_INTERVALS * interval_s, SILENT_MIN_S)
 
     def _same_process(self, state: WorkerState) -> bool:
         pid = state.hello.pid
