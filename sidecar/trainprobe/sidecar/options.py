@@ -177,7 +177,8 @@ OPTIONS: tuple[Option, ...] = (
         "stack_timeout_s",
         v.seconds(0.05, 60),
         "How long a culprit's hook has to send its Python stacks before the sidecar reads "
-        "them from outside (py-spy, then the hook's faulthandler signal).",
+        "them from outside (py-spy, then the hook's faulthandler signal). A stopped "
+        "process, or one whose reporter has missed 3 reports, is read from outside first.",
         _A,
     ),
     Option(

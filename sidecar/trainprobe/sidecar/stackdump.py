@@ -73,7 +73,8 @@ def _flight_recorder(raw: str) -> object:
 
 
 class StackCollector:
-    """Gets one rank's stacks: in-process, then py-spy, then faulthandler."""
+    """Gets one rank's stacks: in-process, py-spy, faulthandler, in an order that
+    suits the process's state (see the module docstring)."""
 
     def __init__(
         self,
