@@ -9,21 +9,27 @@ import time
 from dataclasses import asdict, dataclass, field
 
 
-def proc_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if unknown.
-
-    Together with the pid this names one process for its whole life, so a
-    kill never hits a process that merely reused the number.
-    """
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first),
+    or None if it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
         return None
     # The command name may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if unknown.
+
+    Together with the pid this names one process for its whole life, so a
+    kill never hits a process that merely reused the number.
+    """
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
+        return int(fields[19]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 
@@ -31,12 +37,8 @@ def proc_start_ticks(pid: int) -> int | None:
 def proc_stopped(pid: int) -> bool:
     """True if ``pid`` is stopped (SIGSTOP, or a tracer's stop): none of its
     threads runs, so it can neither answer a command nor run a signal handler."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"T", b"t")
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def pid_alive(pid: int) -> bool:
@@ -49,12 +51,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
-    except OSError:
-        return True
+    fields = _stat_fields(pid)
+    return not fields or fields[0] != b"Z"
 
 
 @dataclass
