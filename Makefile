@@ -50,7 +50,7 @@ proto: $(PROTOGEN)/.installed
 	$(PROTOGEN)/bin/python tools/gen_proto.py
 
 docs: $(VENV)/.installed
-	$(VPY) -c "from trainprobe.sidecar.settings import render_markdown as r; open('docs/CONFIG.md', 'w').write(r())"
+	$(VPY) -c "from trainprobe.sidecar.config.settings import render_markdown as r; open('docs/CONFIG.md', 'w').write(r())"
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(VPY) -m pip install -q -e '.[test,bench]'

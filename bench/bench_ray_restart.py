@@ -68,7 +68,7 @@ def wait_event(job: Any, progress: Path, pred: Any, timeout_s: float) -> dict[st
 
 def run_trial(job: Any, workdir: Path, name: str, cfg: dict[str, Any], log: Path) -> dict:
     """One hung run; returns the measured times in seconds."""
-    from trainprobe.sidecar.incident_log import read_incident_log
+    from trainprobe.sidecar.act.incident_log import read_incident_log
 
     progress = workdir / f"{name}.jsonl"
     trainer = job.make_trainer(

@@ -29,14 +29,14 @@ add_repo_to_path()
 from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
-from trainprobe.sidecar import convert  # noqa: E402
-from trainprobe.sidecar.actions import Actions, SignalKiller  # noqa: E402
-from trainprobe.sidecar.commander import Commander  # noqa: E402
+from trainprobe.sidecar.act.actions import Actions, SignalKiller  # noqa: E402
+from trainprobe.sidecar.act.incident_log import IncidentLog  # noqa: E402
 from trainprobe.sidecar.core.policy import ActionPolicy  # noqa: E402
 from trainprobe.sidecar.core.registry import Registry  # noqa: E402
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
-from trainprobe.sidecar.engine import Engine  # noqa: E402
-from trainprobe.sidecar.incident_log import IncidentLog  # noqa: E402
+from trainprobe.sidecar.engine.loop import Engine  # noqa: E402
+from trainprobe.sidecar.transport import pb as convert  # noqa: E402
+from trainprobe.sidecar.transport.commander import Commander  # noqa: E402
 
 
 def make_engine(reg: Registry, cfg: RuleConfig, log_dir: Path) -> Engine:

@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
-from trainprobe.sidecar.ctl import format_status
+from trainprobe.sidecar.cli.ctl import format_status
 
 HERE = Path(__file__).resolve().parent
 

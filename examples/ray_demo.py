@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainprobe.proto import probe_pb2, probe_pb2_grpc
     from trainprobe.sidecar import load_settings
-    from trainprobe.sidecar.incident_log import read_incident_log
+    from trainprobe.sidecar.act.incident_log import read_incident_log
     from trainprobe.sidecar.ray import start_sidecars, stop_sidecars
 
     started, started_wall = time.monotonic(), time.time()

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import grpc
 
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
-from trainprobe.sidecar.incident_log import read_incident_log
+from trainprobe.sidecar.act.incident_log import read_incident_log
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

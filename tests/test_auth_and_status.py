@@ -16,7 +16,7 @@ from trainprobe.proto import probe_pb2, probe_pb2_grpc
 
 def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.ctl", *args],
+        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
         capture_output=True,
         text=True,
         env=child_env(**(env or {})),

@@ -25,7 +25,7 @@ from tests.support import (
     sidecar,
     wait_for,
 )
-from trainprobe.sidecar.stackdump import find_py_spy
+from trainprobe.sidecar.act.stacks import find_py_spy
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def hang_args(rank: int, at: int, mode: str) -> list[str]:
 def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``trainprobe diagnose ARGS`` as a user runs it."""
     return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.ctl", "diagnose", *args],
+        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "diagnose", *args],
         env=child_env(),
         capture_output=True,
         text=True,

@@ -51,7 +51,7 @@ def test_latencies_and_sequence_numbers_reach_the_sidecar() -> None:
             issued.add(group.issued)
         assert len(issued) == 1, "every rank issued the same collectives"
         out = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.ctl", "status", "--target", sc.target, "--json"],
+            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target, "--json"],
             env=child_env(),
             capture_output=True,
             text=True,
@@ -62,7 +62,7 @@ def test_latencies_and_sequence_numbers_reach_the_sidecar() -> None:
         assert {int(g["issued"]) for r in rows for g in r["groups"]} == issued
         assert all("completed" in g and "inflightSeq" in g for r in rows for g in r["groups"])
         table = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.ctl", "status", "--target", sc.target],
+            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target],
             env=child_env(),
             capture_output=True,
             text=True,

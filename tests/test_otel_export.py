@@ -307,7 +307,7 @@ _WITHOUT_OTEL = (
     "        if name.split('.')[0] in ('opentelemetry', 'prometheus_client'):\n"
     "            raise ImportError('No module named ' + repr(name))\n"
     "sys.meta_path.insert(0, Block())\n"
-    "from trainprobe.sidecar.cli import main\n"
+    "from trainprobe.sidecar.cli.sidecar import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 
@@ -354,7 +354,7 @@ def test_without_opentelemetry_installed(explicit: bool) -> None:
 def test_sidecar_and_hook_import_no_opentelemetry() -> None:
     """GPU machines import the sidecar without OpenTelemetry installed."""
     code = (
-        "import sys, trainprobe.sidecar.server, trainprobe.sidecar.cli, trainprobe.hooks, "
+        "import sys, trainprobe.sidecar.server, trainprobe.sidecar.cli.sidecar, trainprobe.hooks, "
         "trainprobe.sidecar.otel\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'prometheus')))\n"
         "assert not bad, bad\n"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.support import wait_for
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, proc_stopped
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped
 
 
 def test_a_sigstopped_child_reads_as_stopped_until_continued() -> None:

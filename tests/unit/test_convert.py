@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.convert import hello_from_pb, report_from_pb, status_pb
 from trainprobe.sidecar.core import Registry
 from trainprobe.sidecar.core.model import (
     CollectiveData,
@@ -13,6 +12,7 @@ from trainprobe.sidecar.core.model import (
     ReportData,
     SyncData,
 )
+from trainprobe.sidecar.transport.pb import hello_from_pb, report_from_pb, status_pb
 
 
 def test_report_with_gpu_and_sync_fields() -> None:

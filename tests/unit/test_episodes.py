@@ -7,7 +7,7 @@ from trainprobe.sidecar.core import (
     ActionPolicy,
     CulpritPolicy,
     Diagnosis,
-    EpisodeTracker,
+    FindingEdges,
     JobEpisodes,
     KillBudget,
     Registry,
@@ -36,7 +36,7 @@ def hung_job(n: int = 4, job: str = "job") -> tuple[Registry, RuleConfig]:
     return reg, RuleConfig(stall=StallPolicy(timeout_s=3), heartbeat_timeout_s=2.5)
 
 
-def incidents_at(reg: Registry, cfg: RuleConfig, tracker: EpisodeTracker, now: float):  # type: ignore[no-untyped-def]
+def incidents_at(reg: Registry, cfg: RuleConfig, tracker: FindingEdges, now: float):  # type: ignore[no-untyped-def]
     workers = list(reg)
     fresh = tracker.new_findings(evaluate(workers, cfg, now))
     return group_incidents(fresh, {w.key: w for w in workers}, now, 1.7e9 + now)
@@ -44,7 +44,7 @@ def incidents_at(reg: Registry, cfg: RuleConfig, tracker: EpisodeTracker, now: f
 
 def test_the_first_hang_opens_and_later_ones_update() -> None:
     reg, cfg = hung_job()
-    tracker, eps = EpisodeTracker(), JobEpisodes(CulpritPolicy())
+    tracker, eps = FindingEdges(), JobEpisodes(CulpritPolicy())
     w0 = next(w for w in reg if w.hello.rank == 0)
     reg.apply(w0, report(T0 + 3.5, step=5, step_t_s=T0 + 1, seq=2), T0 + 3.5)
     # At T0+4.1: rank 0 reports but is stalled (HUNG, 3 s); the others are
@@ -81,7 +81,7 @@ def test_a_degraded_finding_during_an_episode_stays_its_own_incident() -> None:
     cfg = RuleConfig(sync_latency_s=3.0, heartbeat_timeout_s=1e6)
     eps = JobEpisodes(CulpritPolicy())
     eps.open("job", "e-1", STRAGGLING_2, {0: 1000}, "kill", T0)
-    routing = eps.route(incidents_at(reg, cfg, EpisodeTracker(), T0 + 1.1))
+    routing = eps.route(incidents_at(reg, cfg, FindingEdges(), T0 + 1.1))
     assert [(i.rule, i.verdict) for i in routing.plain] == [("sync_latency", Verdict.DEGRADED)]
     assert routing.updates == [] and routing.openers == []
 
@@ -92,7 +92,7 @@ def test_an_episode_of_one_job_leaves_the_others_alone() -> None:
     reg.close(b, b.generation, "vanished", T0 + 4.0, pid_alive=False)  # a healthy job's exit
     eps = JobEpisodes(CulpritPolicy())
     eps.open("other", "x-1", NOBODY, {0: 1}, "kill", T0)
-    routing = eps.route(incidents_at(reg, cfg, EpisodeTracker(), T0 + 4.1))
+    routing = eps.route(incidents_at(reg, cfg, FindingEdges(), T0 + 4.1))
     assert [i.job_id for i in routing.openers] == ["a"]  # job "a" has no episode yet
     assert [(i.job_id, i.rule) for i in routing.plain] == [("b", "exit")]
     assert routing.updates == []
@@ -118,7 +118,7 @@ def test_inconclusive_falls_back_to_the_setting() -> None:
 
 def test_no_target_means_observe_and_no_kill_spent() -> None:
     reg, cfg = hung_job(2)
-    (inc, *_) = incidents_at(reg, cfg, EpisodeTracker(), T0 + 4.1)
+    (inc, *_) = incidents_at(reg, cfg, FindingEdges(), T0 + 4.1)
     budget = KillBudget(1)
     inc.targets = []
     decide(inc, ActionPolicy(on_hung="kill", on_unresponsive="kill"), budget, T0 + 4)
@@ -168,7 +168,7 @@ def test_an_inconclusive_kill_stalled_episode_kills_ranks_that_stall_a_tick_late
     from trainprobe.sidecar.core.episodes import late_stalled
 
     reg, cfg = hung_job(4)
-    tracker = EpisodeTracker()
+    tracker = FindingEdges()
     for w in reg:  # rank 2's last step ended 50 ms before its peers'
         t_step = T0 + 0.95 if w.hello.rank == 2 else T0 + 1.0
         reg.apply(w, report(T0 + 1.5, step=5, step_t_s=t_step, seq=2), T0 + 1.5)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar import convert
+from trainprobe.sidecar.cli.ctl import format_status
 from trainprobe.sidecar.core import (
     CollectiveData,
     GpuMemoryData,
@@ -24,7 +24,7 @@ from trainprobe.sidecar.core import (
     WorkerState,
     evaluate,
 )
-from trainprobe.sidecar.ctl import format_status
+from trainprobe.sidecar.transport import pb as convert
 
 GiB = 1 << 30
 CFG = RuleConfig(gpu_memory_ratio=0.9, gpu_memory_reports=3, sync_latency_s=5, sync_timeout_s=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.core_builders import connected, report
 from trainprobe.sidecar.core import (
     ActionPolicy,
-    EpisodeTracker,
+    FindingEdges,
     KillBudget,
     Registry,
     RuleConfig,
@@ -31,7 +31,7 @@ def hung_job(n: int = 4) -> tuple[Registry, RuleConfig]:
 
 def test_a_firing_rule_is_one_episode_until_it_clears() -> None:
     reg, cfg = hung_job(2)
-    tracker = EpisodeTracker()
+    tracker = FindingEdges()
     first = tracker.new_findings(evaluate(reg, cfg, T0 + 4.5))
     assert {f.key.rank for f in first} == {0, 1}
     assert tracker.new_findings(evaluate(reg, cfg, T0 + 4.6)) == []
@@ -44,7 +44,7 @@ def test_a_firing_rule_is_one_episode_until_it_clears() -> None:
 
 def test_ranks_stalling_together_make_one_incident() -> None:
     reg, cfg = hung_job(4)
-    fresh = EpisodeTracker().new_findings(evaluate(reg, cfg, T0 + 4.5))
+    fresh = FindingEdges().new_findings(evaluate(reg, cfg, T0 + 4.5))
     states = {w.key: w for w in reg}
     [inc] = group_incidents(fresh, states, T0 + 4.5, wall_now=1.7e9)
     assert inc.ranks == [0, 1, 2, 3] and inc.targets == [0, 1, 2, 3]

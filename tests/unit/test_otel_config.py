@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.otel_builders import coll, hello, report
+from trainprobe.sidecar.config.settings import SettingsError, load_settings
 from trainprobe.sidecar.core.model import GpuMemoryData, Verdict
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.otel import ExportHealth, gauge_snapshot, resource_attributes
@@ -23,7 +24,6 @@ from trainprobe.sidecar.otel.measures import (
     step_observations,
     sync_observations,
 )
-from trainprobe.sidecar.settings import SettingsError, load_settings
 
 
 def settings(**cli: str):

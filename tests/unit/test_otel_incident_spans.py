@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 
 from tests.otel_builders import MS, T0, WMM, coll, hello, report
-from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
+from trainprobe.sidecar.core.incidents import FindingEdges, Incident, group_incidents
 from trainprobe.sidecar.core.model import GroupSeqData, PhaseData, ReportData, SyncData
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate
@@ -25,7 +25,7 @@ RULES = RuleConfig(
 
 def judge(reg: Registry, now: float) -> list[Incident]:
     workers = list(reg)
-    fresh = EpisodeTracker().new_findings(evaluate(workers, RULES, now))
+    fresh = FindingEdges().new_findings(evaluate(workers, RULES, now))
     incidents = group_incidents(fresh, {w.key: w for w in workers}, now, wall_now=now + WMM)
     for inc in incidents:
         inc.action = "kill"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.core.relaybuffer import Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer, kind_of
 
 
 def test_kind_of_reads_the_first_tag_of_real_messages() -> None:

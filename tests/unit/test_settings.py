@@ -9,8 +9,8 @@ import pytest
 
 from tests.support import REPO
 from trainprobe.proto import EndpointError, parse_endpoint
-from trainprobe.sidecar.cli import parse_settings
-from trainprobe.sidecar.settings import (
+from trainprobe.sidecar.cli.sidecar import parse_settings
+from trainprobe.sidecar.config.settings import (
     OPTIONS,
     Settings,
     SettingsError,

@@ -25,6 +25,10 @@ def import_grpc_without_fork_handlers() -> bool:
     try:
         import grpc  # noqa: F401
         from grpc import aio  # noqa: F401
+    except ImportError:
+        # A hook-less import (type checks, the pure parts) need not have gRPC;
+        # creating a hook then fails with the real ImportError.
+        return False
     finally:
         del os.environ[_VAR]
     return True

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
-from trainprobe.hooks.reporter import Reporter
 from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
 from trainprobe.hooks.steps import (
     RING_MASK,
@@ -28,6 +27,7 @@ from trainprobe.hooks.steps import (
 from trainprobe.proto import (
     DEFAULT_TARGET_ENV,
     PROTOCOL_VERSION,
+    VERSION,
     default_socket_path,
     parse_endpoint,
     probe_pb2,
@@ -36,7 +36,7 @@ from trainprobe.proto import (
 
 log = logging.getLogger("trainprobe.hooks")
 
-HOOK_VERSION = "0.1.0"
+HOOK_VERSION = VERSION
 #: A collector adds its fields to each report, in the reporter thread.
 Collector = Callable[[probe_pb2.Report], None]
 
@@ -142,6 +142,9 @@ class LivenessProbeHook(CollectiveMethods):
             if ray.actor_id and ray.node_id
             else None
         )
+        # gRPC is needed from here on, not to import trainprobe.hooks.
+        from trainprobe.hooks.reporter import Reporter
+
         self._reporter = Reporter(
             target=self.target,
             interval_s=interval_ms / 1000.0,

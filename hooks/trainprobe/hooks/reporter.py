@@ -18,10 +18,10 @@ from collections.abc import Callable
 import grpc
 
 from trainprobe.proto import (
-    AUTH_METADATA_KEY,
-    MAX_MESSAGE_BYTES,
+    MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
     Backoff,
+    bearer_metadata,
     probe_pb2,
     probe_pb2_grpc,
 )
@@ -56,7 +56,7 @@ class Reporter:
         self._make_report = make_report
         self._on_command = on_command
         self._on_connected_cb = on_connected
-        self._metadata = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+        self._metadata = bearer_metadata(token)
         self._buffer: collections.deque[probe_pb2.Report] = collections.deque(maxlen=max_buffered)
         self._dropped = 0
         self._backoff = Backoff(cap_s=backoff_cap_s)
@@ -169,8 +169,7 @@ class Reporter:
 
     async def _session(self) -> None:
         options = [
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            *MESSAGE_SIZE_OPTIONS,
             ("grpc.enable_retries", 0),
         ]
         async with grpc.aio.insecure_channel(self.target, options=options) as channel:

@@ -6,8 +6,10 @@ protocol version, how a target address is written and resolved, and how
 a client backs off between reconnects.
 """
 
-from trainprobe.proto import probe_pb2, probe_pb2_grpc
-from trainprobe.proto.backoff import PERMANENT_CODES, Backoff
+from typing import Any
+
+from trainprobe.proto import probe_pb2
+from trainprobe.proto.backoff import Backoff
 from trainprobe.proto.endpoints import (
     DEFAULT_TARGET_ENV,
     RAY_NAMESPACE,
@@ -19,15 +21,18 @@ from trainprobe.proto.endpoints import (
     ray_node_socket_path,
     runtime_dir,
 )
+from trainprobe.proto.wire import (
+    AUTH_METADATA_KEY,
+    MAX_MESSAGE_BYTES,
+    MESSAGE_SIZE_OPTIONS,
+    VERSION,
+    bearer_metadata,
+    bearer_value,
+)
 
 #: Wire protocol version spoken by this release. A sidecar accepts every
 #: version from 1 up to this one.
 PROTOCOL_VERSION = 1
-#: gRPC metadata key carrying the bearer token on TCP listeners.
-AUTH_METADATA_KEY = "authorization"
-#: Largest message either side accepts, in bytes. Reports are a few KiB;
-#: stack dumps of hundreds of threads stay well under this.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Initial-metadata key with which an upstream sidecar accepts a Relay stream.
 RELAY_ACCEPTED_KEY = "trainprobe-relay-accepted"
 
@@ -35,13 +40,17 @@ __all__ = [
     "AUTH_METADATA_KEY",
     "DEFAULT_TARGET_ENV",
     "MAX_MESSAGE_BYTES",
+    "MESSAGE_SIZE_OPTIONS",
     "PERMANENT_CODES",
     "PROTOCOL_VERSION",
     "RAY_NAMESPACE",
     "RELAY_ACCEPTED_KEY",
+    "VERSION",
     "Backoff",
     "Endpoint",
     "EndpointError",
+    "bearer_metadata",
+    "bearer_value",
     "default_socket_path",
     "parse_endpoint",
     "probe_pb2",
@@ -50,3 +59,15 @@ __all__ = [
     "ray_node_socket_path",
     "runtime_dir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # These import gRPC: loaded on first use, so the plain data side
+    # (probe_pb2, endpoints, backoff) imports without it.
+    import importlib
+
+    if name == "probe_pb2_grpc":
+        return importlib.import_module("trainprobe.proto.probe_pb2_grpc")
+    if name == "PERMANENT_CODES":
+        return importlib.import_module("trainprobe.proto.codes").PERMANENT_CODES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,20 +4,6 @@ from __future__ import annotations
 
 import random
 
-import grpc
-
-#: Refusals that retrying soon will not change: back off straight to the cap.
-PERMANENT_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.ALREADY_EXISTS,
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
-
 
 class Backoff:
     """Capped exponential backoff with full jitter."""

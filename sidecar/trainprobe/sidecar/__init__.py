@@ -1,18 +1,33 @@
 """The per-node sidecar: receives hook reports, judges them, acts.
 
-Public API:
+Public API (imported on first use, so ``import trainprobe.sidecar`` is cheap
+and :mod:`trainprobe.sidecar.core` imports without gRPC, Ray or OpenTelemetry):
 
 - :class:`Settings`, :func:`load_settings`: configuration (file < env < flags).
 - :class:`Sidecar`: the assembled service, for use inside an asyncio loop.
 - :class:`SidecarThread`: a sidecar on its own thread (embedding, tests).
 - :mod:`trainprobe.sidecar.core`: the pure decision logic.
+
+Layout: ``core/`` (pure rules and decisions), ``engine/`` (the tick and the
+hang path), ``config/``, ``transport/`` (gRPC in), ``act/`` (kills, stacks,
+the incident log), ``relay/``, ``otel/``, ``ray/``, ``cli/``; ``server.py``
+assembles them.
 """
 
-from trainprobe.sidecar.server import SIDECAR_VERSION, ListenError, Sidecar
-from trainprobe.sidecar.settings import OPTIONS, Settings, SettingsError, load_settings
-from trainprobe.sidecar.threaded import SidecarThread
+from __future__ import annotations
 
-__version__ = SIDECAR_VERSION
+from typing import TYPE_CHECKING
+
+from trainprobe.proto import VERSION
+from trainprobe.sidecar._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.config.settings import OPTIONS, Settings, SettingsError, load_settings
+    from trainprobe.sidecar.server import SIDECAR_VERSION, Sidecar
+    from trainprobe.sidecar.threaded import SidecarThread
+    from trainprobe.sidecar.transport.sockets import ListenError
+
+__version__ = VERSION
 
 __all__ = [
     "OPTIONS",
@@ -24,3 +39,17 @@ __all__ = [
     "SidecarThread",
     "load_settings",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "OPTIONS": "config.settings",
+        "SIDECAR_VERSION": "server",
+        "ListenError": "transport.sockets",
+        "Settings": "config.settings",
+        "SettingsError": "config.settings",
+        "Sidecar": "server",
+        "SidecarThread": "threaded",
+        "load_settings": "config.settings",
+    },
+)

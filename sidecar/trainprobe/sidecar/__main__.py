@@ -2,6 +2,6 @@
 
 import sys
 
-from trainprobe.sidecar.cli import main
+from trainprobe.sidecar.cli.sidecar import main
 
 sys.exit(main())

@@ -15,16 +15,12 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.actions import (
-    Actions,
-    Killer,
-    KillerFactory,
-    RecoveryLog,
-    default_killer,
-)
-from trainprobe.sidecar.commander import Commander
-from trainprobe.sidecar.convert import status_pb
+from trainprobe.proto import VERSION, probe_pb2
+from trainprobe.sidecar.act.actions import Actions, RecoveryLog
+from trainprobe.sidecar.act.incident_log import IncidentLog
+from trainprobe.sidecar.act.killers import Killer, KillerFactory, SignalKiller
+from trainprobe.sidecar.act.stacks import StackCollector
+from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.core.episodes import CulpritPolicy
 from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.policy import ActionPolicy
@@ -32,19 +28,18 @@ from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig
 from trainprobe.sidecar.core.thresholds import StallPolicy
-from trainprobe.sidecar.engine import Engine
-from trainprobe.sidecar.incident_log import IncidentLog
+from trainprobe.sidecar.engine.loop import Engine
+from trainprobe.sidecar.otel import Telemetry, start_telemetry
+from trainprobe.sidecar.relay.upstream import RelayUpstream
+from trainprobe.sidecar.transport.commander import Commander
+from trainprobe.sidecar.transport.pb import status_pb
+from trainprobe.sidecar.transport.servicer import SidecarServicer
 
 # ListenError is re-exported: callers catch it from here.
-from trainprobe.sidecar.listeners import ListenError, open_servers  # noqa: F401
-from trainprobe.sidecar.otel import Telemetry, start_telemetry
-from trainprobe.sidecar.relay_upstream import RelayUpstream
-from trainprobe.sidecar.servicer import SidecarServicer
-from trainprobe.sidecar.settings import Settings
-from trainprobe.sidecar.stackdump import StackCollector
+from trainprobe.sidecar.transport.sockets import ListenError, open_servers  # noqa: F401
 
 log = logging.getLogger("trainprobe.sidecar")
-SIDECAR_VERSION = "0.1.0"
+SIDECAR_VERSION = VERSION
 
 
 def rule_config(s: Settings) -> RuleConfig:
@@ -75,13 +70,24 @@ def action_policy(s: Settings) -> ActionPolicy:
     )
 
 
+def default_killer(ray_address: str | None, ray_timeout_s: float, commander: Commander) -> Killer:
+    """Signals, or Ray first when ``ray_address`` is set (Ray is imported lazily)."""
+    if not ray_address:
+        return SignalKiller(commander)
+    from trainprobe.sidecar.ray.killer import RayKiller
+    from trainprobe.sidecar.ray.link import RayLink
+
+    link = RayLink(ray_address, timeout_s=ray_timeout_s)
+    return RayKiller(link, SignalKiller(commander), timeout_s=ray_timeout_s)
+
+
 def _job_sync(engine: Engine, killer: Killer, settings: Settings) -> Any:
     """A :class:`~trainprobe.sidecar.ray.jobsync.JobSync` when this sidecar talks to Ray.
 
     A killer with a Ray link (per-node sidecars, ``--ray-address``) can reach
     the jobs' coordinators; without Ray, one sidecar serves a whole job.
     """
-    link = getattr(killer, "link", None)
+    link = killer.link
     if link is None:
         return None
     from trainprobe.sidecar.ray.jobsync import JobSync
@@ -207,9 +213,7 @@ class Sidecar:
             raise
 
     async def _serve(self) -> None:
-        starter = getattr(self.killer, "start", None)
-        if callable(starter):
-            starter()  # e.g. RayKiller connects to Ray in the background
+        self.killer.start()  # e.g. RayKiller connects to Ray in the background
         served = await open_servers(
             self.settings.listen_addresses,
             self.settings.token,
@@ -243,10 +247,8 @@ class Sidecar:
         for path in self._unix_paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        closer = getattr(self.killer, "close", None)
-        if callable(closer):
-            with contextlib.suppress(Exception, asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.to_thread(closer), 10.0)
+        with contextlib.suppress(Exception, asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(self.killer.close), 10.0)
         self.incident_log.flush()
         if self.telemetry is not None:
             await self.telemetry.aclose(timeout_s=grace_s + 2.0)

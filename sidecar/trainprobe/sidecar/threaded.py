@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from trainprobe.sidecar.actions import Killer, KillerFactory
+from trainprobe.sidecar.act.killers import Killer, KillerFactory
+from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.server import Sidecar
-from trainprobe.sidecar.settings import Settings
 
 __all__ = ["SidecarThread"]
 

@@ -4,6 +4,7 @@ Nothing here imports gRPC, Ray or OpenTelemetry, and every function takes the
 current time as an argument, so the whole decision path is unit-testable.
 """
 
+from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
@@ -13,7 +14,7 @@ from trainprobe.sidecar.core.episodes import (
     update_record,
 )
 from trainprobe.sidecar.core.incidents import (
-    EpisodeTracker,
+    FindingEdges,
     Incident,
     group_incidents,
     next_incident_id,
@@ -41,7 +42,7 @@ from trainprobe.sidecar.core.model import (
     WorkerKey,
     WorkerState,
 )
-from trainprobe.sidecar.core.policy import ACTIONS, ActionPolicy, KillBudget, decide
+from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.ray_kill import (
     RayKillPlan,
     actor_summary,
@@ -59,6 +60,7 @@ from trainprobe.sidecar.core.validate import ValidationError, validate_hello, va
 __all__ = [
     "ACTIONS",
     "SUPPORTED_PROTOCOLS",
+    "Action",
     "ActionPolicy",
     "CollectiveData",
     "CoordinatorState",
@@ -66,8 +68,8 @@ __all__ = [
     "Diagnosis",
     "Episode",
     "EpisodeNote",
-    "EpisodeTracker",
     "Finding",
+    "FindingEdges",
     "Frame",
     "GpuMemoryData",
     "GroupProgress",
@@ -96,6 +98,7 @@ __all__ = [
     "Verdict",
     "WorkerKey",
     "WorkerState",
+    "action_record",
     "actor_summary",
     "aged",
     "analyze",
@@ -103,6 +106,7 @@ __all__ = [
     "decide",
     "evaluate",
     "group_incidents",
+    "is_destructive",
     "job_contexts",
     "kill_settled",
     "merge_summaries",

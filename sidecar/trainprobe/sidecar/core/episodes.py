@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.culprit import Diagnosis
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import Verdict, WorkerState
@@ -65,7 +66,7 @@ class Episode:
     #: The incident that opened it (a follower's may have no local incident).
     incident: Incident | None = None
     #: The policy's action for the verdict; a destructive one sweeps the job after the grace.
-    action: str = "observe"
+    action: str = Action.OBSERVE
     sweep_at: float | None = None
     swept: bool = False
     #: The coordinator's episode this follows ("" when opened here).
@@ -144,7 +145,7 @@ def late_stalled(ep: Episode, incident: Incident, policy: CulpritPolicy) -> list
     """
     if ep.diagnosis.conclusive or policy.on_inconclusive != "kill_stalled":
         return []
-    if ep.action not in ("kill", "restart") or incident.verdict not in HANG_VERDICTS:
+    if not is_destructive(ep.action) or incident.verdict not in HANG_VERDICTS:
         return []
     return list(incident.ranks)
 
@@ -214,7 +215,7 @@ class JobEpisodes:
         remote_id: str = "",
     ) -> Episode:
         """Open the job's episode; ``action`` is what the policy does for its verdict."""
-        destructive = action in ("kill", "restart")
+        destructive = is_destructive(action)
         ep = Episode(
             id=episode_id,
             job_id=job_id,

@@ -12,6 +12,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
+from trainprobe.sidecar.core.actions import Action
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 
 _ids = itertools.count(1)
@@ -39,7 +40,7 @@ class Incident:
     evidence: dict[str, dict[str, object]]
     #: Sidecar-clock time the trouble most likely began (the last step, report...).
     onset_at: float
-    action: str = "observe"
+    action: str = Action.OBSERVE
     action_reason: str = ""
     dry_run: bool = False
     #: Ranks the action targets (all ranks, or the culprits once diagnosed).
@@ -72,7 +73,7 @@ class Incident:
         }
 
 
-class EpisodeTracker:
+class FindingEdges:
     """Remembers which (worker, rule) pairs are firing, to report only edges."""
 
     def __init__(self) -> None:

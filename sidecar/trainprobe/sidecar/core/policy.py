@@ -5,21 +5,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import Verdict
-
-#: Actions in increasing force. ``restart`` is a kill that asks the
-#: orchestrator (Ray) to bring the worker group back.
-ACTIONS = ("observe", "dump", "kill", "restart")
-DESTRUCTIVE = frozenset({"kill", "restart"})
 
 
 @dataclass(frozen=True)
 class ActionPolicy:
-    on_hung: str = "kill"
-    on_unresponsive: str = "kill"
-    on_degraded: str = "observe"
-    on_dead: str = "observe"
+    on_hung: str = Action.KILL
+    on_unresponsive: str = Action.KILL
+    on_degraded: str = Action.OBSERVE
+    on_dead: str = Action.OBSERVE
     dry_run: bool = False
     max_kills_per_hour: int = 10
 
@@ -29,7 +25,7 @@ class ActionPolicy:
             Verdict.UNRESPONSIVE: self.on_unresponsive,
             Verdict.DEGRADED: self.on_degraded,
             Verdict.DEAD: self.on_dead,
-        }.get(verdict, "observe")
+        }.get(verdict, Action.OBSERVE)
 
 
 class KillBudget:
@@ -62,17 +58,17 @@ def decide(incident: Incident, policy: ActionPolicy, budget: KillBudget, now: fl
     """Set ``incident.action``, ``action_reason`` and ``dry_run`` in place."""
     action = policy.for_verdict(incident.verdict)
     reason = f"on_{incident.verdict.value.lower()}={action}"
-    if action in DESTRUCTIVE and not incident.targets:
+    if is_destructive(action) and not incident.targets:
         # A diagnosed hang whose culprits live elsewhere: nothing here to kill,
         # and no kill spent from the budget.
         reason = f"{reason}, but no rank of this sidecar is a target: observing only"
-        action = "observe"
-    elif action in DESTRUCTIVE and not budget.spend(incident.job_id, now):
+        action = Action.OBSERVE
+    elif is_destructive(action) and not budget.spend(incident.job_id, now):
         reason = (
             f"{reason}, but job {incident.job_id!r} used its {budget.limit} kills this hour "
             "(max_kills_per_hour): observing only"
         )
-        action = "observe"
+        action = Action.OBSERVE
     incident.action = action
     incident.action_reason = reason
     incident.dry_run = policy.dry_run

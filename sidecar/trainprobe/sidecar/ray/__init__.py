@@ -13,19 +13,7 @@ Public API:
 Nothing here imports Ray until it is used.
 """
 
-from trainprobe.sidecar.ray.handles import HandleRegistry, HandleStore
-from trainprobe.sidecar.ray.killer import RayKiller
-from trainprobe.sidecar.ray.link import RayLink, RayUnavailable
-from trainprobe.sidecar.ray.naming import settings_for_node
-from trainprobe.sidecar.ray.node_actor import NodeSidecar
-from trainprobe.sidecar.ray.placement import (
-    NodeSidecarInfo,
-    alive_node_ids,
-    list_sidecars,
-    node_sidecar,
-    start_sidecars,
-    stop_sidecars,
-)
+from trainprobe.sidecar._lazy import lazy_exports
 
 __all__ = [
     "HandleRegistry",
@@ -42,3 +30,22 @@ __all__ = [
     "start_sidecars",
     "stop_sidecars",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "HandleRegistry": "handles",
+        "HandleStore": "handles",
+        "NodeSidecar": "node_actor",
+        "NodeSidecarInfo": "placement",
+        "RayKiller": "killer",
+        "RayLink": "link",
+        "RayUnavailable": "link",
+        "alive_node_ids": "placement",
+        "list_sidecars": "placement",
+        "node_sidecar": "placement",
+        "settings_for_node": "naming",
+        "start_sidecars": "placement",
+        "stop_sidecars": "placement",
+    },
+)

@@ -21,7 +21,7 @@ from typing import Any
 
 from trainprobe.sidecar.core.culprit import RankSummary
 from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
-from trainprobe.sidecar.engine import Engine
+from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.ray.coordinator import coordinator
 from trainprobe.sidecar.ray.link import RayLink
 

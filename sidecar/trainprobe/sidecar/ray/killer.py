@@ -24,7 +24,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trainprobe.sidecar.actions import Killer
+from trainprobe.sidecar.act.killers import Killer
+from trainprobe.sidecar.act.procs import pid_alive, terminate, wait_gone
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.ray_kill import (
     RayKillPlan,
@@ -32,14 +33,13 @@ from trainprobe.sidecar.core.ray_kill import (
     kill_settled,
     plan_ray_kill,
 )
-from trainprobe.sidecar.procs import pid_alive, terminate, wait_gone
 from trainprobe.sidecar.ray.link import RayLink
 
 log = logging.getLogger("trainprobe.sidecar")
 
 
 class RayKiller:
-    """A :class:`~trainprobe.sidecar.actions.Killer` that goes through Ray."""
+    """A :class:`~trainprobe.sidecar.act.actions.Killer` that goes through Ray."""
 
     def __init__(
         self, link: RayLink, fallback: Killer, timeout_s: float = 10.0, poll_s: float = 0.1

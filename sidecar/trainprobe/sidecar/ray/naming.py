@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket_path
-from trainprobe.sidecar.settings import Settings
+from trainprobe.sidecar.config.settings import Settings
 
 #: Every node actor's name starts with this.
 NODE_ACTOR_PREFIX = ray_node_actor_name("")

@@ -16,14 +16,14 @@ import socket
 import time
 from typing import Any
 
-from trainprobe.sidecar.actions import SignalKiller
-from trainprobe.sidecar.commander import Commander
+from trainprobe.sidecar.act.killers import SignalKiller
+from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.ray.handles import HandleHolder, HandleStore
 from trainprobe.sidecar.ray.killer import RayKiller
 from trainprobe.sidecar.ray.link import RayLink
 from trainprobe.sidecar.ray.naming import settings_for_node
-from trainprobe.sidecar.settings import Settings
 from trainprobe.sidecar.threaded import SidecarThread
+from trainprobe.sidecar.transport.commander import Commander
 
 
 def _as_dict(msg: Any) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from trainprobe.sidecar.config.settings import Settings, load_settings
 from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_node_actor_name, ray_node_actor_name
-from trainprobe.sidecar.settings import Settings, load_settings
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -81,7 +81,7 @@ def start_sidecars(
 ) -> list[NodeSidecarInfo]:
     """Make sure every alive node runs a sidecar; returns one entry per node.
 
-    ``settings`` (default: :func:`~trainprobe.sidecar.settings.load_settings`,
+    ``settings`` (default: :func:`~trainprobe.sidecar.config.settings.load_settings`,
     that is file < env) configure every sidecar; each listens on its node's
     socket and writes its own incident log. Connects to Ray first if this
     process is not connected yet (``settings.ray_address``, else ``auto``).

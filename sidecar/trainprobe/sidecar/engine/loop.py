@@ -7,7 +7,7 @@ never delays the next tick.
 A job's hang is one episode (:mod:`trainprobe.sidecar.core.episodes`): its
 first HUNG/UNRESPONSIVE incident is diagnosed over every rank of the job,
 targets the culprits, and waits for their stacks before it is logged,
-exported and acted on (:class:`~trainprobe.sidecar.hangs.HangDesk`); the
+exported and acted on (:class:`~trainprobe.sidecar.engine.hangs.HangResponder`); the
 job's later incidents are logged as updates of the episode.
 """
 
@@ -20,20 +20,21 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from trainprobe.sidecar.act.incident_log import IncidentLog
+from trainprobe.sidecar.core.actions import action_record
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
     Episode,
     late_stalled,
     update_record,
 )
-from trainprobe.sidecar.core.incidents import EpisodeTracker, Incident, group_incidents
+from trainprobe.sidecar.core.incidents import FindingEdges, Incident, group_incidents
 from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
-from trainprobe.sidecar.hangs import HangDesk, StackSource
-from trainprobe.sidecar.incident_log import IncidentLog
+from trainprobe.sidecar.engine.hangs import HangResponder, StackSource
 
 __all__ = ["ActionRunner", "Engine", "IncidentSink"]
 
@@ -82,9 +83,9 @@ class Engine:
         self.incident_log = incident_log
         self.actions = actions
         self.sinks: list[IncidentSink] = []
-        self.episodes = EpisodeTracker()
+        self.episodes = FindingEdges()
         self.budget = KillBudget(policy.max_kills_per_hour)
-        self.hangs = HangDesk(
+        self.hangs = HangResponder(
             registry,
             rules,
             policy,
@@ -230,15 +231,8 @@ class Engine:
             what = incident.id if incident is not None else "?"
             action = incident.action if incident is not None else "?"
             log.exception("action %s for incident %s failed", action, what)
-            self.incident_log.write(
-                {
-                    "type": "action",
-                    "incident_id": what,
-                    "action": action,
-                    "ok": False,
-                    "error": repr(err),
-                }
-            )
+            job = incident.job_id if incident is not None else ""
+            self.incident_log.write(action_record(what, job, action, ok=False, error=repr(err)))
 
     def stall_threshold_s(self, job_id: str) -> float:
         ctx = job_contexts(

@@ -18,9 +18,9 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
+from trainprobe.sidecar.act.procs import KillOutcome
 from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.procs import KillOutcome
-from trainprobe.sidecar.servicer import (
+from trainprobe.sidecar.transport.servicer import (
     Ending,
     Malformed,
     Refusal,
@@ -41,7 +41,7 @@ RELAY_KILL_MARGIN_S = 12.0
 _parse_worker_message = safe_parser(probe_pb2.WorkerMessage)
 
 
-class RelayLink:
+class NodeStream:
     """One Relay stream, upstream side: its outbound queue and pending kills."""
 
     def __init__(self, peer: str) -> None:
@@ -99,7 +99,7 @@ class RelayRoute:
 
     __slots__ = ("link", "stream_id")
 
-    def __init__(self, link: RelayLink, stream_id: int) -> None:
+    def __init__(self, link: NodeStream, stream_id: int) -> None:
         self.link = link
         self.stream_id = stream_id
 
@@ -132,7 +132,7 @@ class RelayUpstream:
         }
 
     async def Relay(self, request_iterator: Any, context: Any) -> None:
-        link = RelayLink(context.peer())
+        link = NodeStream(context.peer())
         sessions: dict[int, tuple[WorkerState, int]] = {}
         log.info("relay stream from %s opened", link.peer)
         # The node waits for this before it sends a batch, so a refusal (a
@@ -153,7 +153,7 @@ class RelayUpstream:
             await context.abort(*error)
 
     async def _read(
-        self, link: RelayLink, sessions: dict[int, tuple[WorkerState, int]], batches: Any
+        self, link: NodeStream, sessions: dict[int, tuple[WorkerState, int]], batches: Any
     ) -> Refusal | None:
         refused: set[int] = set()
         handle, parse, session = self.servicer.handle, _parse_worker_message, sessions.get
@@ -181,7 +181,7 @@ class RelayUpstream:
 
     def _item(
         self,
-        link: RelayLink,
+        link: NodeStream,
         sessions: dict[int, tuple[WorkerState, int]],
         refused: set[int],
         item: probe_pb2.RelayItem,
@@ -205,7 +205,7 @@ class RelayUpstream:
 
     def _open(
         self,
-        link: RelayLink,
+        link: NodeStream,
         sessions: dict[int, tuple[WorkerState, int]],
         refused: set[int],
         sid: int,
@@ -222,7 +222,7 @@ class RelayUpstream:
 
     def _close(
         self,
-        link: RelayLink,
+        link: NodeStream,
         sessions: dict[int, tuple[WorkerState, int]],
         refused: set[int],
         sid: int,
@@ -241,7 +241,7 @@ class RelayUpstream:
             self.servicer.end_session(entry[0], entry[1], how, alive)
 
     @staticmethod
-    def _refuse(link: RelayLink, refused: set[int], sid: int, refusal: Refusal | None) -> None:
+    def _refuse(link: NodeStream, refused: set[int], sid: int, refusal: Refusal | None) -> None:
         if refusal is None:
             return
         code, details = refusal

@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 import grpc
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar import convert
-from trainprobe.sidecar.commander import Commander
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_alive
 from trainprobe.sidecar.core.model import ReportData, WorkerState
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive
+from trainprobe.sidecar.transport import pb
+from trainprobe.sidecar.transport.commander import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -185,7 +185,7 @@ class SidecarServicer:
                 f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
             )
         try:
-            state = self.registry.open(convert.hello_from_pb(first.hello), self._clock())
+            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock())
         except RegistryError as err:
             return None, (getattr(grpc.StatusCode, err.code), str(err))
         # A relayed worker is the relaying node's to signal, even on this host.
@@ -224,7 +224,7 @@ class SidecarServicer:
             )
         kind = msg.WhichOneof("body")
         if kind == "report":
-            report = convert.report_from_pb(msg.report)
+            report = pb.report_from_pb(msg.report)
             try:
                 self.registry.apply(state, report, self._clock())
             except ValidationError as err:

@@ -16,9 +16,9 @@ import grpc
 from google.protobuf import json_format
 
 from trainprobe.proto import (
-    AUTH_METADATA_KEY,
     DEFAULT_TARGET_ENV,
     EndpointError,
+    bearer_metadata,
     default_socket_path,
     parse_endpoint,
     probe_pb2,
@@ -35,7 +35,7 @@ def _target(text: str | None) -> str:
 def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, grpc.Channel]:
     channel = grpc.insecure_channel(_target(args.target))
     token = args.token or os.environ.get("TRAINPROBE_TOKEN")
-    metadata = ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+    metadata = bearer_metadata(token)
     return probe_pb2_grpc.SidecarStub(channel), metadata, channel
 
 

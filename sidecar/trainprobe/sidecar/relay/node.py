@@ -5,7 +5,7 @@ message goes, as the bytes the worker sent, into a bounded buffer that is sent
 upstream as one ``RelayBatch`` every ``relay_interval_ms`` over one ``Relay``
 stream. The upstream sidecar judges; this node forwards its commands to the
 right worker stream, carries out its kill orders with local signals
-(:func:`~trainprobe.sidecar.procs.terminate`, pid-reuse checked), and reports
+(:func:`~trainprobe.sidecar.act.procs.terminate`, pid-reuse checked), and reports
 streams that end without a Goodbye together with whether the pid still runs.
 
 The hooks never notice the upstream: while it is unreachable their streams
@@ -27,17 +27,18 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import (
-    AUTH_METADATA_KEY,
-    MAX_MESSAGE_BYTES,
+    MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
+    VERSION,
     Backoff,
+    bearer_metadata,
     parse_endpoint,
     probe_pb2,
 )
-from trainprobe.sidecar.core.relaybuffer import Kind, RelayBuffer, kind_of
-from trainprobe.sidecar.listeners import open_servers
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, still_alive, terminate
-from trainprobe.sidecar.relay_wire import (
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_alive, terminate
+from trainprobe.sidecar.config.settings import Settings
+from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.relay.wire import (
     GOODBYE_TAG,
     Rejected,
     WorkerStream,
@@ -46,8 +47,8 @@ from trainprobe.sidecar.relay_wire import (
     item_pb,
     reason,
 )
-from trainprobe.sidecar.servicer import SERVICE, pump
-from trainprobe.sidecar.settings import Settings
+from trainprobe.sidecar.transport.servicer import SERVICE, pump
+from trainprobe.sidecar.transport.sockets import open_servers
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -57,10 +58,6 @@ WRITE_TIMEOUT_S = 10.0
 NOT_SIGNALLABLE = "not a process on the relaying node's host; not signalled"
 #: Streams whose pid is remembered for kill orders that come after they ended.
 _REMEMBERED_STREAMS = 4096
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
 
 
 class RelayNode:
@@ -80,9 +77,8 @@ class RelayNode:
         self._streams: dict[int, WorkerStream] = {}
         self._pids: OrderedDict[int, tuple[int, int | None]] = OrderedDict()
         self._ids = itertools.count(1)
-        self._metadata = ((AUTH_METADATA_KEY, f"Bearer {settings.token}"),)
-        if not settings.token or self.upstream.kind == "unix":
-            self._metadata = ()
+        # Unix sockets are guarded by file permissions; a token goes over TCP only.
+        self._metadata = bearer_metadata(settings.token if self.upstream.kind != "unix" else None)
         self._stop = asyncio.Event()
         #: Ends the relay loop; set after the worker servers stopped, so the
         #: last batch (their Goodbyes) still goes up.
@@ -118,10 +114,8 @@ class RelayNode:
 
     async def GetStatus(self, request: Any, context: Any) -> probe_pb2.StatusReply:
         """No workers: in relay mode the upstream sidecar holds their state."""
-        from trainprobe.sidecar.server import SIDECAR_VERSION
-
         return probe_pb2.StatusReply(
-            sidecar_version=SIDECAR_VERSION, node=f"{socket.gethostname()} (relay)"
+            sidecar_version=VERSION, node=f"{socket.gethostname()} (relay)"
         )
 
     async def Connect(self, request_iterator: Any, context: Any) -> None:
@@ -218,7 +212,7 @@ class RelayNode:
 
     async def _relay_once(self) -> None:
         async with grpc.aio.insecure_channel(
-            self.upstream.grpc_target, options=_CHANNEL_OPTIONS
+            self.upstream.grpc_target, options=MESSAGE_SIZE_OPTIONS
         ) as channel:
             call = channel.stream_stream(
                 f"/{SERVICE}/Relay",

@@ -1,9 +1,8 @@
 """Carrying out an incident's action: observe, dump, kill or restart.
 
 Every outcome is appended to the incident log as an ``action`` record that
-names its incident. Killing goes through a :class:`Killer`: signals for
-processes this sidecar can see, an Abort command over the worker's own stream
-otherwise; the Ray integration plugs in its own killer.
+names its incident (:func:`~trainprobe.sidecar.core.actions.action_record`).
+Killing goes through a :class:`~trainprobe.sidecar.act.killers.Killer`.
 """
 
 from __future__ import annotations
@@ -12,83 +11,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.commander import Commander
+from trainprobe.sidecar.act.incident_log import IncidentLog
+from trainprobe.sidecar.act.killers import DUMP_TIMEOUT_S, Killer
+from trainprobe.sidecar.core.actions import Action, action_record, is_destructive
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.incident_log import IncidentLog
-from trainprobe.sidecar.procs import KillOutcome, terminate
+from trainprobe.sidecar.transport.commander import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
 
-#: How long a worker has to answer a stack-dump request.
-DUMP_TIMEOUT_S = 2.0
 #: Hears each action record after it is logged (exporters: action spans, counts).
 ActionListener = Callable[[Incident, dict[str, object]], None]
-
-
-class Killer(Protocol):
-    async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
-        """Make the worker's process go away; describe what was done.
-
-        The record has at least ``pid``, ``method``, ``exited`` and ``error``.
-        A killer may also have ``start()`` and ``close()``; the sidecar calls
-        them when it starts and stops.
-        """
-        ...
-
-
-#: Builds a killer once the sidecar's command channel exists.
-KillerFactory = Callable[[Commander], Killer]
-
-
-class SignalKiller:
-    """Signals local pids; has a relaying node signal relayed ones; asks other
-    remote workers to abort over their stream."""
-
-    def __init__(self, commander: Commander) -> None:
-        self.commander = commander
-
-    async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
-        if state.relay is not None:
-            # A relayed worker: the node that relays it signals the pid and says how it went.
-            record: dict[str, object] = await state.relay.kill(state.hello.pid, grace_s)
-            if record["signals"] or record["exited"]:
-                return record
-            # Nothing signalled (another host's process; the node gone): ask the
-            # worker itself over its relayed stream, as for any remote worker.
-            aborted = await self._abort(state, grace_s)
-            aborted["relay_error"] = record["error"]
-            return aborted
-        if state.local:
-            outcome = await terminate(state.hello.pid, grace_s, state.proc_start_ticks)
-            return outcome.to_record()
-        return await self._abort(state, grace_s)
-
-    async def _abort(self, state: WorkerState, grace_s: float) -> dict[str, object]:
-        result = await self.commander.request(
-            state.key,
-            DUMP_TIMEOUT_S,
-            abort=probe_pb2.Abort(reason="trainprobe kill", grace_s=grace_s),
-        )
-        out = KillOutcome(pid=state.hello.pid, method="abort-command", exited=False)
-        out.error = "" if result is not None and result.ok else "worker did not acknowledge abort"
-        return out.to_record()
-
-
-def default_killer(ray_address: str | None, ray_timeout_s: float, commander: Commander) -> Killer:
-    """Signals, or Ray first when ``ray_address`` is set (Ray is imported lazily)."""
-    if not ray_address:
-        return SignalKiller(commander)
-    from trainprobe.sidecar.ray.killer import RayKiller
-    from trainprobe.sidecar.ray.link import RayLink
-
-    link = RayLink(ray_address, timeout_s=ray_timeout_s)
-    return RayKiller(link, SignalKiller(commander), timeout_s=ray_timeout_s)
 
 
 class RecoveryLog:
@@ -151,14 +88,9 @@ class Actions:
                 states.append(state)
         return states
 
-    def _record(self, incident: Incident, **fields: object) -> None:
-        record: dict[str, object] = {
-            "type": "action",
-            "incident_id": incident.id,
-            "job_id": incident.job_id,
-            "action": incident.action,
-            **fields,
-        }
+    def _record(self, incident: Incident, action: str | None = None, **fields: object) -> None:
+        """Log an action record of ``incident`` (its own action unless ``action`` says)."""
+        record = action_record(incident.id, incident.job_id, action or incident.action, **fields)
         self.incident_log.write(record)
         for listener in self.listeners:
             try:
@@ -168,7 +100,7 @@ class Actions:
 
     async def execute(self, incident: Incident) -> None:
         action = incident.action
-        if action == "observe":
+        if action == Action.OBSERVE:
             return
         targets = self._targets(incident)
         if incident.dry_run:
@@ -181,10 +113,10 @@ class Actions:
             )
             self._record(incident, dry_run=True, ok=True, ranks=[t.hello.rank for t in targets])
             return
-        if action == "dump":
+        if action == Action.DUMP:
             await self.dump(incident, targets)
-        elif action in ("kill", "restart"):
-            await self.kill(incident, targets, restart=action == "restart")
+        elif is_destructive(action):
+            await self.kill(incident, targets, restart=action == Action.RESTART)
 
     async def dump(self, incident: Incident, targets: list[WorkerState]) -> dict[int, str]:
         results = await asyncio.gather(
@@ -235,7 +167,7 @@ class Actions:
         targets = [
             s for s in (self.registry.get(WorkerKey(job_id, r)) for r in ranks) if s is not None
         ]
-        records, ok = await self._kill_all(episode_id, targets, restart=action == "restart")
+        records, ok = await self._kill_all(episode_id, targets, restart=action == Action.RESTART)
         log.warning(
             "hang episode %s: swept ranks %s of job %s -> %s",
             episode_id,
@@ -243,13 +175,11 @@ class Actions:
             job_id,
             "done" if ok else records,
         )
-        fields = {"action": action, "phase": phase, "ok": ok, "outcomes": records}
+        fields = {"phase": phase, "ok": ok, "outcomes": records}
         if incident is not None:
-            self._record(incident, **fields)
+            self._record(incident, action, **fields)
         else:  # a followed episode with nothing of ours in its incident
-            self.incident_log.write(
-                {"type": "action", "incident_id": episode_id, "job_id": job_id, **fields}
-            )
+            self.incident_log.write(action_record(episode_id, job_id, action, **fields))
 
     async def _kill_all(
         self, incident_id: str, targets: list[WorkerState], restart: bool

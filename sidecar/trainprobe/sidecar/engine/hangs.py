@@ -1,6 +1,6 @@
 """The engine's hang desk: a job's hang as one diagnosed episode.
 
-For the first HUNG/UNRESPONSIVE incident of a job, :class:`HangDesk` builds
+For the first HUNG/UNRESPONSIVE incident of a job, :class:`HangResponder` builds
 a :class:`~trainprobe.sidecar.core.culprit.RankSummary` of every rank (this
 sidecar's own, plus those other sidecars share through the
 :class:`~trainprobe.sidecar.core.jobview.JobView`), runs the analysis, points
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.culprit import Diagnosis, RankSummary, analyze
 from trainprobe.sidecar.core.episodes import (
     HANG_VERDICTS,
@@ -31,18 +32,16 @@ from trainprobe.sidecar.core.episodes import (
 from trainprobe.sidecar.core.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
-from trainprobe.sidecar.core.policy import DESTRUCTIVE, ActionPolicy, KillBudget, decide
+from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, heartbeat_limit_s
 from trainprobe.sidecar.core.summary import summarize
 
-__all__ = ["MAX_INSPECTED", "HangDesk", "Opened", "StackSource"]
+__all__ = ["MAX_INSPECTED", "HangResponder", "Opened", "StackSource"]
 
 log = logging.getLogger("trainprobe.sidecar")
 #: Most ranks whose stacks one incident collects (the culprits come first).
 MAX_INSPECTED = 8
-#: Other sidecars' episodes whose culprits' places this one remembers.
-MAX_FOUND = 32
 
 
 class StackSource(Protocol):
@@ -53,7 +52,7 @@ class StackSource(Protocol):
 Opened = tuple[Incident, list[WorkerState], Episode]
 
 
-class HangDesk:
+class HangResponder:
     """Job episodes: open, follow, inspect, sweep. Runs on the sidecar's loop."""
 
     def __init__(
@@ -217,12 +216,12 @@ class HangDesk:
         decide(incident, self.policy, self.budget, now)
         incident.action_reason += f"; {why}"
         if self.policy.dry_run:
-            return "observe"
-        if incident.action in DESTRUCTIVE:
+            return Action.OBSERVE
+        if is_destructive(incident.action):
             return incident.action
         action = self.policy.for_verdict(incident.verdict)
         remote_culprits = diag.conclusive and not targets
-        return action if remote_culprits and action in DESTRUCTIVE else "observe"
+        return action if remote_culprits and is_destructive(action) else Action.OBSERVE
 
     # -- stacks, sweeps, the end ---------------------------------------------------
 

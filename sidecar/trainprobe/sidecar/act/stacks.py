@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.commander import Commander
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import stuck_at
-from trainprobe.sidecar.procs import pid_alive, proc_start_ticks, proc_stopped
+from trainprobe.sidecar.transport.commander import Commander
 
 __all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy"]
 

@@ -1,7 +1,7 @@
 """Every sidecar option, declared once: name, parser, doc, section.
 
 The table drives parsing (TOML, environment, flags), ``--help`` and
-docs/CONFIG.md. The typed values live in :class:`~trainprobe.sidecar.settings.Settings`,
+docs/CONFIG.md. The typed values live in :class:`~trainprobe.sidecar.config.settings.Settings`,
 whose fields must match this table one for one (a test checks it).
 """
 
@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainprobe.sidecar import setting_values as v
+from trainprobe.sidecar.config import parsers as v
+from trainprobe.sidecar.core.actions import ACTIONS, DEGRADED_ACTIONS
+from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
 
 ENV_PREFIX = "TRAINPROBE_"
-ACTION_CHOICES = ("observe", "dump", "kill", "restart")
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "on_hung",
-        v.choice(*ACTION_CHOICES),
+        v.choice(*ACTIONS),
         "Action for HUNG verdicts. restart = kill so that the orchestrator starts the "
         "worker again (Ray Train: the worker group, from the latest checkpoint).",
         _A,
     ),
-    Option("on_unresponsive", v.choice(*ACTION_CHOICES), "Action for UNRESPONSIVE verdicts.", _A),
-    Option("on_degraded", v.choice("observe", "dump"), "Action for DEGRADED verdicts.", _A),
+    Option("on_unresponsive", v.choice(*ACTIONS), "Action for UNRESPONSIVE verdicts.", _A),
+    Option("on_degraded", v.choice(*DEGRADED_ACTIONS), "Action for DEGRADED verdicts.", _A),
     Option("dry_run", v.boolean, "Log every action instead of doing it.", _A),
     Option("kill_grace_s", v.seconds(0, 600), "Seconds between SIGTERM and SIGKILL.", _A),
     Option(
@@ -159,7 +160,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "on_inconclusive",
-        v.choice("kill_stalled", "observe"),
+        v.choice(*INCONCLUSIVE_CHOICES),
         "When a hang's culprit analysis names no rank (every rank waits in one collective, "
         "no collective data): kill_stalled = the on_hung/on_unresponsive action hits every "
         "stalled rank; observe = only the incident.",

@@ -11,16 +11,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from trainprobe.sidecar.otel import TelemetryError
-from trainprobe.sidecar.relay_node import RelayNode
-from trainprobe.sidecar.server import ListenError, Sidecar
-from trainprobe.sidecar.settings import (
+from trainprobe.sidecar.config.settings import (
     OPTIONS,
     Settings,
     SettingsError,
     defaults,
     load_settings,
 )
+from trainprobe.sidecar.otel import TelemetryError
+from trainprobe.sidecar.relay.node import RelayNode
+from trainprobe.sidecar.server import ListenError, Sidecar
 
 EPILOG = """\
 Every option can also be set in a TOML file (--config) or as TRAINPROBE_<NAME>

@@ -1,7 +1,7 @@
 """What a relay node reads from its workers and writes upstream.
 
 Plain helpers around the relay protocol messages, kept apart from the
-node's asyncio plumbing in :mod:`trainprobe.sidecar.relay_node`.
+node's asyncio plumbing in :mod:`trainprobe.sidecar.relay.node`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.core.relaybuffer import Item, Kind
+from trainprobe.sidecar.relay.buffer import Item, Kind
 
 #: First byte of a serialized WorkerMessage whose body is a Goodbye (field 3).
 GOODBYE_TAG = b"\x1a"

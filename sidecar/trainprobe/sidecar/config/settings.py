@@ -3,7 +3,7 @@
 Precedence, lowest first: built-in defaults < TOML file (``--config`` or
 ``TRAINPROBE_CONFIG``) < ``TRAINPROBE_<NAME>`` environment variables <
 command-line flags. Every option is declared once in
-:data:`~trainprobe.sidecar.options.OPTIONS`, which drives parsing, ``--help``
+:data:`~trainprobe.sidecar.config.options.OPTIONS`, which drives parsing, ``--help``
 and docs/CONFIG.md alike.
 """
 
@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.proto import default_socket_path
-from trainprobe.sidecar.options import (
-    ACTION_CHOICES,
+from trainprobe.sidecar.config.options import (
     ENV_PREFIX,
     OPTIONS,
     OPTIONS_BY_NAME,
     Option,
 )
+from trainprobe.sidecar.core.actions import Action
+from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +33,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "ACTION_CHOICES",
     "ENV_PREFIX",
     "OPTIONS",
     "OPTIONS_BY_NAME",
@@ -74,13 +74,13 @@ class Settings:
     sync_latency_s: float = 5.0
     sync_timeout_s: float = 5.0
     # actions
-    on_hung: str = "kill"
-    on_unresponsive: str = "kill"
-    on_degraded: str = "observe"
+    on_hung: str = Action.KILL.value
+    on_unresponsive: str = Action.KILL.value
+    on_degraded: str = Action.OBSERVE.value
     dry_run: bool = False
     kill_grace_s: float = 5.0
     max_kills_per_hour: int = 10
-    on_inconclusive: str = "kill_stalled"
+    on_inconclusive: str = INCONCLUSIVE_CHOICES[0]
     job_kill_grace_s: float = 10.0
     stack_timeout_s: float = 1.0
     # integrations
@@ -189,7 +189,7 @@ def render_markdown() -> str:
     lines = [
         "# Sidecar configuration",
         "",
-        "Generated from `trainprobe.sidecar.options.OPTIONS`; "
+        "Generated from `trainprobe.sidecar.config.options.OPTIONS`; "
         "`tests/unit/test_settings.py` fails if this file is stale.",
         "",
         "Precedence, lowest first: defaults < TOML file (`--config FILE` or "

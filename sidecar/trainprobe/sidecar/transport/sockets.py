@@ -7,63 +7,26 @@ interceptor cannot tell which port a call came in on.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import socket
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 
-from trainprobe.proto import AUTH_METADATA_KEY, MAX_MESSAGE_BYTES, parse_endpoint
+from trainprobe.proto import MESSAGE_SIZE_OPTIONS, parse_endpoint
+from trainprobe.sidecar.transport.auth import TokenInterceptor
 
 log = logging.getLogger("trainprobe.sidecar")
 
-SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
+SERVER_OPTIONS = [*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
 class ListenError(RuntimeError):
     """A listen address that cannot be served."""
-
-
-class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without ``authorization: Bearer <token>``."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-        async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
-            log.warning("rejected UNAUTHENTICATED call from %s", context.peer())
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-
-        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
-
-        async def deny_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-            await deny(None, context)
-
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny_stream)
-
-    async def intercept_service(
-        self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails
-    ) -> Any:
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == AUTH_METADATA_KEY:
-                got = value.encode() if isinstance(value, str) else value
-                if hmac.compare_digest(got, self._expected):
-                    return await continuation(handler_call_details)
-        return (
-            self._deny_stream
-            if handler_call_details.method.endswith(("/Connect", "/Relay"))
-            else (self._deny_unary)
-        )
 
 
 def prepare_unix_socket(path: Path) -> None:

@@ -1,0 +1,49 @@
+"""Acting on a decision: killers, process facts and signals, stack reading,
+and the incident log.
+
+Public API (imported on first use):
+
+- :class:`Actions`: runs an incident's action and logs its ``action`` record.
+- :class:`Killer`, :class:`SignalKiller`: how a worker's process is made to go.
+- :class:`StackCollector`: a rank's Python stacks, in-process or from outside.
+- :class:`IncidentLog`, :func:`read_incident_log`: the append-only JSON Lines log.
+- :func:`terminate`, :func:`pid_alive`, :func:`proc_start_ticks`,
+  :func:`proc_stopped`, :class:`KillOutcome`: facts from /proc and signals.
+"""
+
+from trainprobe.sidecar._lazy import lazy_exports
+
+__all__ = [
+    "Actions",
+    "IncidentLog",
+    "KillOutcome",
+    "Killer",
+    "KillerFactory",
+    "RecoveryLog",
+    "SignalKiller",
+    "StackCollector",
+    "pid_alive",
+    "proc_start_ticks",
+    "proc_stopped",
+    "read_incident_log",
+    "terminate",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Actions": "actions",
+        "RecoveryLog": "actions",
+        "IncidentLog": "incident_log",
+        "read_incident_log": "incident_log",
+        "KillOutcome": "procs",
+        "pid_alive": "procs",
+        "proc_start_ticks": "procs",
+        "proc_stopped": "procs",
+        "terminate": "procs",
+        "Killer": "killers",
+        "KillerFactory": "killers",
+        "SignalKiller": "killers",
+        "StackCollector": "stacks",
+    },
+)

@@ -1,0 +1,33 @@
+"""gRPC in: the servicer that turns streams into registry updates, commands
+out to workers, protobuf <-> core data conversion, listening sockets and
+bearer-token auth.
+
+Public API (imported on first use):
+
+- :class:`SidecarServicer`: the ``trainprobe.v1.Sidecar`` service.
+- :class:`Commander`: commands to workers over their streams, and their results.
+- :func:`open_servers`, :class:`ListenError`: Unix (0600) and TCP listeners.
+- :class:`TokenInterceptor`: the TCP listeners' bearer-token check.
+- :mod:`.pb`: ``hello_from_pb``, ``report_from_pb``, ``status_pb``.
+"""
+
+from trainprobe.sidecar._lazy import lazy_exports
+
+__all__ = [
+    "Commander",
+    "ListenError",
+    "SidecarServicer",
+    "TokenInterceptor",
+    "open_servers",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Commander": "commander",
+        "ListenError": "sockets",
+        "open_servers": "sockets",
+        "SidecarServicer": "servicer",
+        "TokenInterceptor": "auth",
+    },
+)
