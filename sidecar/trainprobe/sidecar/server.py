@@ -249,9 +249,10 @@ class Sidecar:
                 path.unlink()
         with contextlib.suppress(Exception, asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.to_thread(self.killer.close), 10.0)
-        self.incident_log.flush()
         if self.telemetry is not None:
             await self.telemetry.aclose(timeout_s=grace_s + 2.0)
+        # Last: the telemetry's close may still log. Joins the writer thread, closes the fd.
+        await asyncio.to_thread(self.incident_log.close)
 
     async def wait_stopped(self) -> None:
         await self._stop.wait()

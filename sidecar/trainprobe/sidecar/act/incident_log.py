@@ -29,11 +29,17 @@ class IncidentLog:
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._failed = False
+        self._closed = False
 
     def write(self, record: dict[str, Any]) -> Future[None]:
         """Queue one record; the returned future completes once it is on disk."""
         self.recent.append(record)
         line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
+        if self._closed:  # a late record after stop: written inline, never a crash
+            done: Future[None] = Future()
+            self._append_fd_once(line)
+            done.set_result(None)
+            return done
         return self._pool.submit(self._append, line)
 
     def _append(self, line: bytes) -> None:
@@ -49,11 +55,32 @@ class IncidentLog:
 
     def flush(self, timeout_s: float = 5.0) -> None:
         """Wait until every queued record is written."""
+        if self._closed:
+            return
         self._pool.submit(lambda: None).result(timeout=timeout_s)
 
     def close(self) -> None:
+        """Write what is queued, stop the writer thread and close the file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self._pool.shutdown(wait=True)
         os.close(self._fd)
+        self._fd = -1
+
+    def _append_fd_once(self, line: bytes) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        except OSError as err:
+            log.error("cannot write incident log %s: %s", self.path, err)
+            return
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        except OSError as err:
+            log.error("cannot write incident log %s: %s", self.path, err)
+        finally:
+            os.close(fd)
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:

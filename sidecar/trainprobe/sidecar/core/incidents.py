@@ -85,9 +85,6 @@ class FindingEdges:
         self._active = current
         return fresh
 
-    def is_active(self, key: WorkerKey, rule: str) -> bool:
-        return (key, rule) in self._active
-
 
 def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
     """When the trouble behind a finding most likely started."""

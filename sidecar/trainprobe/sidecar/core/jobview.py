@@ -169,7 +169,14 @@ class JobView:
         self._replies[job_id] = (now, reply)
 
     def forget(self, job_id: str) -> None:
+        """Drop what was heard of a job that has no rank here any more."""
         self._replies.pop(job_id, None)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._replies
+
+    def __len__(self) -> int:
+        return len(self._replies)
 
     def remote(self, job_id: str, now: float, heartbeat_limit_s: float) -> list[RankSummary]:
         entry = self._replies.get(job_id)

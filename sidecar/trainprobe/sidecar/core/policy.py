@@ -42,16 +42,25 @@ class KillBudget:
         self._spent: dict[str, deque[float]] = {}
 
     def remaining(self, job_id: str, now: float) -> int:
-        spent = self._spent.setdefault(job_id, deque())
+        spent = self._spent.get(job_id)
+        if spent is None:
+            return self.limit
         while spent and now - spent[0] >= self.WINDOW_S:
             spent.popleft()
+        if not spent:  # an hour without kills: nothing to remember of this job
+            del self._spent[job_id]
+            return self.limit
         return self.limit - len(spent)
 
     def spend(self, job_id: str, now: float) -> bool:
         if self.remaining(job_id, now) <= 0:
             return False
-        self._spent[job_id].append(now)
+        self._spent.setdefault(job_id, deque()).append(now)
         return True
+
+    def __len__(self) -> int:
+        """Jobs with a kill in the last hour."""
+        return len(self._spent)
 
 
 def decide(incident: Incident, policy: ActionPolicy, budget: KillBudget, now: float) -> None:

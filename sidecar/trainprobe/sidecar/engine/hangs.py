@@ -85,6 +85,11 @@ class HangResponder:
 
     # -- the job's view ------------------------------------------------------------
 
+    def forget_job(self, job_id: str) -> None:
+        """The job has no session here any more: drop what was kept for it."""
+        if self.job_view is not None:
+            self.job_view.forget(job_id)
+
     def local_summaries(self, job_id: str, now: float) -> list[RankSummary]:
         """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
         return [

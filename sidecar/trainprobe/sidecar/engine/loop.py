@@ -106,12 +106,15 @@ class Engine:
         """One evaluation pass; returns the incidents it opened."""
         now = self._clock()
         self.ticks += 1
-        self.registry.forget_stale(now)
+        gone = self.registry.forget_stale(now)
         workers = self.registry.workers()
+        if gone:
+            self._forget_ended_jobs(gone, workers)
         findings = evaluate(workers, self.rules, now)
         self._set_verdicts(workers, findings)
         fresh = self.episodes.new_findings(findings)
         incidents = []
+        states: dict[WorkerKey, WorkerState] = {}
         if fresh:
             states = {w.key: w for w in workers}
             incidents = group_incidents(fresh, states, now, self._wall())
@@ -143,6 +146,13 @@ class Engine:
         for ep in self.hangs.settle(workers):
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
         return opened
+
+    def _forget_ended_jobs(self, gone: list[WorkerState], workers: list[WorkerState]) -> None:
+        """Per-job state of jobs whose last session was just forgotten goes too:
+        a long-lived sidecar serves many jobs, one after another."""
+        left = {w.hello.job_id for w in workers}
+        for job_id in {w.hello.job_id for w in gone} - left:
+            self.hangs.forget_job(job_id)
 
     def _kill_late_stalled(self, incident: Incident, states: dict[WorkerKey, WorkerState]) -> None:
         ep = self.hangs.episodes.get(incident.job_id)

@@ -81,6 +81,9 @@ class JobSync:
         now = self._clock()
         hangs = self.engine.hangs
         jobs = sorted({w.hello.job_id for w in self.engine.registry})
+        for ended in self._handles.keys() - set(jobs):  # bounded by the jobs served now
+            del self._handles[ended]
+            self._warned.discard(ended)
         return {job: (hangs.local_summaries(job, now), hangs.note(job)) for job in jobs}
 
     def _sync(self, payload: Payload) -> dict[str, SyncReply]:
