@@ -15,6 +15,9 @@ NVRX_PIN := nvidia-resiliency-ext==0.4.1
 # committed gencode is reproducible and works with protobuf>=5.29.
 GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 
+# Strict on the pure core and the hooks, basic elsewhere (see [tool.mypy]).
+TYPECHECK := $(VENV)/bin/mypy -p trainprobe.proto -p trainprobe.hooks -p trainprobe.sidecar
+
 .PHONY: demo demo-gloo test lint proto docs bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml
@@ -40,11 +43,13 @@ demo-gloo: $(VENV)/.installed
 
 test: $(VENV)/.installed $(PROTOGEN)/.installed
 	$(VENV)/bin/ruff check .
+	$(TYPECHECK)
 	TRAINPROBE_PROTOC_PYTHON=$(PROTOGEN)/bin/python $(VPY) -m pytest -q
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(TYPECHECK)
 
 proto: $(PROTOGEN)/.installed
 	$(PROTOGEN)/bin/python tools/gen_proto.py

@@ -34,14 +34,14 @@ class EventPool:
         self._event = torch.cuda.Event
         self._stream = torch.cuda.Stream
         self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
-        self._streams: dict[tuple, Any] = {}
+        self._streams: dict[tuple[int, int, int], Any] = {}
 
     def take(self) -> tuple[Any, Any, EventPool]:
         try:
             start, end = self._free.pop()
         except IndexError:
-            start = self._event(enable_timing=True)
-            end = self._event(enable_timing=True)
+            start = self._event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = self._event(enable_timing=True)  # type: ignore[no-untyped-call]
         return start, end, self
 
     def give(self, start: Any, end: Any) -> None:
@@ -55,7 +55,9 @@ class EventPool:
         key = self._current(self.device_index)
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+            stream = self._stream(  # type: ignore[no-untyped-call]
+                stream_id=key[0], device_index=key[1], device_type=key[2]
+            )
             if len(self._streams) < 1024:  # streams come from small fixed pools
                 self._streams[key] = stream
         event.record(stream)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainprobe.hooks.cuda_events import EventPools
-from trainprobe.hooks.sync import END_NS, EVENTS, GroupLedger, SyncLedger
+from trainprobe.hooks.sync import END_NS, EVENTS, GroupLedger, Record, SyncLedger
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -40,7 +40,7 @@ _MARK = "__trainprobe_watch__"
 CommHook = Callable[[Any, Any], Any]
 
 
-def record_end(rec: list | None) -> None:
+def record_end(rec: Record | None) -> None:
     """Mark a collective finished; on CUDA, record its end event first.
 
     Called from the future's callback: on CUDA that runs right after the
@@ -77,19 +77,19 @@ def default_allreduce_hook(
     # No annotations on the hooks on purpose: DDP inspects them, and a string
     # annotation (from __future__ import annotations) fails its check. DDP
     # also requires the second parameter to be named "bucket".
-    def trainprobe_allreduce(state, bucket):
+    def trainprobe_allreduce(state, bucket):  # type: ignore[no-untyped-def]
         buf = bucket.buffer()
         buf.mul_(scale)
         # issue() only counts, reads the clock and appends: it cannot fail.
         rec = issue("allreduce", buf.nbytes)
 
-        def done(fut, rec=rec):
+        def done(fut, rec=rec):  # type: ignore[no-untyped-def]
             rec[END_NS] = mono()
             return fut.value()[0]
 
         return all_reduce(buf, group=state, async_op=True).get_future().then(done)
 
-    def trainprobe_allreduce_cuda(state, bucket):
+    def trainprobe_allreduce_cuda(state, bucket):  # type: ignore[no-untyped-def]
         buf = bucket.buffer()
         buf.mul_(scale)
         try:
@@ -99,7 +99,7 @@ def default_allreduce_hook(
         except Exception:
             rec = None
 
-        def done(fut, rec=rec):
+        def done(fut, rec=rec):  # type: ignore[no-untyped-def]
             record_end(rec)
             return fut.value()[0]
 
@@ -125,11 +125,11 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
     )
 
     @functools.wraps(inner)
-    def trainprobe_wrapped(state, bucket):
+    def trainprobe_wrapped(state, bucket):  # type: ignore[no-untyped-def]
         try:
             buf = bucket.buffer()
             on_cuda = pools is not None and buf.is_cuda
-            events = pools.for_device(buf.device.index).take() if on_cuda else None
+            events = pools.for_device(buf.device.index).take() if pools and on_cuda else None
             rec = ledger.issue(op, buf.nbytes, events)
             if events is not None:
                 events[2].record(events[0])
@@ -139,7 +139,7 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
         if rec is None:
             return fut
 
-        def done(f, rec=rec):
+        def done(f, rec=rec):  # type: ignore[no-untyped-def]
             record_end(rec)
             return f.value()
 

@@ -55,10 +55,10 @@ class GpuMonitor:
         self._logged: set[str] = set()
         self._pid = os.getpid()
 
-    def _once(self, key: str, message: str, *args: object) -> None:
+    def _once(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
         if key not in self._logged:
             self._logged.add(key)
-            log.debug(message, *args)
+            log.debug(message, *args, exc_info=exc_info)
 
     # -- device ------------------------------------------------------------------
 

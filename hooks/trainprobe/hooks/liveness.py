@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
@@ -189,7 +190,9 @@ class LivenessProbeHook(CollectiveMethods):
         ring.steps[n & RING_MASK] = n + 1 if step is None else step
         ring.n = n + 1
 
-    def phase(self, name: str, timeout_s: float | None = None) -> contextlib.AbstractContextManager:
+    def phase(
+        self, name: str, timeout_s: float | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
         """Declare a long phase (checkpoint, eval, compile warm-up).
 
         Inside it the stall rule does not apply; the phase is judged by its own

@@ -202,7 +202,7 @@ class Reporter:
                     reader.exception()
 
     async def _write_loop(
-        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, write_timeout: float
+        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future[None], write_timeout: float
     ) -> None:
         assert self._outbox is not None
         loop = asyncio.get_running_loop()
@@ -255,7 +255,7 @@ class Reporter:
                 log.debug("trainprobe: on_connected callback failed", exc_info=True)
 
     async def _say_goodbye(
-        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future, timeout_s: float
+        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future[None], timeout_s: float
     ) -> None:
         self._build()
         while self._buffer:

@@ -47,7 +47,9 @@ MAX_SAMPLES = 16
 SEQ, OP, NBYTES, START_NS, END_NS, STEP, EVENTS = range(7)
 #: ``EVENTS`` holds None (host-timed) or ``(start_event, end_event, pool)``; the
 #: pool records events (``pool.record(event)``) and takes them back once read.
-Record = list
+#: One watched collective, as a mutable list indexed by the constants above
+#: (a list: cheaper than an object on the training thread).
+Record = list[Any]
 
 
 class StepSource(Protocol):
@@ -124,7 +126,7 @@ class GroupLedger:
 
     # -- issuing side ------------------------------------------------------------
 
-    def issue(self, op: str, nbytes: int, events: tuple | None = None) -> Record:
+    def issue(self, op: str, nbytes: int, events: tuple[Any, Any, Any] | None = None) -> Record:
         """Number and timestamp a collective about to be launched."""
         rec = [
             next(self._next_seq),
@@ -201,15 +203,15 @@ def finished_duration_s(rec: Record) -> float | None:
         return None
     events = rec[EVENTS]
     if events is None:
-        return max(0.0, (end_ns - rec[START_NS]) / 1e9)
+        return max(0.0, float(end_ns - rec[START_NS]) / 1e9)
     start_ev, end_ev, pool = events
     try:
         if not end_ev.query():
             return None
-        duration = max(0.0, start_ev.elapsed_time(end_ev) / 1e3)
+        duration = max(0.0, float(start_ev.elapsed_time(end_ev)) / 1e3)
     except Exception:
         # A CUDA error makes every later call fail too: fall back to host time.
-        return max(0.0, (end_ns - rec[START_NS]) / 1e9)
+        return max(0.0, float(end_ns - rec[START_NS]) / 1e9)
     rec[EVENTS] = None
     pool.give(start_ev, end_ev)
     return duration

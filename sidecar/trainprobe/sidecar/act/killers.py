@@ -27,9 +27,11 @@ DUMP_TIMEOUT_S = 2.0
 class Killer(Protocol):
     """What the sidecar needs of a killer; it calls ``start`` and ``close`` once each."""
 
-    #: The killer's line to Ray, when it has one: the sidecar then also syncs
-    #: its jobs' views through Ray (per-node sidecars, ``--ray-address``).
-    link: RayLink | None
+    @property
+    def link(self) -> RayLink | None:
+        """The killer's line to Ray, when it has one: the sidecar then also syncs
+        its jobs' views through Ray (per-node sidecars, ``--ray-address``)."""
+        ...
 
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
         """Make the worker's process go away; describe what was done.

@@ -38,7 +38,7 @@ def proc_stopped(pid: int) -> bool:
     """True if ``pid`` is stopped (SIGSTOP, or a tracer's stop): none of its
     threads runs, so it can neither answer a command nor run a signal handler."""
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] in (b"T", b"t")
+    return fields is not None and bool(fields) and fields[0] in (b"T", b"t")
 
 
 def pid_alive(pid: int) -> bool:

@@ -185,7 +185,7 @@ class StackCollector:
             attempts.append({"method": "py-spy", "error": f"cannot run {self.py_spy}: {err}"})
             return None
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.py_spy_timeout_s)
+            out, stderr = await asyncio.wait_for(proc.communicate(), self.py_spy_timeout_s)
         except asyncio.TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -197,7 +197,7 @@ class StackCollector:
         if proc.returncode == 0 and text.strip():
             return "py-spy", text, ""
         # py-spy's error is its first line (the rest is a Rust backtrace).
-        first = (err.decode(errors="replace").strip().splitlines() or ["no output"])[0]
+        first = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[0]
         attempts.append({"method": "py-spy", "error": f"exit {proc.returncode}: {first}"})
         return None
 

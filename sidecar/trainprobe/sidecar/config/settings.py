@@ -116,7 +116,7 @@ def _default_state_dir() -> Path:
 def defaults() -> dict[str, Any]:
     """Every setting's default value."""
     return {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
         for f in dataclasses.fields(Settings)
     }
 

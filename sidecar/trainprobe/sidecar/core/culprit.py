@@ -207,7 +207,7 @@ def _by_collectives(live: dict[int, RankSummary], waiting: tuple[int, ...]) -> D
         if behind:
             return _straggler(name, seq, op, votes, behind, tuple(sorted(inflight)))
         if len(inflight) == len(live):
-            ages = [g.inflight_age_s for g in inflight.values()]  # type: ignore[union-attr]
+            ages = [g.inflight_age_s or 0.0 for g in inflight.values() if g is not None]
             return Diagnosis(
                 ALL_IN_FLIGHT,
                 (),

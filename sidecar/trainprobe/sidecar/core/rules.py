@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainprobe.sidecar.core.model import Finding, GroupSeqData, Verdict, WorkerState
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
@@ -56,7 +57,7 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     the tally itself); each job's is [samples, p99_s, phase holders, last
     phase end].
     """
-    tallies: dict[str, list] = {}
+    tallies: dict[str, list[Any]] = {}
     for w in workers:
         t = tallies.get(w.hello.job_id)
         if t is None:

@@ -75,7 +75,8 @@ class ThreadStack:
 def parse_stacks(text: str) -> list[ThreadStack]:
     """Every thread found in ``text``, in any of the three formats."""
     threads: list[ThreadStack] = []
-    name, state, frames, reverse, ident = "", "", [], False, 0
+    frames: list[Frame] = []
+    name, state, reverse, ident = "", "", False, 0
 
     def flush() -> None:
         if frames or name:

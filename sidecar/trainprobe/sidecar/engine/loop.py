@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from trainprobe.sidecar.act.incident_log import IncidentLog
@@ -57,6 +57,7 @@ class ActionRunner(Protocol):
         ranks: list[int],
         action: str,
         incident: Incident | None = None,
+        phase: str = "job_kill_grace",
     ) -> None: ...
 
 
@@ -179,9 +180,9 @@ class Engine:
             if cur is None or f.verdict.severity > cur.verdict.severity:
                 worst[f.key] = f
         for w in workers:
-            f = worst.get(w.key) if worst else None
-            if f is not None:
-                w.verdict, w.verdict_rule = f.verdict, f.rule
+            hit = worst.get(w.key) if worst else None
+            if hit is not None:
+                w.verdict, w.verdict_rule = hit.verdict, hit.rule
             elif w.verdict_rule:  # most workers are and stay OK: no write for them
                 w.verdict, w.verdict_rule = Verdict.OK, ""
 
@@ -229,14 +230,14 @@ class Engine:
             except Exception:
                 log.exception("incident sink %r failed", sink)
 
-    def _spawn(self, coro: object, incident: Incident | None) -> None:
-        task = asyncio.ensure_future(self._guard(coro, incident))  # type: ignore[arg-type]
+    def _spawn(self, coro: Awaitable[None], incident: Incident | None) -> None:
+        task = asyncio.ensure_future(self._guard(coro, incident))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _guard(self, coro: object, incident: Incident | None) -> None:
+    async def _guard(self, coro: Awaitable[None], incident: Incident | None) -> None:
         try:
-            await coro  # type: ignore[misc]
+            await coro
         except Exception as err:
             what = incident.id if incident is not None else "?"
             action = incident.action if incident is not None else "?"

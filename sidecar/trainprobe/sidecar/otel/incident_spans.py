@@ -185,7 +185,7 @@ class IncidentTracer:
             last = wt.steps[-1]
             out.extend(self.builder.trace_step(wt, last, clock))
             if last.span is not None:
-                links.append(last.span.link(**{"trainprobe.rank": rank, "trainprobe.link": "last"}))
+                links.append(last.span.link(**_why(rank, "last")))
         number = st.last_step + 1 if st.has_step else 0
         if wt.last_end_mono_ns is not None:
             start_ns = clock.worker_ns(wt.last_end_mono_ns)
@@ -205,7 +205,7 @@ class IncidentTracer:
             )
             wt.remember(("step", number), step)
             out.append(step)
-        links.append(step.link(**{"trainprobe.rank": rank, "trainprobe.link": "unfinished"}))
+        links.append(step.link(**_why(rank, "unfinished")))
         report = st.last_report
         for g in report.sync.groups if report is not None and report.sync is not None else ():
             if not g.oldest_inflight_start_mono_ns:
@@ -225,7 +225,7 @@ class IncidentTracer:
                 )
                 wt.remember(key, span)
                 out.append(span)
-            links.append(span.link(**{"trainprobe.rank": rank, "trainprobe.link": "in flight"}))
+            links.append(span.link(**_why(rank, "in flight")))
         for p in report.active_phases if report is not None else ():
             key = ("phase", (p.name, p.start_mono_ns))
             span = wt.open_spans.get(key)
@@ -242,7 +242,7 @@ class IncidentTracer:
                 )
                 wt.remember(key, span)
                 out.append(span)
-            links.append(span.link(**{"trainprobe.rank": rank, "trainprobe.link": "phase"}))
+            links.append(span.link(**_why(rank, "phase")))
 
     def _degraded(
         self,
@@ -262,9 +262,7 @@ class IncidentTracer:
             out.extend(self.builder.trace_step(wt, rec, clock))
         for rec in recs[-LINKED_WINDOW_STEPS:]:
             if rec.span is not None:
-                links.append(
-                    rec.span.link(**{"trainprobe.rank": rank, "trainprobe.link": "window"})
-                )
+                links.append(rec.span.link(**_why(rank, "window")))
         samples = report.sync.samples if report.sync is not None else ()
         if samples:
             slowest = max(samples, key=lambda c: c.end_mono_ns - c.start_mono_ns)
@@ -317,3 +315,8 @@ def incident_attributes(incident: Incident, step: int) -> dict[str, AttrValue]:
     if incident.diagnosis is not None:
         attrs["trainprobe.diagnosis"] = _json(incident.diagnosis)
     return attrs
+
+
+def _why(rank: int, kind: str) -> dict[str, AttrValue]:
+    """A link's attributes: which rank, and why the incident points there."""
+    return {"trainprobe.rank": rank, "trainprobe.link": kind}

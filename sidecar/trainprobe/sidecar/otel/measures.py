@@ -18,8 +18,10 @@ from trainprobe.sidecar.otel.spans import AttrValue
 
 #: Bucket bounds in seconds: 1 ms .. 100 s for steps, 100 µs .. 60 s for syncs.
 STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 100)
-SYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
-SYNC_BUCKETS_S += (0.5, 1, 2.5, 5, 10, 30, 60)
+SYNC_BUCKETS_S: tuple[float, ...] = (
+    *(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+    *(0.5, 1, 2.5, 5, 10, 30, 60),
+)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def coordinator(job_id: str, idle_exit_s: float = IDLE_EXIT_S) -> Any:
         )
         .remote(job_id)
     )
-    handle.exit_when_idle.remote(idle_exit_s)  # a no-op for a coordinator already watching
+    handle.exit_when_idle.remote(idle_exit_s)  # type: ignore[union-attr]  # a no-op for a coordinator already watching
     return handle
 
 

@@ -59,9 +59,9 @@ class RayKiller:
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
         plan = plan_ray_kill(state.hello.ray, restart, ray_configured=True)
         if plan.route != "ray":
-            record = await self.fallback.kill(state, grace_s, restart)
-            record["route"] = plan.reason
-            return record
+            routed = await self.fallback.kill(state, grace_s, restart)
+            routed["route"] = plan.reason
+            return routed
         t0 = time.monotonic()
         try:
             await self._call(self.link.wait_ready, self.timeout_s)

@@ -124,7 +124,7 @@ class RayLink:
             )
             .remote()
         )
-        ray.get(registry.info.remote(), timeout=self.timeout_s)
+        ray.get(registry.info.remote(), timeout=self.timeout_s)  # type: ignore[union-attr]
         self._registry = registry
         log.info("connected to Ray at %s as node %s", self.address, self.node_id)
 
