@@ -35,6 +35,7 @@ from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
 from trainprobe.sidecar.engine.hangs import HangResponder, StackSource
+from trainprobe.sidecar.tasks import TaskSet
 
 __all__ = ["ActionRunner", "Engine", "IncidentSink"]
 
@@ -100,7 +101,7 @@ class Engine:
         )
         self._clock = clock
         self._wall = wall_clock
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self.ticks = 0
 
     def tick(self) -> list[Incident]:
@@ -231,9 +232,7 @@ class Engine:
                 log.exception("incident sink %r failed", sink)
 
     def _spawn(self, coro: Awaitable[None], incident: Incident | None) -> None:
-        task = asyncio.ensure_future(self._guard(coro, incident))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._guard(coro, incident))
 
     async def _guard(self, coro: Awaitable[None], incident: Incident | None) -> None:
         try:
@@ -263,5 +262,4 @@ class Engine:
 
     async def drain(self, timeout_s: float = 15.0) -> None:
         """Wait for running actions (used at shutdown and by tests)."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        await self._tasks.wait(timeout_s)

@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from trainprobe.proto import probe_pb2
+
 
 class Kind(enum.IntEnum):
     """What a buffered item is; only the node's relay code gives it meaning."""
@@ -28,10 +30,16 @@ class Kind(enum.IntEnum):
 
 Item = tuple[int, Kind, Any]
 
-#: Field 2 (``report``) of WorkerMessage, length-delimited: the first byte of
-#: every serialized report message, so the node needs no parse to classify it.
-REPORT_TAG = b"\x12"
-HELLO_TAG = b"\x0a"
+
+def _tag(body: str) -> bytes:
+    """The first byte of a serialized WorkerMessage whose body is ``body``: its
+    field number, length-delimited (wire type 2). Read from the proto itself,
+    so the node classifies a worker's message without parsing it."""
+    number = probe_pb2.WorkerMessage.DESCRIPTOR.fields_by_name[body].number
+    return bytes([number << 3 | 2])
+
+
+HELLO_TAG, REPORT_TAG, GOODBYE_TAG = _tag("hello"), _tag("report"), _tag("goodbye")
 
 
 def kind_of(message: bytes) -> Kind:

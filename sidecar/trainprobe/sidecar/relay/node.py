@@ -37,9 +37,8 @@ from trainprobe.proto import (
 )
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_alive, terminate
 from trainprobe.sidecar.config.settings import Settings
-from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.relay.wire import (
-    GOODBYE_TAG,
     Rejected,
     WorkerStream,
     accepted,
@@ -47,6 +46,7 @@ from trainprobe.sidecar.relay.wire import (
     item_pb,
     reason,
 )
+from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport.servicer import SERVICE, pump
 from trainprobe.sidecar.transport.sockets import open_servers
 
@@ -84,7 +84,7 @@ class RelayNode:
         #: last batch (their Goodbyes) still goes up.
         self._done = asyncio.Event()
         self._servers: Any = None
-        self._tasks: set[asyncio.Future[Any]] = set()
+        self._tasks = TaskSet()
         self._relay_task: asyncio.Task[None] | None = None
         self._warned_drop = False
         #: Set while this node shuts down: its workers' streams end because of
@@ -176,9 +176,7 @@ class RelayNode:
             )
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)
 
     # -- the upstream side -----------------------------------------------------
 

@@ -15,9 +15,6 @@ import grpc
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.relay.buffer import Item, Kind
 
-#: First byte of a serialized WorkerMessage whose body is a Goodbye (field 3).
-GOODBYE_TAG = b"\x1a"
-
 
 class Rejected(Exception):
     """The upstream refused a worker stream; end it with this status."""

@@ -22,6 +22,7 @@ from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_aliv
 from trainprobe.sidecar.core.model import ReportData, WorkerState
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
+from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander
 
@@ -73,7 +74,7 @@ class SidecarServicer:
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
         self._hostname = socket.gethostname()
-        self._closing: set[asyncio.Future[None]] = set()
+        self._closing = TaskSet()
 
     def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
         """Method handlers whose parsers turn garbage into :class:`Malformed`.
@@ -150,9 +151,7 @@ class SidecarServicer:
             if state is not None:
                 self.commander.detach(state.key, generation)
                 # Not awaited here: gRPC may cancel this handler again while it waits.
-                closing = asyncio.ensure_future(self._close(state, generation, how))
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
+                self._closing.spawn(self._close(state, generation, how))
             if error is not None:
                 await self._reject(context, *error)
 
