@@ -71,7 +71,9 @@ def test_a_bundle_no_node_can_hold_is_named_with_the_largest_node() -> None:
     reasons = infeasible_reasons(group, [NODE, NodeInfo("n3" * 28, True, {"CPU": 1.0})])
     assert reasons == ["bundle 3 asks CPU 4, GPU 1; the largest node has CPU 2, GPU 0"]
     # The node named is the one that meets most of the ask (here the GPU).
-    reasons = infeasible_reasons(pg([{"CPU": 4, "GPU": 1}]), [NODE, NodeInfo("g", True, {"CPU": 1, "GPU": 1})])
+    reasons = infeasible_reasons(
+        pg([{"CPU": 4, "GPU": 1}]), [NODE, NodeInfo("g", True, {"CPU": 1, "GPU": 1})]
+    )
     assert reasons == ["bundle 0 asks CPU 4, GPU 1; the largest node has CPU 1, GPU 1"]
 
 
@@ -128,8 +130,13 @@ def test_pending_past_the_limit_without_new_attempts_is_no_finding() -> None:
 def test_late_watcher_uses_rays_creation_time() -> None:
     history, limits = PlacementHistory(), PlacementLimits(60)
     old = T0 - 300
-    assert judge_placement(snap(pg([{"CPU": 1}], attempts=50, created_at=old)), history, T0, limits) == []
-    found = judge_placement(snap(pg([{"CPU": 1}], attempts=52, created_at=old)), history, T0 + 2, limits)
+    assert (
+        judge_placement(snap(pg([{"CPU": 1}], attempts=50, created_at=old)), history, T0, limits)
+        == []
+    )
+    found = judge_placement(
+        snap(pg([{"CPU": 1}], attempts=52, created_at=old)), history, T0 + 2, limits
+    )
     assert found and found[0].evidence["pending_s"] == 302.0
 
 
@@ -144,7 +151,9 @@ def tid(c: str) -> str:
     return c * 16 + "0" * 24 + JOB
 
 
-def actor_task(c: str, actor: ActorInfo, name: str, state: str, parent: str, pid: int = 0) -> TaskInfo:
+def actor_task(
+    c: str, actor: ActorInfo, name: str, state: str, parent: str, pid: int = 0
+) -> TaskInfo:
     return TaskInfo(tid(c), name, state, "ACTOR_TASK", JOB, actor.actor_id, parent, pid)
 
 
@@ -170,8 +179,14 @@ def test_two_actor_cycle_from_stacks_names_both_call_sites() -> None:
     assert judge.judge(s, T0) == []  # once is not stable
     (found,) = judge.judge(s, T0 + 2)
     assert found.rule == "wait_cycle"
-    assert "A.f on actor alpha (pid 101) waits at cycle.py:17 in A.f on A.g on actor beta (pid 102)" in found.text
-    assert "A.g on actor beta (pid 102) waits at cycle.py:19 in A.g on A.f on actor alpha" in found.text
+    assert (
+        "A.f on actor alpha (pid 101) waits at cycle.py:17 in A.f on A.g on actor beta (pid 102)"
+        in found.text
+    )
+    assert (
+        "A.g on actor beta (pid 102) waits at cycle.py:19 in A.g on A.f on actor alpha"
+        in found.text
+    )
     assert "is queued behind A.f on actor alpha (pid 101)" in found.text
     assert judge.judge(s, T0 + 4) == []  # reported once while it lasts
 
@@ -197,7 +212,10 @@ def test_wrapper_records_give_producer_edges_from_object_ids() -> None:
     creation = TaskInfo("f" * 48, "A.__init__", "FINISHED", "ACTOR_CREATION_TASK", JOB)
     s = snap(tasks=[F1, g, F2, creation], actors=[ALPHA, BETA], waits=waits)
     (cycle,) = wait_cycles(s)
-    assert [e.object_id for e in cycle if e.kind == "get"] in ([obj_of_g, obj_of_f2], [obj_of_f2, obj_of_g])
+    assert [e.object_id for e in cycle if e.kind == "get"] in (
+        [obj_of_g, obj_of_f2],
+        [obj_of_f2, obj_of_g],
+    )
 
 
 def test_chain_to_a_hung_actor_is_a_chain_not_a_cycle() -> None:

@@ -59,7 +59,7 @@ class _Seen:
 
 @dataclass
 class PlacementHistory:
-    """What earlier snapshots showed: when each waiting group was first seen, and what was reported."""
+    """What earlier snapshots showed: when each waiting group was first seen, what was reported."""
 
     seen: dict[str, _Seen] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
@@ -135,7 +135,7 @@ def infeasible_reasons(pg: PlacementGroupInfo, nodes: Iterable[NodeInfo]) -> lis
 
 
 def waiters(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
-    """Who waits on ``pg``: a Ray Train controller of its job, actors and tasks scheduled into it."""
+    """Who waits on ``pg``: a Ray Train controller of its job, actors and tasks placed in it."""
     out = []
     for a in snap.actors:
         if a.class_name in TRAIN_CONTROLLERS and a.state == "ALIVE" and a.job_id == pg.job_id:
@@ -152,7 +152,9 @@ def waiters(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
         out.append(f"{len(pending)} actors wait on it ({', '.join(names[:5])})")
     tasks = [t for t in snap.tasks if t.placement_group_id == pg.pg_id and not t.done]
     if tasks:
-        out.append(f"{len(tasks)} tasks wait on it ({', '.join(sorted({t.name for t in tasks})[:5])})")
+        out.append(
+            f"{len(tasks)} tasks wait on it ({', '.join(sorted({t.name for t in tasks})[:5])})"
+        )
     return out
 
 
@@ -165,14 +167,20 @@ def _holders(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
             continue
         res = {k: v for k, v in _total(b.resources for b in other.bundles).items() if k in asked}
         if res:
-            held.append((-sum(res.values()), f"{other.name or other.pg_id[:12]} of job {other.job_id} ({fmt_resources(res)})"))
+            held.append(
+                (
+                    -sum(res.values()),
+                    f"{other.name or other.pg_id[:12]} of job {other.job_id} "
+                    f"({fmt_resources(res)})",
+                )
+            )
     return [text for _, text in sorted(held)[:3]]
 
 
 def judge_placement(
     snap: RaySnapshot, history: PlacementHistory, now: float, limits: PlacementLimits
 ) -> list[RayFinding]:
-    """Findings for placement groups that can never start or keep failing to; updates ``history``."""
+    """Findings for groups that can never start or keep failing to; updates ``history``."""
     findings = []
     waiting = {pg.pg_id: pg for pg in snap.pgs if pg.state in WAITING_STATES}
     for gone in set(history.seen) - set(waiting):  # started or removed: judged afresh if it returns
@@ -207,7 +215,8 @@ def judge_placement(
             text = (
                 f"{label} is {pg.state} for {age:.0f} s (limit {limits.pending_limit_s:g} s), "
                 f"scheduling attempts {seen.first_attempts} -> {pg.attempts} "
-                f"({pg.scheduling_state or 'no state'}); it fits the cluster but cannot get its resources"
+                f"({pg.scheduling_state or 'no state'}); "
+                "it fits the cluster but cannot get its resources"
             )
             holders = _holders(pg, snap)
             if holders:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainprobe.sidecar.core.stackframes import ThreadStack
+
 #: Hex digits of a TaskID; an ObjectID starts with its producer's TaskID.
 TASK_ID_HEX = 48
 
@@ -152,3 +154,33 @@ def fmt_resources(resources: dict[str, float]) -> str:
     """``{"CPU": 4.0, "GPU": 1.0}`` -> ``"CPU 4, GPU 1"`` (Ray's own keys, sorted CPU first)."""
     order = sorted(resources, key=lambda k: (k not in ("CPU", "GPU"), k != "CPU", k))
     return ", ".join(f"{k} {resources[k]:g}" for k in order)
+
+
+#: Frames of Ray's own ``ray.get``/``ray.wait`` (py-spy paths are relative to sys.path).
+_RAY_WAIT_FUNCS = frozenset({"get", "wait", "get_objects", "wait_objects"})
+
+
+def _ray_internal(file: str) -> bool:
+    # py-spy shortens paths against sys.path: "ray/_private/worker.py", "hooks/ray_wait.py".
+    return file.startswith("ray/") or "/ray/" in file or file.endswith("hooks/ray_wait.py")
+
+
+def ray_get_site(stacks: list[ThreadStack]) -> str:
+    """Where a thread of this process called ``ray.get``/``ray.wait``; "" if none is in one.
+
+    The call site is the first frame outside Ray (and trainprobe's wrapper)
+    above Ray's ``worker.py`` frames; the main thread wins a tie.
+    """
+    for thread in sorted(stacks, key=lambda t: not t.is_main):
+        frames = thread.frames  # innermost first
+        inside = [
+            i
+            for i, f in enumerate(frames)
+            if f.file.endswith("ray/_private/worker.py") and f.function in _RAY_WAIT_FUNCS
+        ]
+        if not inside:
+            continue
+        for f in frames[inside[-1] + 1 :]:
+            if not _ray_internal(f.file):
+                return str(f)
+    return ""

@@ -25,6 +25,7 @@ waiting on nothing (an actor method that hangs) is no cycle: it is shown by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from trainprobe.sidecar.core.ray_snapshot import (
     ActorInfo,
@@ -69,7 +70,11 @@ class WaitGraph:
             return f"task {task_id[:12]}"
         actor = self.actors.get(task.actor_id) if task.actor_id else None
         pid = task.pid or (actor.pid if actor else 0)
-        where = f"{task.name} on actor {actor.name or actor.class_name}" if actor else f"task {task.name}"
+        where = (
+            f"{task.name} on actor {actor.name or actor.class_name}"
+            if actor
+            else f"task {task.name}"
+        )
         return f"{where} (pid {pid})" if pid else where
 
 
@@ -186,7 +191,7 @@ def wait_cycles(snap: RaySnapshot | WaitGraph) -> list[list[WaitEdge]]:
             path.append(prev[path[-1]])
         path.reverse()
         nodes = [*path, start]
-        cycles.append([by_pair[(a, b)] for a, b in zip(nodes, nodes[1:])])
+        cycles.append([by_pair[(a, b)] for a, b in pairwise(nodes)])
     return cycles
 
 
@@ -250,11 +255,15 @@ class CycleJudge:
                 continue
             self.reported.add(key)
             job = next((graph.tasks[t].job_id for t in sorted(key) if t in graph.tasks), "")
-            text = f"wait cycle of {len(cycle)} edges: " + "; ".join(_edge_text(graph, e) for e in cycle)
+            text = f"wait cycle of {len(cycle)} edges: " + "; ".join(
+                _edge_text(graph, e) for e in cycle
+            )
             evidence: dict[str, object] = {"edges": [edge_record(graph, e) for e in cycle]}
             if snap.truncated:
                 evidence["truncated"] = list(snap.truncated)
-            findings.append(RayFinding(RULE, "cycle:" + ",".join(sorted(key)), job, text, now, evidence))
+            findings.append(
+                RayFinding(RULE, "cycle:" + ",".join(sorted(key)), job, text, now, evidence)
+            )
         self.reported &= set(current)  # a cycle that broke up may be reported again if it returns
         self.previous = set(current)
         return findings
@@ -269,7 +278,12 @@ def render_text(graph: WaitGraph) -> str:
         lines += [f"  {_edge_text(graph, e)}" for e in c]
     for chain in wait_chains(graph):
         lines.append(f"chain of {len(chain)}; head: {graph.describe(chain[-1])} waits on nothing")
-        lines += [f"  {_edge_text(graph, e)}" for a, b in zip(chain, chain[1:]) for e in graph.out(a) if e.dst == b]
+        lines += [
+            f"  {_edge_text(graph, e)}"
+            for a, b in pairwise(chain)
+            for e in graph.out(a)
+            if e.dst == b
+        ]
     if not lines:
         lines.append(f"no waits among {len(graph.tasks)} unfinished tasks")
     return "\n".join(lines)
