@@ -243,3 +243,29 @@ def test_finished_tasks_and_unknown_producers_make_no_edges() -> None:
     done = TaskInfo(tid("7"), "done", "FINISHED")
     w = WaitRecord(tid("1"), "x.py:1 in f", "wrapper", (tid("7") + "01000000", "ab" * 28))
     assert build_graph(snap(tasks=[F1, done], actors=[ALPHA], waits=[w])).edges == []
+
+
+# py-spy's dump of an actor blocked in ray.get (Ray 2.60), and behind the wrapper.
+SPY = """Process 6536: ray::A.g
+Thread 6536 (idle): "MainThread"
+    Worker.get_objects (ray/_private/worker.py:1007)
+    get (ray/_private/worker.py:3009)
+    client_mode_hook.<locals>.decorator.<locals>.wrapper (ray/_private/client_mode_hook.py:134)
+    wrap_auto_init.<locals>.auto_init_wrapper (ray/_private/auto_init_hook.py:22)
+    {wrapper}A.g (explore2.py:19)
+    actor_method_executor (ray/_private/function_manager.py:740)
+    Worker.main_loop (ray/_private/worker.py:1069)
+Thread 6609 (idle): "PythonGCThread"
+    Event.wait (threading.py:629)
+"""
+
+
+def test_ray_get_call_site_from_a_py_spy_dump() -> None:
+    from trainprobe.sidecar.core.ray_snapshot import ray_get_site
+    from trainprobe.sidecar.core.stackframes import parse_stacks
+
+    assert ray_get_site(parse_stacks(SPY.format(wrapper=""))) == "explore2.py:19 in A.g"
+    behind = SPY.format(wrapper="get (hooks/ray_wait.py:98)\n    ")
+    assert ray_get_site(parse_stacks(behind)) == "explore2.py:19 in A.g"
+    idle = SPY.replace("Worker.get_objects", "compute").replace("get (ray", "run (ray")
+    assert ray_get_site(parse_stacks(idle.format(wrapper=""))) == ""

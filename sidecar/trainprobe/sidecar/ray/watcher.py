@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainprobe.sidecar.act.stacks import find_py_spy
 from trainprobe.sidecar.core.ray_placement import PlacementHistory, PlacementLimits, judge_placement
 from trainprobe.sidecar.core.ray_snapshot import (
     ActorInfo,
@@ -57,7 +58,6 @@ from trainprobe.sidecar.core.ray_wait import (
     render_text,
 )
 from trainprobe.sidecar.core.stackframes import parse_stacks
-from trainprobe.sidecar.stackdump import find_py_spy
 
 log = logging.getLogger("trainprobe.sidecar")
 
