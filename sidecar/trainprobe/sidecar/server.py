@@ -162,6 +162,9 @@ class Sidecar:
         self._stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
         self._sync_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        #: The RayWatcher, once started (``ray_watch`` and ``ray_address``).
+        self.ray_watcher: Any = None
         self._unix_paths: list[Path] = []
         self.telemetry: Telemetry | None = None
 
@@ -230,13 +233,43 @@ class Sidecar:
         )
         if self.job_sync is not None:
             self._sync_task = asyncio.ensure_future(self.job_sync.run(self._stop))
+        if self.settings.ray_watch and self.killer.link is not None and self.settings.ray_address:
+            self._watch_task = asyncio.ensure_future(self._watch_ray())
         log.info(
             "trainprobe sidecar %s listening on %s", SIDECAR_VERSION, ", ".join(self.addresses)
         )
 
+    async def _watch_ray(self) -> None:
+        """The Ray watcher (one per cluster: the sidecar given ``--ray-address``), observe only.
+
+        It starts once the killer's link has joined Ray; each finding is an
+        incident in the log (rule ``placement_group`` or ``wait_cycle``).
+        """
+        from trainprobe.sidecar.ray.watcher import RayWatcher
+
+        link = self.killer.link
+        while not link.ready:
+            await asyncio.sleep(0.5)
+            if self._stop.is_set():
+                return
+        self.ray_watcher = RayWatcher(pending_limit_s=self.settings.placement_pending_limit_s)
+
+        def on_finding(finding: Any) -> None:
+            log.warning("ray watcher: %s", finding.text)
+            self.incident_log.write(
+                {
+                    "type": "incident",
+                    "verdict": "RAY",
+                    "action": self.settings.on_ray_finding,
+                    **finding.to_record(),
+                }
+            )
+
+        await self.ray_watcher.run(self._stop, on_finding, self.settings.ray_watch_interval_s)
+
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()
-        for task in (self._engine_task, self._sync_task):
+        for task in (self._engine_task, self._sync_task, self._watch_task):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

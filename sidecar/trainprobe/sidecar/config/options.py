@@ -198,6 +198,27 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("ray_per_node", v.boolean, "Start one sidecar actor on every Ray node and exit.", _I),
     Option(
+        "ray_watch",
+        v.boolean,
+        "With ray_address: watch the cluster for placement groups that can never start "
+        "and wait cycles between tasks and actors (rules placement_group, wait_cycle).",
+        _I,
+    ),
+    Option("ray_watch_interval_s", v.seconds(0.5, 600), "How often the Ray watcher looks.", _I),
+    Option(
+        "placement_pending_limit_s",
+        v.seconds(1, 86400),
+        "A placement group that fits the cluster but stays pending this long, while Ray "
+        "keeps retrying, is a finding (Ray Train's own start timeout is 60 s).",
+        _I,
+    ),
+    Option(
+        "on_ray_finding",
+        v.choice("observe"),
+        "What the Ray watcher's findings do: observe (an incident; nothing is killed).",
+        _I,
+    ),
+    Option(
         "telemetry",
         v.boolean,
         "Export OpenTelemetry traces and metrics (to otlp_endpoint, else to files in "

@@ -87,6 +87,10 @@ class Settings:
     ray_address: str | None = None
     ray_timeout_s: float = 10.0
     ray_per_node: bool = False
+    ray_watch: bool = True
+    ray_watch_interval_s: float = 2.0
+    placement_pending_limit_s: float = 60.0
+    on_ray_finding: str = "observe"
     telemetry: bool = True
     job_sync_interval_ms: int = 500
     py_spy: str = "auto"
