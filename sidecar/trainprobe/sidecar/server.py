@@ -248,6 +248,8 @@ class Sidecar:
         from trainprobe.sidecar.ray.watcher import RayWatcher
 
         link = self.killer.link
+        if link is None:  # started only when the killer goes through Ray
+            return
         while not link.ready:
             await asyncio.sleep(0.5)
             if self._stop.is_set():

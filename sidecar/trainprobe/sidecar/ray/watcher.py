@@ -117,7 +117,8 @@ class RayWatcher:
         kw: dict[str, Any] = dict(
             address=addr, limit=lim, timeout=tmo, raise_on_missing_output=False
         )
-        truncated, errors = [], []
+        truncated: list[str] = []
+        errors: list[str] = []
         taken_at = time.time()
         nodes = tuple(
             NodeInfo(
