@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 
 from tests.support import wait_for
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped
+from trainprobe.sidecar.act.procs import (
+    CAUGHT_SIGTERM_GRACE_S,
+    pid_alive,
+    proc_start_ticks,
+    proc_stopped,
+    sigterm_caught,
+    terminate,
+)
+
+# A hung rank whose framework caught SIGTERM: the handler runs and only sets a flag.
+IGNORES_SIGTERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
 
 
 def test_a_sigstopped_child_reads_as_stopped_until_continued() -> None:
@@ -26,3 +42,38 @@ def test_a_sigstopped_child_reads_as_stopped_until_continued() -> None:
         child.kill()
         child.wait()
     assert not pid_alive(child.pid) and not proc_stopped(child.pid)
+
+
+def _started(code: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    if "ready" in code:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_a_caught_sigterm_is_followed_by_sigkill_without_waiting_out_the_grace() -> None:
+    child = _started(IGNORES_SIGTERM)
+    try:
+        assert sigterm_caught(child.pid) is True
+        ticks = proc_start_ticks(child.pid)
+        out = asyncio.run(terminate(child.pid, grace_s=5.0, start_ticks=ticks))
+        assert out.exited and out.sigterm_caught
+        assert out.signals == ["SIGCONT", "SIGTERM", "SIGKILL"]
+        assert CAUGHT_SIGTERM_GRACE_S <= out.seconds < 2.0, out
+        assert child.wait(5) == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_uncaught_sigterm_ends_the_process_and_no_sigkill_follows() -> None:
+    child = _started("import time; time.sleep(60)")
+    try:
+        # Python leaves SIGTERM at its default action unless a handler is set.
+        wait_for(lambda: sigterm_caught(child.pid) is False, 10, 0.01, "the status file")
+        out = asyncio.run(terminate(child.pid, grace_s=5.0))
+        assert out.exited and not out.sigterm_caught and out.signals == ["SIGCONT", "SIGTERM"]
+        assert child.wait(5) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()

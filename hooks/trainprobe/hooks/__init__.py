@@ -11,6 +11,15 @@ Public API:
 - :func:`resolve_identity`: how the hook finds job, rank and Ray ids.
 - :func:`report_checkpoint`: under Ray Train, write and ``ray.train.report`` a
   checkpoint inside ``hook.phase("checkpoint")`` (imports Ray only when called).
+
+Framework callbacks, in their own modules (imported only from there, so
+``import trainprobe.hooks`` never imports the framework):
+
+- ``trainprobe.hooks.lightning.LivenessProbeCallback``: Lightning
+  (``lightning.pytorch`` or ``pytorch_lightning``),
+  ``Trainer(callbacks=[LivenessProbeCallback()])``.
+- ``trainprobe.hooks.transformers.LivenessProbeCallback``: Hugging Face
+  ``Trainer``/``Seq2SeqTrainer``, ``Trainer(..., callbacks=[LivenessProbeCallback()])``.
 """
 
 # First: gRPC must be imported with its fork handlers off (see _grpc_fork).

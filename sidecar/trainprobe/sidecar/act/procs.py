@@ -41,6 +41,19 @@ def proc_stopped(pid: int) -> bool:
     return fields is not None and bool(fields) and fields[0] in (b"T", b"t")
 
 
+def sigterm_caught(pid: int) -> bool | None:
+    """Whether ``pid`` has a handler for SIGTERM (its ``SigCgt`` mask), or None
+    if that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     if pid <= 0:
@@ -55,6 +68,15 @@ def pid_alive(pid: int) -> bool:
     return not fields or fields[0] != b"Z"
 
 
+#: The wait before SIGKILL for a process that catches SIGTERM. The sidecar
+#: signals only processes it judged hung, and there a handler cannot end the
+#: process: a main thread stuck in a C call never runs a Python handler, and
+#: the frameworks' handlers (Lightning's, transformers' JIT checkpoint) only
+#: set a flag for a step boundary that a hung rank never reaches. Waiting out
+#: kill_grace_s would only delay the kill.
+CAUGHT_SIGTERM_GRACE_S = 0.5
+
+
 @dataclass
 class KillOutcome:
     pid: int
@@ -63,6 +85,8 @@ class KillOutcome:
     exited: bool = False
     seconds: float = 0.0
     error: str = ""
+    #: SIGTERM had a handler, so the wait before SIGKILL was cut to CAUGHT_SIGTERM_GRACE_S.
+    sigterm_caught: bool = False
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
@@ -74,6 +98,8 @@ async def terminate(
     """SIGCONT + SIGTERM, then SIGKILL after ``grace_s``; wait for the exit.
 
     SIGCONT first so that a stopped process can run its SIGTERM handler.
+    Where the kernel says SIGTERM is caught, SIGKILL follows after at most
+    CAUGHT_SIGTERM_GRACE_S instead (see there).
     """
     out = KillOutcome(pid=pid)
     t0 = time.monotonic()
@@ -84,6 +110,9 @@ async def terminate(
     if not pid_alive(pid):
         out.exited = True
         return out
+    out.sigterm_caught = bool(sigterm_caught(pid))
+    if out.sigterm_caught:
+        grace_s = min(grace_s, CAUGHT_SIGTERM_GRACE_S)
     try:
         for sig in (signal.SIGCONT, signal.SIGTERM):
             os.kill(pid, sig)

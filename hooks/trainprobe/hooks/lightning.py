@@ -1,0 +1,206 @@
+"""``Trainer(callbacks=[LivenessProbeCallback()])``: trainprobe for Lightning.
+
+Works with ``lightning.pytorch`` and, when that is what is installed (or
+already imported), ``pytorch_lightning``. Only this module imports Lightning.
+
+During ``trainer.fit`` each process holds one
+:class:`~trainprobe.hooks.LivenessProbeHook` named after the trainer's global
+rank, world size and local rank. A step ends when ``trainer.global_step``
+advances (optimizer steps: gradient accumulation makes longer steps, not
+repeated ones). Validation, the sanity check and ``trainer.save_checkpoint``
+(every checkpoint callback goes through it, the write and the barrier
+included) are phases, so they never count as a stall. Under a DDP strategy
+the wrapped model is watched (:meth:`~trainprobe.hooks.LivenessProbeHook.watch_ddp`),
+so a hang names the rank that broke it.
+
+``trainer.validate/test/predict`` alone run without a hook: with no training
+steps there is nothing for the stall rule to judge.
+
+Lightning's SIGTERM handler only sets a flag checked at the next step
+boundary, which a hung rank never reaches; the sidecar sees the handler
+(``SigCgt``) and sends SIGKILL after 0.5 s instead of waiting out its grace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from trainprobe.hooks.liveness import LivenessProbeHook
+
+if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
+    import pytorch_lightning as pl  # the user's script already chose it
+else:
+    try:
+        import lightning.pytorch as pl  # type: ignore[no-redef]
+    except ImportError:
+        import pytorch_lightning as pl
+
+log = logging.getLogger("trainprobe.hooks")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _report_failure(callback: LivenessProbeCallback, where: str) -> None:
+    """Log a callback's failure: a warning the first time, debug after."""
+    level = logging.DEBUG if callback._warned else logging.WARNING
+    callback._warned = True
+    log.log(level, "trainprobe: %s failed; training goes on", where, exc_info=True)
+
+
+def _guarded(fn: F) -> F:
+    """Never let trainprobe raise into Lightning's loop."""
+
+    @functools.wraps(fn)
+    def run(self: LivenessProbeCallback, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception:
+            _report_failure(self, fn.__name__)
+            return None
+
+    return run  # type: ignore[return-value]
+
+
+class LivenessProbeCallback(pl.Callback):
+    """Reports this process's liveness to the node's trainprobe sidecar.
+
+    Keyword arguments go to :class:`~trainprobe.hooks.LivenessProbeHook`
+    (``target``, ``interval_ms``, ``job_id``, ``token``...); ``rank``,
+    ``world_size`` and ``local_rank`` default to the trainer's.
+    """
+
+    def __init__(self, **hook_kwargs: Any) -> None:
+        super().__init__()
+        self.hook_kwargs = hook_kwargs
+        #: The hook of the fit in progress (None outside ``trainer.fit``).
+        self.hook: LivenessProbeHook | None = None
+        self._phases: dict[str, contextlib.AbstractContextManager[Any]] = {}
+        self._last_step = -1
+        self._patched: Any = None
+        self._warned = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @_guarded
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit" or self.hook is not None:
+            return
+        kwargs = {
+            "rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "local_rank": trainer.local_rank,
+            **self.hook_kwargs,
+        }
+        self.hook = LivenessProbeHook(**kwargs)
+        self._last_step = -1
+        self._wrap_save_checkpoint(trainer)
+
+    @_guarded
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # strategy.setup has wrapped the model by now, and no backward has run.
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = trainer.strategy.model
+        if self.hook is not None and isinstance(model, DistributedDataParallel):
+            self.hook.watch_ddp(model)
+
+    @_guarded
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._finish(trainer)
+
+    @_guarded
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._finish(trainer)
+
+    def _finish(self, trainer: pl.Trainer) -> None:
+        self._close_phases()
+        if self._patched is not None and trainer.__dict__.get("save_checkpoint") is self._patched:
+            del trainer.save_checkpoint
+        self._patched = None
+        if self.hook is not None:
+            # A clean Goodbye: what the script does after fit is not a stall.
+            self.hook.close()
+            self.hook = None
+
+    # -- steps -------------------------------------------------------------------
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        # The hot path: inlined rather than @_guarded, one call less per batch.
+        try:
+            step = trainer.global_step
+            if self.hook is not None and step != self._last_step:
+                self._last_step = step
+                self.hook.on_step_end(step)
+        except Exception:
+            _report_failure(self, "on_train_batch_end")
+
+    # -- phases ------------------------------------------------------------------
+
+    @_guarded
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._open("sanity_check")
+
+    @_guarded
+    def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close("sanity_check")
+
+    @_guarded
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._open("validation")
+
+    @_guarded
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close("validation")
+
+    def _open(self, name: str) -> None:
+        if self.hook is None or name in self._phases:
+            return
+        phase = self.hook.phase(name)
+        phase.__enter__()
+        self._phases[name] = phase
+
+    def _close(self, name: str) -> None:
+        phase = self._phases.pop(name, None)
+        if phase is not None:
+            phase.__exit__(None, None, None)
+
+    def _close_phases(self) -> None:
+        for name in list(self._phases):
+            self._close(name)
+
+    def _wrap_save_checkpoint(self, trainer: pl.Trainer) -> None:
+        """Make ``trainer.save_checkpoint`` a phase, on this trainer instance only.
+
+        Lightning has no callback after a checkpoint is written
+        (``on_save_checkpoint`` runs before, while the dict is built), and
+        rank 0's write plus every rank's barrier are the long part.
+        """
+        original = trainer.save_checkpoint
+
+        @functools.wraps(original)
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            hook = self.hook
+            if hook is None:
+                return original(*args, **kwargs)
+            with hook.phase("checkpoint"):
+                return original(*args, **kwargs)
+
+        # Only this trainer object is patched: Lightning has no hook after a save.
+        trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
+        self._patched = save_checkpoint

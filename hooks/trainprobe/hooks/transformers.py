@@ -1,0 +1,207 @@
+"""``Trainer(..., callbacks=[LivenessProbeCallback()])``: trainprobe for Hugging Face.
+
+A :class:`transformers.TrainerCallback`; the same in ``Trainer`` and
+``Seq2SeqTrainer`` (and other subclasses). Only this module imports
+transformers.
+
+During ``trainer.train()`` each process holds one
+:class:`~trainprobe.hooks.LivenessProbeHook` named from ``TrainingArguments``
+(process index, world size, local process index). A step ends at
+``on_step_end`` (``state.global_step``: optimizer steps). Evaluation and
+checkpoint saving are phases: transformers has no callback before either, but
+it decides both in ``on_step_end``/``on_epoch_end`` (``control.should_evaluate``,
+``control.should_save``, set by its DefaultFlowCallback, which runs first), and
+runs them right after; ``on_evaluate`` and ``on_save`` close them, the next
+step's ``on_step_begin`` at the latest. An evaluation that starts otherwise
+(``eval_on_start``, several eval datasets) opens its phase at its first
+``on_prediction_step``.
+
+The DDP wrapper (``trainer.model_wrapped``) is watched at ``on_train_begin``.
+Callbacks are handed only the unwrapped model, so the callback finds the
+trainer that called it on the stack, once per ``train()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from trainprobe.hooks.liveness import LivenessProbeHook
+
+log = logging.getLogger("trainprobe.hooks")
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: How far up the stack the calling Trainer may be (callback <- call_event <-
+#: on_train_begin <- _inner_training_loop, plus room for subclasses' wrappers).
+_MAX_FRAMES = 12
+
+
+def _report_failure(callback: LivenessProbeCallback, where: str) -> None:
+    """Log a callback's failure: a warning the first time, debug after."""
+    level = logging.DEBUG if callback._warned else logging.WARNING
+    callback._warned = True
+    log.log(level, "trainprobe: %s failed; training goes on", where, exc_info=True)
+
+
+def _guarded(fn: F) -> F:
+    """Never let trainprobe raise into the Trainer's loop."""
+
+    @functools.wraps(fn)
+    def run(self: LivenessProbeCallback, *args: Any, **kwargs: Any) -> Any:
+        try:
+            fn(self, *args, **kwargs)
+        except Exception:
+            _report_failure(self, fn.__name__)
+        return None  # never replaces the Trainer's control
+
+    return run  # type: ignore[return-value]
+
+
+def calling_trainer(max_frames: int = _MAX_FRAMES) -> Any:
+    """The Trainer whose callback handler called us, found on the stack, or None."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(max_frames):
+        if frame is None:
+            return None
+        obj = frame.f_locals.get("self")
+        if hasattr(obj, "model_wrapped") and hasattr(obj, "callback_handler"):
+            return obj
+        frame = frame.f_back
+    return None
+
+
+class LivenessProbeCallback(TrainerCallback):
+    """Reports this process's liveness to the node's trainprobe sidecar.
+
+    Keyword arguments go to :class:`~trainprobe.hooks.LivenessProbeHook`
+    (``target``, ``interval_ms``, ``job_id``, ``token``...); ``rank``,
+    ``world_size`` and ``local_rank`` default to the TrainingArguments'.
+    """
+
+    def __init__(self, **hook_kwargs: Any) -> None:
+        self.hook_kwargs = hook_kwargs
+        #: The hook of the train() in progress (None outside it).
+        self.hook: LivenessProbeHook | None = None
+        self._phases: dict[str, contextlib.AbstractContextManager[Any]] = {}
+        self._warned = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @_guarded
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self.hook is None:
+            ident = {
+                "rank": args.process_index,
+                "world_size": args.world_size,
+                "local_rank": args.local_process_index,
+            }
+            self.hook = LivenessProbeHook(**{**ident, **self.hook_kwargs})
+        self._watch(kwargs.get("model"))
+
+    def _watch(self, model: Any) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        trainer = calling_trainer()
+        wrapped = getattr(trainer, "model_wrapped", None)
+        for candidate in (wrapped, model):
+            if isinstance(candidate, DistributedDataParallel) and self.hook is not None:
+                self.hook.watch_ddp(candidate)
+                return
+        if self.hook is not None and self.hook.identity.world_size > 1 and trainer is None:
+            log.warning(
+                "trainprobe: the Trainer was not found on the stack; its DDP model is not "
+                "watched, so a hang is detected but its culprit may not be named"
+            )
+
+    @_guarded
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._close_phases()
+        if self.hook is not None:
+            # A clean Goodbye: what the script does after train() is not a stall.
+            self.hook.close()
+            self.hook = None
+
+    # -- steps -------------------------------------------------------------------
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # The hot path: inlined rather than @_guarded, one call less per step.
+        try:
+            if self.hook is not None:
+                self.hook.on_step_end(state.global_step)
+                if control.should_evaluate or control.should_save:
+                    self._open_flagged(args, control)
+        except Exception:
+            _report_failure(self, "on_step_end")
+
+    @_guarded
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # Whatever ran between two steps is over; a phase left open would hide a hang.
+        if self._phases:
+            self._close_phases()
+
+    @_guarded
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._open_flagged(args, control)
+
+    # -- phases ------------------------------------------------------------------
+
+    def _open_flagged(self, args: TrainingArguments, control: TrainerControl) -> None:
+        if control.should_evaluate:
+            self._open("evaluation")
+        if control.should_save:
+            self._open("checkpoint")
+
+    @_guarded
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if "evaluation" not in self._phases:
+            self._open("evaluation")
+
+    @_guarded
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._close("evaluation")
+        if str(getattr(args, "save_strategy", "")).endswith("best"):
+            # Whether to save is decided only now, after this callback.
+            self._open("checkpoint")
+
+    @_guarded
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._close("checkpoint")
+
+    def _open(self, name: str) -> None:
+        if self.hook is None or name in self._phases:
+            return
+        phase = self.hook.phase(name)
+        phase.__enter__()
+        self._phases[name] = phase
+
+    def _close(self, name: str) -> None:
+        phase = self._phases.pop(name, None)
+        if phase is not None:
+            phase.__exit__(None, None, None)
+
+    def _close_phases(self) -> None:
+        for name in list(self._phases):
+            self._close(name)

@@ -1,0 +1,103 @@
+"""The Lightning callback end to end: a real sidecar, a real two-rank Lightning
+DDP job on CPU (tests/lightning_worker.py), real signals.
+
+The job's script has one trainprobe line, ``callbacks=[LivenessProbeCallback()]``;
+rank 1 is started by Lightning itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sidecar, wait_for
+
+pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow
+
+WORKER = REPO / "tests" / "lightning_worker.py"
+
+
+@contextlib.contextmanager
+def lightning_job(target: str, job_id: str, *args: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """Run the two-rank job; yields (rank 0's process, progress file)."""
+    workdir = short_tmpdir("tp-pl-")
+    progress = workdir / "progress.jsonl"
+    env = child_env(TRAINPROBE_TARGET=target, TRAINPROBE_JOB_ID=job_id)
+    cmd = [PYTHON, str(WORKER), "--progress", str(progress), "--workdir", str(workdir), *args]
+    with open(workdir / "job.log", "wb") as log:
+        # Its own session: rank 1 is rank 0's child, and cleanup must reach both.
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        yield proc, progress
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_a_hung_rank_is_named_and_killed_alone_without_waiting_for_lightning() -> None:
+    """Rank 1 sleeps in training_step 15 (before its backward); rank 0 waits in the allreduce."""
+    with (
+        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8") as sc,
+        lightning_job(sc.target, "pl-hang", "--hang-rank", "1", "--hang-at", "15") as (proc, _),
+    ):
+        inc = sc.wait_incident(lambda r: r["job_id"] == "pl-hang", timeout_s=90)
+        d = inc["diagnosis"]
+        # Named through the DDP comm hook the callback registered by itself.
+        assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0], d
+        assert "rank 1 on " in d["text"] and "never entered allreduce #" in d["text"]
+        where = d["stacks"]["1"]["where"]
+        assert "lightning_worker.py" in where and "training_step" in where
+        assert inc["targets"] == [1] and inc["action"] == "kill"
+        action = wait_for(
+            lambda: [r for r in sc.incidents("action") if r["incident_id"] == inc["id"]], 30
+        )[0]
+        assert list(action["outcomes"]) == ["1"]
+        out = action["outcomes"]["1"]
+        # Lightning's SIGTERM handler only sets a flag: SIGKILL follows in 0.5 s, not 5.
+        assert out["sigterm_caught"] and out["signals"] == ["SIGCONT", "SIGTERM", "SIGKILL"]
+        assert out["exited"] and out["seconds"] < 2.0, out
+        assert proc.wait(60) != 0  # rank 0 fails once its peer is gone
+        assert len(sc.incidents()) == 1
+
+
+def test_long_validation_sanity_check_and_checkpoints_are_never_stalls() -> None:
+    """Each lasts longer than the stall threshold (2 s) and the start-up timeout."""
+    args = [
+        *("--max-steps", "25", "--step-s", "0.05"),
+        *("--val-every", "10", "--val-batches", "3", "--val-batch-s", "1.0", "--sanity-steps", "3"),
+        *("--ckpt-every", "12", "--ckpt-s", "3"),
+    ]
+    flags = ("--stall-timeout-s", "2", "--sync-timeout-s", "2", "--startup-timeout-s", "2.5")
+    with sidecar(*flags) as sc, lightning_job(sc.target, "pl-long", *args) as (proc, progress):
+        phases: set[str] = set()
+        deadline = time.monotonic() + 110
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                workers = sc.status("pl-long").workers
+                phases |= {n for w in workers for n in w.phase.split(",") if n}
+            time.sleep(0.2)
+        assert proc.wait(5) == 0
+        rows = read_jsonl(progress)
+        assert sorted(r["rank"] for r in rows if r["event"] == "done") == [0, 1]
+        # The phases really were longer than the thresholds, so without them
+        # the stall (or start-up) rule would have fired.
+        vals = [r for r in rows if r["event"] == "validation"]
+        assert {r["sanity"] for r in vals} == {True, False}
+        assert all(r["seconds"] >= 2.5 for r in vals), vals
+        ckpts = [r for r in rows if r["event"] == "checkpoint"]
+        assert len(ckpts) == 2 and all(r["seconds"] >= 2.5 for r in ckpts), ckpts
+        assert {"sanity_check", "validation", "checkpoint"} <= phases, phases
+        assert sc.incidents() == [], sc.incidents()
+        # fit ended with a Goodbye: nothing for the sidecar to judge afterwards.
+        wait_for(lambda: sc.log_text().count("stream ended: goodbye") == 2, 10, what="Goodbyes")
