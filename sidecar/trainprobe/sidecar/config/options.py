@@ -151,7 +151,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("on_unresponsive", v.choice(*ACTIONS), "Action for UNRESPONSIVE verdicts.", _A),
     Option("on_degraded", v.choice(*DEGRADED_ACTIONS), "Action for DEGRADED verdicts.", _A),
     Option("dry_run", v.boolean, "Log every action instead of doing it.", _A),
-    Option("kill_grace_s", v.seconds(0, 600), "Seconds between SIGTERM and SIGKILL.", _A),
+    Option(
+        "kill_grace_s",
+        v.seconds(0, 600),
+        "Seconds between SIGTERM and SIGKILL; 0.5 s at most for a process that catches "
+        "SIGTERM (Lightning, HF): a hung rank never runs its handler.",
+        _A,
+    ),
     Option(
         "max_kills_per_hour",
         v.integer(0, 100_000),
