@@ -178,9 +178,29 @@ def test_claimed_pid_of_unrelated_process_is_never_signalled(workdir: Path, tran
         with running(victim, fake):
             record = wait_action(sc, "row1")
             assert_not_signalled(record)
+            assert [w.verified for w in sc.status("row1").workers] == [False]
             time.sleep(1.0)  # what a SIGTERM-then-SIGKILL would have taken
             victim.assert_untouched()
             assert "(unverified)" in sc.log_text()
+
+
+def test_relayed_claim_of_unrelated_pid_is_never_signalled(workdir: Path) -> None:
+    """Relay mode: the node verifies its workers; for a Hello it could not verify
+    it refuses the upstream's kill order, and the upstream asks the worker to
+    abort over its relayed stream instead."""
+    up = SidecarProcess(short_tmpdir("impup-"), *FAST)
+    node = SidecarProcess(workdir, "--relay-to", up.target)
+    with up, node:
+        victim = Recorder(workdir, "victim")
+        fake = Impostor(workdir, node.target, "fake", pid=victim.pid, job_id="row1r")
+        with running(victim, fake):
+            record = wait_action(up, "row1r")
+            out = outcome(record)
+            assert out["method"] == "abort-command", out
+            assert "not verified by the relaying node" in out["relay_error"], out
+            time.sleep(1.0)
+            victim.assert_untouched()
+            assert "refused: pid not verified" in node.log_text()
 
 
 # -- row 2: the sidecar's own pid ---------------------------------------------------------
@@ -245,6 +265,7 @@ def test_replayed_identity_of_a_real_worker_is_not_its_reconnect(workdir: Path) 
                 assert worker.poll() is None, "the real worker was killed"
                 (row,) = sc.status("row4").workers
                 assert row.pid == worker.pid and row.verdict == "OK", row
+                assert row.verified
                 assert actions(sc, "row4") == []
         finally:
             worker.kill()

@@ -124,7 +124,8 @@ def test_identity_socket_names_the_connecting_process() -> None:
         desk = TicketDesk()
         await desk.listen(Path(ident_socket_path(grpc_path)))
         try:
-            return await fetch_ticket(f"unix://{grpc_path}"), desk
+            # The hook's call blocks its (reporter) thread: here, a worker thread.
+            return await asyncio.to_thread(fetch_ticket, f"unix://{grpc_path}"), desk
         finally:
             await desk.close()
 
@@ -134,8 +135,8 @@ def test_identity_socket_names_the_connecting_process() -> None:
     assert peer is not None and peer.uid == os.getuid()
     assert not Path(ident_socket_path(grpc_path)).exists()
     # No identity socket (an older sidecar) or a TCP target: no ticket, no error.
-    assert asyncio.run(fetch_ticket(f"unix://{grpc_path}")) == b""
-    assert asyncio.run(fetch_ticket("127.0.0.1:1")) == b""
+    assert fetch_ticket(f"unix://{grpc_path}") == b""
+    assert fetch_ticket("127.0.0.1:1") == b""
 
 
 # -- pids never signalled ----------------------------------------------------------------

@@ -17,7 +17,6 @@ stream.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -78,7 +77,7 @@ def main() -> int:
         except ImportError:  # a sidecar from before identity tickets
             fetch_ticket = None
         if fetch_ticket is not None:
-            ticket = asyncio.run(fetch_ticket(args.target))
+            ticket = fetch_ticket(args.target)
     hello = probe_pb2.Hello(**fields)
     if ticket:
         hello.identity_ticket = ticket

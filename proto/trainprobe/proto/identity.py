@@ -16,8 +16,7 @@ simply unverified, and the sidecar then never signals the process.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import socket
 
 from trainprobe.proto.endpoints import EndpointError, parse_endpoint
 
@@ -42,11 +41,15 @@ def ident_socket_path(socket_path: str) -> str:
     return path if len(path.encode()) <= _MAX_UNIX_PATH else ""
 
 
-async def fetch_ticket(target: str, timeout_s: float = 1.0) -> bytes:
+def fetch_ticket(target: str, timeout_s: float = 1.0) -> bytes:
     """A ticket from the sidecar at ``target``; b"" if there is none to be had.
 
     Only Unix targets have an identity socket: a TCP worker's pid names
-    nothing the sidecar can verify.
+    nothing the sidecar can verify. Plain blocking calls with a timeout, for
+    the hook's reporter thread (never the training thread): a local
+    round trip of a few syscalls that release the GIL, where an asyncio
+    version needs several turns of the reporter's loop, each of which waits
+    for the GIL while training holds it (tens of ms under load).
     """
     try:
         ep = parse_endpoint(target)
@@ -55,17 +58,18 @@ async def fetch_ticket(target: str, timeout_s: float = 1.0) -> bytes:
     path = ident_socket_path(ep.path) if ep.kind == "unix" else ""
     if not path:
         return b""
-    writer: asyncio.StreamWriter | None = None
+    answer = b""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout_s)
-        answer = await asyncio.wait_for(reader.read(_MAX_ANSWER), timeout_s)
-    except (OSError, asyncio.TimeoutError, ValueError):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            while len(answer) < _MAX_ANSWER:
+                chunk = sock.recv(_MAX_ANSWER - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError:  # no such socket (an older sidecar), refused, timed out
         return b""
-    finally:
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), timeout_s)
     if not answer.startswith(TICKET_MAGIC) or len(answer) != _MAX_ANSWER:
         return b""
     return answer[len(TICKET_MAGIC) :]
