@@ -102,7 +102,10 @@ async def open_servers(
         os.chmod(path, 0o600)
         ident = ident_socket_path(str(path)) if tickets is not None else ""
         if ident:
-            await tickets.listen(Path(ident))  # type: ignore[union-attr]
+            try:
+                await tickets.listen(Path(ident))  # type: ignore[union-attr]
+            except OSError as err:
+                raise ListenError(f"cannot serve the identity socket {ident}: {err}") from None
         elif tickets is not None:
             log.warning(
                 "%s: no room for an identity socket beside it (sun_path is 107 bytes): its "
