@@ -87,8 +87,11 @@ class SidecarProcess:
         *flags: str,
         env: dict[str, str] | None = None,
         cpus: set[int] | None = None,
+        wrap: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
+        #: A command the sidecar runs under (e.g. ``unshare ...``).
+        self.wrap = list(wrap)
         #: Pin the sidecar (every thread it will start) to these CPUs.
         self.cpus = cpus
         self.socket = workdir / "sidecar.sock"
@@ -108,6 +111,7 @@ class SidecarProcess:
 
     def start(self, timeout_s: float = 30.0) -> SidecarProcess:
         cmd = [
+            *self.wrap,
             PYTHON,
             "-m",
             "trainprobe.sidecar",

@@ -81,6 +81,9 @@ def test_an_announced_stack_signal_and_file_are_accepted() -> None:
         # real-time signal only, and only the hook's own file.
         ({"stack_signal": 9}, "stack_signal"),
         ({"stack_signal": 19}, "stack_signal"),
+        ({"stack_signal": 15}, "stack_signal"),
+        ({"stack_signal": 65}, "stack_signal"),
+        ({"stack_signal": 33}, "stack_signal"),  # glibc's own, below SIGRTMIN
         ({"stack_file": "/etc/shadow"}, "stack_file"),
         ({"stack_file": "/tmp/stacks-1.txt"}, "stack_file"),  # another pid's
         ({"stack_file": "stacks-1000.txt"}, "stack_file"),  # relative

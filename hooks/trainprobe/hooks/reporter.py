@@ -22,6 +22,7 @@ from trainprobe.proto import (
     PERMANENT_CODES,
     Backoff,
     bearer_metadata,
+    fetch_ticket,
     probe_pb2,
     probe_pb2_grpc,
 )
@@ -172,6 +173,10 @@ class Reporter:
             *MESSAGE_SIZE_OPTIONS,
             ("grpc.enable_retries", 0),
         ]
+        # The kernel's word for our pid, so that the sidecar may act on this
+        # process (b"" from an older sidecar or over TCP: an unverified session).
+        # Blocking, in this thread only: a local round trip, 1 s at worst.
+        ticket = fetch_ticket(self.target)
         async with grpc.aio.insecure_channel(self.target, options=options) as channel:
             stub = probe_pb2_grpc.SidecarStub(channel)
             call = stub.Connect(metadata=self._metadata)
@@ -180,6 +185,7 @@ class Reporter:
             reader = asyncio.ensure_future(self._read_commands(call))
             try:
                 hello = self._make_hello()
+                hello.identity_ticket = ticket
                 await asyncio.wait_for(
                     call.write(probe_pb2.WorkerMessage(hello=hello)), write_timeout
                 )

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import IO
 
-from trainprobe.proto import runtime_dir
+from trainprobe.proto import STACK_SIGNALS, runtime_dir
 
 __all__ = [
     "STACK_SIGNAL_ENV",
@@ -139,6 +139,11 @@ class StackSignal:
         """Register the handler; False (and nothing changed) if it cannot be."""
         signum = _signal_number()
         if signum <= 0:
+            return False
+        if signum not in STACK_SIGNALS:
+            # The sidecar refuses any other in a Hello: a stack signal must
+            # never be one that stops or ends a process by design.
+            log.warning("trainprobe: signal %d is not a real-time signal; not armed", signum)
             return False
         try:
             if signal.getsignal(signum) != signal.SIG_DFL:  # None: a C handler

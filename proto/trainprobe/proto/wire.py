@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from importlib import metadata
 
 #: gRPC metadata key carrying the bearer token on TCP listeners.
@@ -14,6 +15,12 @@ MESSAGE_SIZE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
+
+
+#: Signals a hook may arm for faulthandler stacks, and so the only ones a
+#: sidecar ever sends as the stack signal: the real-time ones, which nothing
+#: uses by default (never SIGKILL, SIGTERM, SIGSTOP, SIGINT...).
+STACK_SIGNALS = range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1)
 
 
 def bearer_value(token: str) -> str:

@@ -32,6 +32,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.relay.upstream import RelayUpstream
 from trainprobe.sidecar.transport.commander import Commander
+from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.pb import status_pb
 from trainprobe.sidecar.transport.servicer import SidecarServicer
 
@@ -113,7 +114,9 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.registry = Registry()
+        # A silent holder loses its rank after a heartbeat (the squatter rule).
+        self.registry = Registry(takeover_after_s=settings.heartbeat_timeout_s)
+        self.tickets = TicketDesk()
         self.commander = Commander()
         self.incident_log = IncidentLog(settings.incident_log_path)
         if killer is None:
@@ -152,7 +155,12 @@ class Sidecar:
         )
         self.job_sync = _job_sync(self.engine, killer, settings)
         self.servicer = SidecarServicer(
-            self.registry, self.commander, self.status, self.diagnose, clock=clock
+            self.registry,
+            self.commander,
+            self.status,
+            self.diagnose,
+            clock=clock,
+            tickets=self.tickets,
         )
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer)
@@ -222,12 +230,14 @@ class Sidecar:
             self.settings.token,
             self.settings.insecure,
             (self.servicer.handler(self.relay.methods()),),
+            self.tickets,
         )
         self._servers, self.addresses, self._unix_paths = (
             served.servers,
             served.addresses,
             served.unix_paths,
         )
+        self.stacks.socket_dirs = [path.parent for path in self._unix_paths]
         self._engine_task = asyncio.ensure_future(
             self.engine.run(self.settings.tick_interval_ms / 1000.0, self._stop)
         )
@@ -277,6 +287,7 @@ class Sidecar:
                     await task
         if self.job_sync is not None:
             self.job_sync.close()
+        await self.tickets.close()
         await asyncio.gather(*(s.stop(grace_s) for s in self._servers))
         await self.engine.drain(timeout_s=grace_s + self.settings.kill_grace_s)
         for path in self._unix_paths:

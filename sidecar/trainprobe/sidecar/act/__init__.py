@@ -9,6 +9,8 @@ Public API (imported on first use):
 - :class:`IncidentLog`, :func:`read_incident_log`: the append-only JSON Lines log.
 - :func:`terminate`, :func:`pid_alive`, :func:`proc_start_ticks`,
   :func:`proc_stopped`, :class:`KillOutcome`: facts from /proc and signals.
+- :func:`protected_pid`: why a pid must never be signalled (init, this
+  sidecar, its ancestors).
 """
 
 from trainprobe.sidecar._lazy import lazy_exports
@@ -25,6 +27,7 @@ __all__ = [
     "pid_alive",
     "proc_start_ticks",
     "proc_stopped",
+    "protected_pid",
     "read_incident_log",
     "terminate",
 ]
@@ -40,6 +43,7 @@ __getattr__, __dir__ = lazy_exports(
         "pid_alive": "procs",
         "proc_start_ticks": "procs",
         "proc_stopped": "procs",
+        "protected_pid": "procs",
         "terminate": "procs",
         "Killer": "killers",
         "KillerFactory": "killers",

@@ -1,6 +1,6 @@
 """Killers: how a worker's process is made to go away.
 
-:class:`SignalKiller` signals processes this sidecar can see, has a relaying
+:class:`SignalKiller` signals the processes whose pid it verified, has a relaying
 node signal the ones it relays, and asks any other worker to abort over its
 own stream. The Ray integration plugs in its own killer
 (:class:`~trainprobe.sidecar.ray.killer.RayKiller`); the composition root
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 #: How long a worker has to answer a command (a stack dump, an abort).
 DUMP_TIMEOUT_S = 2.0
+#: Why a kill was an Abort command rather than signals (in the action record).
+NOT_VERIFIED = "pid not verified on this host (no identity ticket): asked to abort instead"
 
 
 class Killer(Protocol):
@@ -79,7 +81,10 @@ class SignalKiller:
         if state.local:
             outcome = await terminate(state.hello.pid, grace_s, state.proc_start_ticks)
             return outcome.to_record()
-        return await self._abort(state, grace_s)
+        # Never a signal on a client's word: the worker is asked over its stream.
+        aborted = await self._abort(state, grace_s)
+        aborted["not_signalled"] = NOT_VERIFIED
+        return aborted
 
     async def _abort(self, state: WorkerState, grace_s: float) -> dict[str, object]:
         result = await self.commander.request(

@@ -54,6 +54,36 @@ def sigterm_caught(pid: int) -> bool | None:
     return None
 
 
+def proc_parent(pid: int) -> int:
+    """The parent pid of ``pid`` (0 if unknown)."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[1]) if fields is not None else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def protected_pid(pid: int) -> str:
+    """Why ``pid`` must never be signalled by this sidecar ("" if it may be).
+
+    Whatever a session says: a pid that is not positive (a process group or
+    every process), pid 1 (the init of this PID namespace), this sidecar
+    itself, or one of its ancestors (its supervisor, its shell).
+    """
+    if pid <= 1:
+        return f"pid {pid} is {'pid 1 (init)' if pid == 1 else 'not a process'}"
+    me = os.getpid()
+    if pid == me:
+        return f"pid {pid} is this sidecar"
+    seen = 0
+    ancestor = os.getppid()
+    while ancestor > 1 and seen < 64:  # bounded: a pid-reuse race cannot loop us
+        if ancestor == pid:
+            return f"pid {pid} is an ancestor of this sidecar"
+        ancestor, seen = proc_parent(ancestor), seen + 1
+    return ""
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     if pid <= 0:
@@ -103,6 +133,12 @@ async def terminate(
     """
     out = KillOutcome(pid=pid)
     t0 = time.monotonic()
+    # The last line of defence: callers signal only verified workers, but no
+    # caller's mistake may aim this at init, this sidecar or its ancestors.
+    protected = protected_pid(pid)
+    if protected:
+        out.error = f"{protected}; not signalled"
+        return out
     if start_ticks is not None and proc_start_ticks(pid) not in (None, start_ticks):
         out.error = "pid was reused by another process; not signalled"
         out.exited = True

@@ -11,7 +11,9 @@
    C handler writes every thread's stack to a file without the GIL. It cannot
    run in a stopped process.
 
-2 and 3 need the process in this sidecar's PID namespace. Each record says
+2 and 3 need the process in this sidecar's PID namespace, and its pid
+verified by the kernel (an identity ticket); 3 also needs an action to be
+allowed (no signal in a dry run or for observe). Each record says
 which method worked and why the others did not. The order adapts to what the
 process can do: a stopped process (state ``T`` in ``/proc``) gets py-spy only,
 and one whose reporter has missed several reports (a C call holding the GIL)
@@ -26,22 +28,25 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
 
-from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped
+from trainprobe.proto import probe_pb2, runtime_dir
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped, protected_pid
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import stuck_at
 from trainprobe.sidecar.transport.commander import Commander
 
-__all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy"]
+__all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy", "open_stack_file"]
 
 #: Longest stack text an incident keeps per rank (the main thread comes first).
 MAX_STACK_CHARS = 16_000
 #: Longest Flight Recorder JSON an incident keeps per rank.
 MAX_FR_CHARS = 32_000
+#: Most bytes read from a faulthandler stack file per dump.
+MAX_STACK_FILE_BYTES = 1 << 20
 #: A reporter this many intervals (and at least SILENT_MIN_S) late is not
 #: running: the in-process request is asked last.
 SILENT_INTERVALS = 3
@@ -90,9 +95,21 @@ class StackCollector:
         self.py_spy_setting = py_spy
         self.py_spy_timeout_s = py_spy_timeout_s
         self.signal_wait_s = signal_wait_s
+        #: Where hooks keep their stack files: the directories of this sidecar's
+        #: sockets (the server adds them), and the runtime directory.
+        self.socket_dirs: list[Path] = []
 
-    async def collect(self, state: WorkerState) -> dict[str, object]:
-        """The record of one rank: method, stacks, where, flight_recorder, attempts."""
+    @property
+    def stack_dirs(self) -> list[Path]:
+        return [*self.socket_dirs, runtime_dir()]
+
+    async def collect(self, state: WorkerState, signals: bool = True) -> dict[str, object]:
+        """The record of one rank: method, stacks, where, flight_recorder, attempts.
+
+        Reads from outside (py-spy, the faulthandler signal) only a process
+        whose pid was verified (``state.local``); sends the signal only when
+        ``signals`` (an action is allowed: not a dry run, not observe).
+        """
         t0 = time.monotonic()
         attempts: list[dict[str, str]] = []
         here = state.local and self._same_process(state)
@@ -109,20 +126,19 @@ class StackCollector:
             # (a C call holding the GIL), so ask it last.
             found = (
                 await self._py_spy(state, attempts)
-                or await self._faulthandler(state, attempts)
+                or await self._faulthandler(state, attempts, signals)
                 or await self._in_process(state, attempts)
             )
         else:
             found = await self._in_process(state, attempts)
             if found is None and not state.local:
-                attempts.append(
-                    {"method": "py-spy/faulthandler", "error": "process not in this sidecar's host"}
-                )
+                why = "pid not verified on this host (no identity ticket); not read from outside"
+                attempts.append({"method": "py-spy/faulthandler", "error": why})
             elif found is None and not here:
                 attempts.append({"method": "py-spy/faulthandler", "error": "process is gone"})
             elif found is None:
                 found = await self._py_spy(state, attempts) or await self._faulthandler(
-                    state, attempts
+                    state, attempts, signals
                 )
         method, text, fr = found if found is not None else ("", "", "")
         return {
@@ -142,11 +158,13 @@ class StackCollector:
         return now - state.last_report_at > max(SILENT_INTERVALS * interval_s, SILENT_MIN_S)
 
     def _same_process(self, state: WorkerState) -> bool:
+        """Whether the verified process still runs under its pid (and is not one
+        this sidecar must never touch)."""
         pid = state.hello.pid
-        if not pid_alive(pid):
+        if protected_pid(pid) or not pid_alive(pid):
             return False
-        ticks = proc_start_ticks(pid)
-        return state.proc_start_ticks is None or ticks in (None, state.proc_start_ticks)
+        ticks = state.proc_start_ticks
+        return ticks is not None and proc_start_ticks(pid) == ticks
 
     async def _in_process(
         self, state: WorkerState, attempts: list[dict[str, str]]
@@ -202,14 +220,36 @@ class StackCollector:
         return None
 
     async def _faulthandler(
-        self, state: WorkerState, attempts: list[dict[str, str]]
+        self, state: WorkerState, attempts: list[dict[str, str]], signals: bool
     ) -> tuple[str, str, str] | None:
         signum, path = state.hello.stack_signal, state.hello.stack_file
         if not signum or not path:
             attempts.append({"method": "faulthandler", "error": "the hook armed no signal"})
             return None
+        if not signals:
+            why = "no signal is sent when no action is allowed (dry run, or observe)"
+            attempts.append({"method": "faulthandler", "error": why})
+            return None
         try:
-            start = os.stat(path).st_size
+            fd = open_stack_file(path, state.uid, self.stack_dirs)
+        except OSError as err:
+            attempts.append({"method": "faulthandler", "error": f"stack_file refused: {err}"})
+            return None
+        try:
+            return await self._signal_and_read(state, fd, signum, attempts)
+        finally:
+            os.close(fd)
+
+    async def _signal_and_read(
+        self, state: WorkerState, fd: int, signum: int, attempts: list[dict[str, str]]
+    ) -> tuple[str, str, str] | None:
+        # Sizes and reads go through the descriptor checked above, never the
+        # path again: a file swapped in meanwhile is not read.
+        protected = protected_pid(state.hello.pid)
+        try:
+            if protected:
+                raise PermissionError(protected)
+            start = os.fstat(fd).st_size
             os.kill(state.hello.pid, signum)
         except OSError as err:
             attempts.append({"method": "faulthandler", "error": str(err)})
@@ -221,16 +261,39 @@ class StackCollector:
         with contextlib.suppress(OSError):
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-                now = os.stat(path).st_size
+                now = os.fstat(fd).st_size
                 if now > start and now == size:
                     break
                 size = now
-            with open(path, "rb") as fh:
-                fh.seek(start)
-                text = fh.read().decode(errors="replace")
+            length = min(os.fstat(fd).st_size - start, MAX_STACK_FILE_BYTES)
+            text = os.pread(fd, max(length, 0), start).decode(errors="replace")
         if text.strip():
             return "faulthandler", text, ""
         attempts.append(
             {"method": "faulthandler", "error": f"no stacks within {self.signal_wait_s:g}s"}
         )
         return None
+
+
+def open_stack_file(path: str, uid: int, dirs: list[Path]) -> int:
+    """A read-only descriptor of a worker's stack file, or OSError saying why not.
+
+    The path comes from a client: it must be a regular file (a FIFO would
+    block, a device would never end), not a symlink, owned by the worker's
+    verified uid, directly inside one of ``dirs``. Opened non-blocking, so not
+    even a FIFO swapped in between the checks can hold the event loop.
+    """
+    folder = os.path.realpath(os.path.dirname(path))
+    if not any(folder == os.path.realpath(d) for d in dirs):
+        raise PermissionError(f"{path} is not in the runtime directory")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"{path} is not a regular file")
+        if st.st_uid != uid:
+            raise PermissionError(f"{path} is owned by uid {st.st_uid}, not the worker's {uid}")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

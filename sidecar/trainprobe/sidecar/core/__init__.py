@@ -39,6 +39,7 @@ from trainprobe.sidecar.core.model import (
     ReportData,
     SyncData,
     Verdict,
+    VerifiedProcess,
     WorkerKey,
     WorkerState,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "ThreadStack",
     "ValidationError",
     "Verdict",
+    "VerifiedProcess",
     "WorkerKey",
     "WorkerState",
     "action_record",

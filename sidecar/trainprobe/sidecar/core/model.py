@@ -89,6 +89,16 @@ class HelloData:
         object.__setattr__(self, "key", WorkerKey(self.job_id, self.rank))
 
 
+@dataclass(frozen=True)
+class VerifiedProcess:
+    """A process the kernel named (SO_PEERCRED): its pid in this sidecar's PID
+    namespace, its uid, and its start time, which pins the pid against reuse."""
+
+    pid: int
+    uid: int
+    start_ticks: int | None
+
+
 @dataclass(slots=True)
 class PhaseData:
     name: str
@@ -192,10 +202,16 @@ class WorkerState:
     connected: bool = True
     #: Bumped when the same process opens a new stream; stale closes are ignored.
     generation: int = 0
-    #: Whether the process is in this sidecar's PID namespace (it can signal it),
-    #: and its start time there, which guards against pid reuse.
-    local: bool = False
+    #: Whether the kernel vouched for the Hello's pid (an identity ticket the
+    #: sidecar issued to that pid, or a relaying node that did so), with the
+    #: process's uid and start time, which guards against pid reuse.
+    verified: bool = False
+    uid: int = -1
     proc_start_ticks: int | None = None
+    #: Whether this sidecar may signal the process and read it from outside:
+    #: verified here, on a direct stream. Unverified workers are still judged;
+    #: their kill is an Abort command over their own stream.
+    local: bool = False
     #: The relay route when the session came over a node sidecar's Relay stream
     #: (its node signals the process); None for a direct Connect stream.
     relay: Any = None

@@ -15,6 +15,7 @@ from trainprobe.sidecar.core.model import (
     GpuMemoryData,
     HelloData,
     ReportData,
+    VerifiedProcess,
     WorkerKey,
     WorkerState,
 )
@@ -35,9 +36,12 @@ class RegistryError(Exception):
 class Registry:
     """All worker sessions this sidecar knows, live and recently ended."""
 
-    def __init__(self, forget_after_s: float = 600.0) -> None:
+    def __init__(self, forget_after_s: float = 600.0, takeover_after_s: float = 10.0) -> None:
         self._workers: dict[WorkerKey, WorkerState] = {}
         self.forget_after_s = forget_after_s
+        #: A live session silent this long (the heartbeat timeout) loses its rank
+        #: to a new Hello, so a squatter cannot hold a rank for longer.
+        self.takeover_after_s = takeover_after_s
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -58,38 +62,62 @@ class Registry:
             out.setdefault(w.hello.job_id, []).append(w)
         return out
 
-    def open(self, hello: HelloData, now: float) -> WorkerState:
+    def open(
+        self, hello: HelloData, now: float, verified: VerifiedProcess | None = None
+    ) -> WorkerState:
         """Open a session, or resume the one this same process had.
 
+        ``verified`` is the process the kernel named for this Hello (its
+        identity ticket), or None. The session rule (docs/SECURITY.md): a
+        (job, rank) with a live session goes to a new Hello only if it comes
+        from the same verified process (pid and start time: a reconnect), or
+        is verified while the holder is not (a squatter is evicted at once),
+        or the holder has been silent for a heartbeat; anything else is
+        refused with ALREADY_EXISTS. Two unverified sessions with the same pid
+        and host are one process reconnecting, as far as anyone can tell.
+
         Raises :class:`RegistryError` for an unsupported protocol, a bad
-        identity, or a rank another live process of the job already holds.
+        identity, or a rank another live process of the job holds.
         """
         try:
             validate_hello(hello, SUPPORTED_PROTOCOLS)
         except ValueError as err:
             code = "FAILED_PRECONDITION" if "protocol_version" in str(err) else "INVALID_ARGUMENT"
             raise RegistryError(code, str(err)) from None
+        if verified is not None and verified.pid != hello.pid:
+            raise ValueError("verified process does not match the Hello's pid")
         old = self._workers.get(hello.key)
-        same_process = (
-            old is not None and old.hello.pid == hello.pid and old.hello.host == hello.host
-        )
-        if old is not None and old.connected and not same_process:
-            raise RegistryError(
-                "ALREADY_EXISTS",
-                f"rank {hello.rank} of job {hello.job_id!r} is already reported by pid "
-                f"{old.hello.pid} on {old.hello.host}; set RANK/TRAINPROBE_JOB_ID or pass "
-                "rank=/job_id= to LivenessProbeHook",
-            )
-        if old is not None and same_process:
+        if old is not None and _same_process(old, hello, verified):
             # The same process reconnecting (a blip, or its old stream is not yet
             # seen closed): keep its history; the old stream's close is ignored.
             old.hello = hello
             old.connected, old.ended, old.pid_alive_at_end = True, "", None
             old.generation += 1
             return old
+        if old is not None and old.connected:
+            silent_s = now - old.last_report_at
+            if not (verified is not None and not old.verified) and silent_s <= self._holds(old):
+                raise RegistryError(
+                    "ALREADY_EXISTS",
+                    f"rank {hello.rank} of job {hello.job_id!r} is already reported by "
+                    f"{'verified ' if old.verified else ''}pid {old.hello.pid} on "
+                    f"{old.hello.host}; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
+                    "LivenessProbeHook",
+                )
+            # Evicted: its stream sees the session closed and ends.
+            old.connected, old.ended, old.ended_at = False, "rejected", now
         state = WorkerState(hello=hello, first_seen_at=now, last_report_at=now)
+        if verified is not None:
+            state.verified, state.uid = True, verified.uid
+            state.proc_start_ticks = verified.start_ticks
+        if old is not None:
+            state.generation = old.generation + 1  # the old stream's close is ignored
         self._workers[hello.key] = state
         return state
+
+    def _holds(self, w: WorkerState) -> float:
+        """How long a silent holder keeps its rank: its heartbeat limit."""
+        return max(self.takeover_after_s, 3 * w.hello.interval_ms / 1000.0)
 
     def apply(self, state: WorkerState, report: ReportData, now: float) -> None:
         """Fold a report into its session. Raises ValidationError if absurd.
@@ -165,6 +193,23 @@ class Registry:
         for w in gone:
             del self._workers[w.key]
         return gone
+
+
+def _same_process(old: WorkerState, hello: HelloData, verified: VerifiedProcess | None) -> bool:
+    """Whether a Hello comes from the process that holds ``old``.
+
+    Verified on either side: only the kernel's word counts (pid and start
+    time). Neither verified: the same pid on the same host, which is all an
+    unverified session ever said (and such a session is never signalled).
+    """
+    if verified is not None or old.verified:
+        return (
+            verified is not None
+            and old.verified
+            and verified.pid == old.hello.pid
+            and verified.start_ticks == old.proc_start_ticks
+        )
+    return old.hello.pid == hello.pid and old.hello.host == hello.host
 
 
 def _fold_gpu(state: WorkerState, gpu: GpuMemoryData) -> None:

@@ -8,6 +8,7 @@ message only once a value has failed.
 
 from __future__ import annotations
 
+from trainprobe.proto.wire import STACK_SIGNALS
 from trainprobe.sidecar.core.model import (
     GpuMemoryData,
     HelloData,
@@ -75,8 +76,9 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
     # The sidecar sends this signal to the worker's pid: only a real-time one
     # (Linux SIGRTMIN..SIGRTMAX), never one that stops or kills by design.
     _check(
-        h.stack_signal == 0 or 34 <= h.stack_signal <= 64,
-        f"stack_signal={h.stack_signal}: must be 0 or a real-time signal (34..64)",
+        h.stack_signal == 0 or h.stack_signal in STACK_SIGNALS,
+        f"stack_signal={h.stack_signal}: must be 0 or a real-time signal "
+        f"({STACK_SIGNALS.start}..{STACK_SIGNALS.stop - 1})",
     )
     _check(len(h.stack_file) <= 4096, "stack_file is longer than 4096 characters")
     # The sidecar reads this file: only the hook's own, named after its pid.

@@ -45,7 +45,7 @@ MAX_INSPECTED = 8
 
 
 class StackSource(Protocol):
-    async def collect(self, state: WorkerState) -> dict[str, object]: ...
+    async def collect(self, state: WorkerState, signals: bool = True) -> dict[str, object]: ...
 
 
 #: An incident to dispatch, the ranks whose stacks to read first, its episode.
@@ -237,8 +237,10 @@ class HangResponder:
         if self.stacks is None or not states:
             return
         t0 = self._clock()
+        # A dry run or an observe verdict signals nothing, the stack signal included.
+        signals = not incident.dry_run and is_destructive(incident.action)
         records = await asyncio.gather(
-            *(self.stacks.collect(w) for w in states), return_exceptions=True
+            *(self.stacks.collect(w, signals) for w in states), return_exceptions=True
         )
         seconds = round(self._clock() - t0, 3)
         stacks: dict[str, object] = {}

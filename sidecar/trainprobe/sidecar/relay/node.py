@@ -35,18 +35,19 @@ from trainprobe.proto import (
     parse_endpoint,
     probe_pb2,
 )
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_alive, terminate
+from trainprobe.sidecar.act.procs import still_alive, terminate
 from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.relay.wire import (
     Rejected,
     WorkerStream,
     accepted,
-    hello_pid_and_host,
+    hello_pid_and_ticket,
     item_pb,
     reason,
 )
 from trainprobe.sidecar.tasks import TaskSet
+from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.servicer import SERVICE, pump
 from trainprobe.sidecar.transport.sockets import open_servers
 
@@ -54,8 +55,11 @@ log = logging.getLogger("trainprobe.sidecar")
 
 #: Longest wait for the upstream to take one batch before the node reconnects.
 WRITE_TIMEOUT_S = 10.0
-#: A kill order for a worker whose process this node cannot see (another host).
-NOT_SIGNALLABLE = "not a process on the relaying node's host; not signalled"
+#: A kill order for a worker whose pid this node did not verify.
+NOT_SIGNALLABLE = (
+    "pid not verified by the relaying node (no identity ticket: another host, an old "
+    "hook, or an impostor); not signalled"
+)
 #: Streams whose pid is remembered for kill orders that come after they ended.
 _REMEMBERED_STREAMS = 4096
 
@@ -90,7 +94,8 @@ class RelayNode:
         #: Set while this node shuts down: its workers' streams end because of
         #: us, not them, so they are not reported as vanished.
         self._closing = False
-        self._hostname = socket.gethostname()
+        #: Identity tickets: the only way a worker's pid becomes ours to signal.
+        self.tickets = TicketDesk()
 
     # -- the worker side -------------------------------------------------------
 
@@ -123,11 +128,11 @@ class RelayNode:
         if first is None:
             return
         sid = next(self._ids)
-        pid, host = hello_pid_and_host(first)
-        # As in direct mode, only a live pid of a worker on this host is ours to
-        # signal or look at: another host's pid names nothing here.
-        local = pid > 0 and host == self._hostname and pid_alive(pid)
-        ticks = proc_start_ticks(pid) if local else None
+        pid, ticket = hello_pid_and_ticket(first)
+        # As in direct mode, only a pid the kernel vouched for is ours to signal.
+        peer = self.tickets.redeem(ticket, pid) if ticket else None
+        local = peer is not None
+        ticks = peer.start_ticks if peer is not None else None
         stream = WorkerStream(sid, first)
         self._streams[sid] = stream
         self._pids[sid] = (pid if local else 0, ticks)
@@ -278,6 +283,7 @@ class RelayNode:
             self.settings.token,
             self.settings.insecure,
             (self.handler(),),
+            self.tickets,
         )
         self.addresses = self._servers.addresses
         self._relay_task = asyncio.ensure_future(self._relay_forever())
@@ -291,6 +297,7 @@ class RelayNode:
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()
         self._closing = True
+        await self.tickets.close()
         if self._servers is not None:
             await asyncio.gather(*(s.stop(grace_s) for s in self._servers.servers))
             for path in self._servers.unix_paths:

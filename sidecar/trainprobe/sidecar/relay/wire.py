@@ -35,16 +35,16 @@ class WorkerStream:
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
 
-def hello_pid_and_host(data: bytes) -> tuple[int, str]:
-    """The pid and host a worker's first message names ((0, "") if it is no Hello,
-    which the upstream rejects)."""
+def hello_pid_and_ticket(data: bytes) -> tuple[int, bytes]:
+    """The pid and identity ticket a worker's first message carries ((0, b"") if
+    it is no Hello, which the upstream rejects)."""
     try:
         msg = probe_pb2.WorkerMessage.FromString(data)
     except Exception:
-        return 0, ""
+        return 0, b""
     if msg.WhichOneof("body") != "hello":
-        return 0, ""
-    return msg.hello.pid, msg.hello.host
+        return 0, b""
+    return msg.hello.pid, msg.hello.identity_ticket
 
 
 def item_pb(item: Item) -> probe_pb2.RelayItem:

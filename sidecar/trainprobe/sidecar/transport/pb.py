@@ -151,6 +151,7 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
         world_size=h.world_size,
         host=h.host,
         pid=h.pid,
+        verified=w.verified,
         has_step=w.has_step,
         step=w.last_step,
         steps_per_s=w.steps_per_s,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,13 +17,14 @@ from typing import Any, TypeVar
 import grpc
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, still_alive
-from trainprobe.sidecar.core.model import ReportData, WorkerState
+from trainprobe.sidecar.act.procs import still_alive
+from trainprobe.sidecar.core.model import ReportData, VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander
+from trainprobe.sidecar.transport.identity import TicketDesk
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -66,14 +66,16 @@ class SidecarServicer:
         status: Callable[[str], probe_pb2.StatusReply],
         diagnose: Callable[[str], Awaitable[probe_pb2.DiagnoseReply]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tickets: TicketDesk | None = None,
     ) -> None:
         self.registry = registry
+        #: Redeems the identity tickets of Hellos (None: every session unverified).
+        self.tickets = tickets
         self.commander = commander
         self._status = status
         self._diagnose = diagnose
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
-        self._hostname = socket.gethostname()
         self._closing = TaskSet()
 
     def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
@@ -183,25 +185,40 @@ class SidecarServicer:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
             )
+        verified = self._verify(first.hello) if relay is None else None
         try:
-            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock())
+            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock(), verified)
         except RegistryError as err:
             return None, (getattr(grpc.StatusCode, err.code), str(err))
-        # A relayed worker is the relaying node's to signal, even on this host.
+        # Only the kernel's word makes a process ours to signal; a relayed worker
+        # is its node's to signal (the node verified it or refuses to).
         state.relay = relay
-        state.local = (
-            relay is None and state.hello.host == self._hostname and pid_alive(state.hello.pid)
-        )
-        state.proc_start_ticks = proc_start_ticks(state.hello.pid) if state.local else None
+        state.local = state.verified and relay is None
         log.info(
-            "worker %s connected%s: pid %d on %s, world size %d",
+            "worker %s connected%s: pid %d%s on %s, world size %d",
             state.key,
             "" if relay is None else f" via relay {relay}",
             state.hello.pid,
+            f" (verified, uid {state.uid})" if state.verified else " (unverified)",
             state.hello.host,
             state.hello.world_size,
         )
         return state, None
+
+    def _verify(self, hello: Any) -> VerifiedProcess | None:
+        """The process the kernel named for this Hello's ticket, if it is the
+        Hello's pid; None (an unverified session) otherwise."""
+        if self.tickets is None or not hello.identity_ticket:
+            return None
+        peer = self.tickets.redeem(hello.identity_ticket, hello.pid)
+        if peer is None:
+            log.warning(
+                "worker pid %d sent an identity ticket that was not issued to it (or is spent "
+                "or expired): unverified, never signalled",
+                hello.pid,
+            )
+            return None
+        return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks)
 
     async def _read(self, state: WorkerState, request_iterator: Any) -> Ending:
         """Consume the stream; return how it ended and the error to send, if any."""
@@ -220,6 +237,13 @@ class SidecarServicer:
             return "rejected", (
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"malformed WorkerMessage ({msg.size} bytes): {msg.error}",
+            )
+        if not state.connected:
+            # Evicted: a verified process took this (job, rank) over (see Registry.open).
+            return "rejected", (
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"rank {state.hello.rank} of job {state.hello.job_id!r} was taken over by "
+                "a verified process",
             )
         kind = msg.WhichOneof("body")
         if kind == "report":

@@ -1,8 +1,9 @@
 """Listening: Unix sockets guarded by file permissions, TCP by a bearer token.
 
-Unix listeners get a 0600 socket in a 0700 directory. TCP listeners live on
-a second server whose interceptor checks the bearer token, since an
-interceptor cannot tell which port a call came in on.
+Unix listeners get a 0600 socket in a 0700 directory, and beside it the
+identity socket that hands out tickets (:mod:`trainprobe.sidecar.transport.identity`).
+TCP listeners live on a second server whose interceptor checks the bearer
+token, since an interceptor cannot tell which port a call came in on.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import grpc
 
-from trainprobe.proto import MESSAGE_SIZE_OPTIONS, parse_endpoint
+from trainprobe.proto import MESSAGE_SIZE_OPTIONS, ident_socket_path, parse_endpoint
 from trainprobe.sidecar.transport.auth import TokenInterceptor
+from trainprobe.sidecar.transport.identity import TicketDesk
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -61,8 +63,10 @@ async def open_servers(
     token: str | None,
     insecure: bool,
     handlers: Sequence[grpc.GenericRpcHandler],
+    tickets: TicketDesk | None = None,
 ) -> Servers:
-    """Serve ``handlers`` on every address: Unix sockets plain, TCP behind the token."""
+    """Serve ``handlers`` on every address: Unix sockets plain, TCP behind the
+    token; ``tickets`` serves an identity socket beside each Unix socket."""
     out = Servers()
     plain = grpc.aio.server(options=SERVER_OPTIONS)
     plain.add_generic_rpc_handlers(tuple(handlers))
@@ -96,4 +100,16 @@ async def open_servers(
         await server.start()
     for path in out.unix_paths:
         os.chmod(path, 0o600)
+        ident = ident_socket_path(str(path)) if tickets is not None else ""
+        if ident:
+            try:
+                await tickets.listen(Path(ident))  # type: ignore[union-attr]
+            except OSError as err:
+                raise ListenError(f"cannot serve the identity socket {ident}: {err}") from None
+        elif tickets is not None:
+            log.warning(
+                "%s: no room for an identity socket beside it (sun_path is 107 bytes): its "
+                "workers stay unverified and are never signalled; use a shorter path",
+                path,
+            )
     return out

@@ -1,0 +1,176 @@
+"""Verified identity: the session rule (fake clock), tickets over a real
+identity socket, the pids never signalled, and client-supplied stack files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.core_builders import hello, report
+from tests.support import short_tmpdir
+from trainprobe.proto import fetch_ticket, ident_socket_path
+from trainprobe.sidecar.act.procs import proc_start_ticks, protected_pid
+from trainprobe.sidecar.act.stacks import open_stack_file
+from trainprobe.sidecar.core import Registry, RegistryError, VerifiedProcess
+from trainprobe.sidecar.transport.identity import Peer, TicketDesk
+
+T0 = 100.0
+
+
+def me(pid: int = 10, start: int = 500) -> VerifiedProcess:
+    return VerifiedProcess(pid=pid, uid=1000, start_ticks=start)
+
+
+# -- the session rule ------------------------------------------------------------------
+
+
+def test_same_verified_process_resumes_its_session() -> None:
+    reg = Registry(takeover_after_s=10.0)
+    w = reg.open(hello(pid=10), T0, me())
+    reg.apply(w, report(T0 + 1, step=7), T0 + 1)
+    again = reg.open(hello(pid=10), T0 + 2, me())
+    assert again is w and again.last_step == 7 and again.verified
+
+
+def test_replayed_identity_of_a_verified_worker_is_refused() -> None:
+    """An unverified Hello naming a verified worker's pid is not its reconnect."""
+    reg = Registry(takeover_after_s=10.0)
+    w = reg.open(hello(pid=10), T0, me())
+    with pytest.raises(RegistryError) as err:
+        reg.open(hello(pid=10), T0 + 1)
+    assert err.value.code == "ALREADY_EXISTS"
+    assert "verified pid 10" in str(err.value)
+    assert reg.get(w.key) is w and w.connected
+
+
+def test_another_process_with_a_reused_pid_is_not_a_reconnect() -> None:
+    reg = Registry(takeover_after_s=10.0)
+    reg.open(hello(pid=10), T0, me(start=500))
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=10), T0 + 1, me(start=501))
+
+
+def test_verified_worker_evicts_an_unverified_squatter_at_once() -> None:
+    reg = Registry(takeover_after_s=10.0)
+    squatter = reg.open(hello(pid=99), T0)
+    reg.apply(squatter, report(T0 + 0.5, step=1), T0 + 0.5)
+    real = reg.open(hello(pid=10), T0 + 1, me())
+    assert reg.get(real.key) is real and real.verified
+    assert not squatter.connected and squatter.ended == "rejected"
+    assert real.generation > squatter.generation
+    # The squatter's stream ending later changes nothing.
+    assert not reg.close(squatter, squatter.generation, "vanished", T0 + 2, None)
+    assert real.connected
+
+
+def test_silent_holder_loses_its_rank_after_a_heartbeat() -> None:
+    reg = Registry(takeover_after_s=10.0)
+    holder = reg.open(hello(pid=10), T0, me())
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=11), T0 + 9.9, me(pid=11))
+    taker = reg.open(hello(pid=11), T0 + 10.1, me(pid=11))
+    assert reg.get(taker.key) is taker and not holder.connected
+
+
+def test_unverified_sessions_with_the_same_pid_and_host_still_resume() -> None:
+    """Remote workers (no identity socket) keep their history across a blip."""
+    reg = Registry(takeover_after_s=10.0)
+    w = reg.open(hello(pid=10), T0)
+    assert reg.open(hello(pid=10), T0 + 1) is w and not w.verified
+
+
+# -- tickets ------------------------------------------------------------------------------
+
+
+def test_ticket_is_single_use_bound_to_its_pid_and_expires() -> None:
+    now = [0.0]
+    desk = TicketDesk(ttl_s=30.0, clock=lambda: now[0])
+    pid = os.getpid()
+    peer = Peer(pid, os.getuid(), os.getgid(), proc_start_ticks(pid))
+    ticket = desk.issue(peer)
+    assert desk.redeem(ticket, pid + 1) is None  # another pid: spent, not verified
+    assert desk.redeem(ticket, pid) is None
+    ticket = desk.issue(peer)
+    assert desk.redeem(ticket, pid) == peer
+    assert desk.redeem(ticket, pid) is None  # single use
+    ticket = desk.issue(peer)
+    now[0] = 31.0
+    assert desk.redeem(ticket, pid) is None
+    # One outstanding ticket per pid: a flood from one process holds one slot.
+    first, second = desk.issue(peer), desk.issue(peer)
+    assert desk.redeem(first, pid) is None and desk.redeem(second, pid) is not None
+
+
+def test_ticket_of_a_process_that_exited_is_refused() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        desk = TicketDesk()
+        ticket = desk.issue(Peer(child.pid, 0, 0, proc_start_ticks(child.pid)))
+    finally:
+        child.kill()
+        child.wait()
+    assert desk.redeem(ticket, child.pid) is None
+
+
+def test_identity_socket_names_the_connecting_process() -> None:
+    folder = short_tmpdir("id-")
+    grpc_path = str(folder / "sidecar.sock")
+
+    async def run() -> tuple[bytes, TicketDesk]:
+        desk = TicketDesk()
+        await desk.listen(Path(ident_socket_path(grpc_path)))
+        try:
+            # The hook's call blocks its (reporter) thread: here, a worker thread.
+            return await asyncio.to_thread(fetch_ticket, f"unix://{grpc_path}"), desk
+        finally:
+            await desk.close()
+
+    ticket, desk = asyncio.run(run())
+    assert len(ticket) == 16
+    peer = desk.redeem(ticket, os.getpid())
+    assert peer is not None and peer.uid == os.getuid()
+    assert not Path(ident_socket_path(grpc_path)).exists()
+    # No identity socket (an older sidecar) or a TCP target: no ticket, no error.
+    assert fetch_ticket(f"unix://{grpc_path}") == b""
+    assert fetch_ticket("127.0.0.1:1") == b""
+
+
+# -- pids never signalled ----------------------------------------------------------------
+
+
+def test_protected_pids() -> None:
+    for pid in (-1, 0, 1, os.getpid(), os.getppid()):
+        assert protected_pid(pid), pid
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert protected_pid(child.pid) == ""
+    finally:
+        child.kill()
+        child.wait()
+
+
+# -- stack files -------------------------------------------------------------------------
+
+
+def test_stack_file_must_be_a_regular_file_of_the_worker_in_the_runtime_dir() -> None:
+    folder = short_tmpdir("sf-")
+    good = folder / "stacks-1.txt"
+    good.write_text("x")
+    fd = open_stack_file(str(good), os.getuid(), [folder])
+    os.close(fd)
+    fifo = folder / "stacks-2.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(PermissionError, match="not a regular file"):
+        open_stack_file(str(fifo), os.getuid(), [folder])  # returns at once: O_NONBLOCK
+    link = folder / "stacks-3.txt"
+    link.symlink_to(good)
+    with pytest.raises(OSError):
+        open_stack_file(str(link), os.getuid(), [folder])  # O_NOFOLLOW
+    with pytest.raises(PermissionError, match="owned by uid"):
+        open_stack_file(str(good), os.getuid() + 1, [folder])
+    with pytest.raises(PermissionError, match="runtime directory"):
+        open_stack_file(str(good), os.getuid(), [short_tmpdir("other-")])
