@@ -20,6 +20,7 @@ from trainprobe.proto.endpoints import (
     ray_node_actor_name,
     ray_node_socket_path,
     runtime_dir,
+    socket_dir_problem,
 )
 from trainprobe.proto.wire import (
     AUTH_METADATA_KEY,
@@ -58,6 +59,7 @@ __all__ = [
     "ray_node_actor_name",
     "ray_node_socket_path",
     "runtime_dir",
+    "socket_dir_problem",
 ]
 
 
