@@ -19,11 +19,13 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.fuzz_messages import CRASH_CODES, STREAMS, VICTIM_JOB, send_stream
+from tests.fuzz_messages import CRASH_CODES, SEEDS, STREAMS, VICTIM_JOB, mutants, send_stream
 from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
 
+#: Streams sent: each drawn stream, then MUTANTS variants of it (tests/fuzz_messages.py).
 CASES = int(os.environ.get("TRAINPROBE_FUZZ_CASES", "3000"))
-STATUS_EVERY = 250
+MUTANTS = 2
+STATUS_EVERY = 100
 
 
 class Run:
@@ -65,27 +67,27 @@ def _victim_healthy(r: Run) -> None:
 
 
 @settings(
-    max_examples=CASES,
+    max_examples=CASES // (1 + MUTANTS),
     deadline=None,
     database=None,
-    derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(stream=STREAMS)
-def _fuzz_one(r: Run, stream: list[bytes]) -> None:
-    code = send_stream(r.channel, stream)
-    r.codes[code.name] += 1
-    r.cases += 1
-    assert code not in CRASH_CODES, f"{code.name} for {[m[:80] for m in stream]}"
-    if r.cases % STATUS_EVERY == 0:
-        _victim_healthy(r)
+@given(stream=STREAMS, seed=SEEDS)
+def _fuzz_one(r: Run, stream: list[bytes], seed: int) -> None:
+    for messages in [stream, *mutants(stream, seed, MUTANTS)]:
+        code = send_stream(r.channel, messages)
+        r.codes[code.name] += 1
+        r.cases += 1
+        assert code not in CRASH_CODES, f"{code.name} for {[m[:80] for m in messages]}"
+        if r.cases % STATUS_EVERY == 0:
+            _victim_healthy(r)
 
 
 def test_fuzzed_streams_never_crash_the_sidecar_or_touch_the_real_worker(run: Run) -> None:
     step_before = run.worker.max_step()
     _fuzz_one(run)
     print(f"\n{run.cases} fuzz streams; statuses {dict(run.codes)}")
-    assert run.cases >= CASES
+    assert run.cases >= CASES - MUTANTS
     _victim_healthy(run)
     assert run.worker.max_step() > step_before  # still training
     # Never signalled: no incident and no action ever named the worker.
