@@ -97,3 +97,21 @@ def test_a_resumed_session_is_no_longer_counted_as_ended() -> None:
     b = reg.open(hello(job="b"), T0 + 2)
     reg.close(b, b.generation, "vanished", T0 + 2, pid_alive=False)
     assert reg.get(a.key) is a and reg.get(b.key) is b  # a was live, so nothing evicted
+
+
+def test_a_diagnosis_over_its_bound_is_cut_and_says_so() -> None:
+    import json
+
+    from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS
+    from trainprobe.sidecar.server import bounded_diagnosis
+
+    small = bounded_diagnosis("j", "text", '{"a": 1}')
+    assert (small.text, small.json, small.truncated_chars) == ("text", '{"a": 1}', 0)
+    text = "t" * (MAX_DIAGNOSE_CHARS + 10)
+    doc = json.dumps({"ranks": ["r" * 100] * (MAX_DIAGNOSE_CHARS // 100)})
+    reply = bounded_diagnosis("j", text, doc)
+    assert len(reply.text) < MAX_DIAGNOSE_CHARS + 100 and "10 characters cut" in reply.text
+    cut = json.loads(reply.json)  # still a JSON document, and it says why it is short
+    assert cut["truncated"] is True and cut["job_id"] == "j"
+    assert reply.truncated_chars == 10 + len(doc)
+    assert reply.ByteSize() < 2 * MAX_DIAGNOSE_CHARS + 1000
