@@ -21,7 +21,7 @@ MAX_RECENT = 1024
 #: Process groups in one report (the hook tracks at most 256).
 MAX_GROUPS = 256
 #: Collective samples in one report (the hook sends at most 16).
-MAX_SAMPLES = 64
+MAX_SAMPLES = 256
 #: Characters of a client-supplied path (the stack file).
 MAX_PATH_LEN = 4096
 MAX_WORLD_SIZE = 1 << 20
