@@ -48,6 +48,8 @@ EXTRA = [
     # Issue 6: the same runs, with the time to a named culprit and its stacks.
     ["bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
     ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
+    # Issue 13: 24,000 hostile streams with a real worker connected, RSS sampled.
+    ["bench_fuzz_soak.py", "--json", "bench/results/fuzz_soak.json"],
 ]
 BENCHES = (
     "report_path",

@@ -136,3 +136,28 @@ def test_endpoints(text: str, target: str) -> None:
 def test_bad_endpoints(text: str) -> None:
     with pytest.raises(EndpointError):
         parse_endpoint(text)
+
+
+def test_token_file_is_read_and_must_be_private(tmp_path: Path) -> None:
+    """--token-file / TRAINPROBE_TOKEN_FILE: the token stays out of ps and of the environment."""
+    import os
+
+    from trainprobe.sidecar.config.settings import SettingsError, load_settings
+
+    f = tmp_path / "token"
+    f.write_text("  abc123  \nignored\n")
+    os.chmod(f, 0o600)
+    assert load_settings(env={"TRAINPROBE_TOKEN_FILE": str(f)}).token == "abc123"
+    assert load_settings(env={}, cli={"token_file": str(f)}).token == "abc123"
+    with pytest.raises(SettingsError, match="both set"):
+        load_settings(env={}, cli={"token_file": str(f), "token": "x"})
+    for mode in (0o640, 0o604, 0o660):
+        os.chmod(f, mode)
+        with pytest.raises(SettingsError, match="chmod 600"):
+            load_settings(env={}, cli={"token_file": str(f)})
+    os.chmod(f, 0o600)
+    f.write_text("\n")
+    with pytest.raises(SettingsError, match="empty"):
+        load_settings(env={}, cli={"token_file": str(f)})
+    with pytest.raises(SettingsError, match="No such file"):
+        load_settings(env={}, cli={"token_file": str(tmp_path / "absent")})

@@ -2,8 +2,9 @@
 
 Everything that can block or fail lives here, never on the training thread:
 the gRPC channel (created inside this thread, after any fork), reconnection
-with capped exponential backoff, a bounded buffer of reports built while the
-sidecar is away, and the commands the sidecar pushes back.
+with capped exponential backoff (cut short when the sidecar's socket is new,
+see socket_watch.py), a bounded buffer of reports built while the sidecar is
+away, and the commands the sidecar pushes back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import grpc
 
+from trainprobe.hooks.socket_watch import SOCKET_WATCH_S, SocketWatch, UnsafeTarget
 from trainprobe.proto import (
     MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
@@ -61,6 +63,7 @@ class Reporter:
         self._buffer: collections.deque[probe_pb2.Report] = collections.deque(maxlen=max_buffered)
         self._dropped = 0
         self._backoff = Backoff(cap_s=backoff_cap_s)
+        self._watch = SocketWatch(target)
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -116,6 +119,9 @@ class Reporter:
             except grpc.aio.AioRpcError as err:
                 permanent = err.code() in PERMANENT_CODES
                 self._note_failure(f"{err.code().name}: {err.details()}")
+            except UnsafeTarget as err:
+                permanent = True
+                self._note_failure(str(err))
             except (asyncio.TimeoutError, OSError) as err:
                 self._note_failure(f"{type(err).__name__}: {err}")
             except Exception as err:  # whatever gRPC raises next, the thread carries on
@@ -124,7 +130,11 @@ class Reporter:
             self.connected = False
             if self._closing:
                 break
-            await self._idle(self._backoff.next_delay(permanent))
+            if self._watch.note_failure():
+                self._backoff.reset()
+            await self._idle(
+                self._watch.retry_delay(self._backoff.next_delay(permanent), permanent)
+            )
 
     def _note_failure(self, reason: str) -> None:
         self.last_error = reason
@@ -151,9 +161,14 @@ class Reporter:
         self._buffer.append(report)
 
     async def _idle(self, delay_s: float) -> None:
-        """Wait out a backoff, still building reports so no window is lost."""
+        """Wait out a backoff, still building reports so no window is lost.
+
+        Ends early when a new socket file appears (a sidecar restarted); the
+        backoff then starts over, so one still starting up is soon tried again.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + delay_s
+        watch = self._watch
         while not self._closing:
             now = loop.time()
             if now >= self._next_build:
@@ -161,7 +176,13 @@ class Reporter:
                 self._next_build = max(self._next_build + self.interval_s, now)
             if now >= deadline:
                 return
-            await self._sleep(min(deadline, self._next_build) - now)
+            if watch.changed():
+                self._backoff.reset()
+                return
+            wake = min(deadline, self._next_build)
+            if watch.watching:
+                wake = min(wake, now + SOCKET_WATCH_S)
+            await self._sleep(wake - now)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None
@@ -169,9 +190,15 @@ class Reporter:
             await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _session(self) -> None:
+        self._watch.check_safe()
         options = [
             *MESSAGE_SIZE_OPTIONS,
             ("grpc.enable_retries", 0),
+            # Each try's new channel connects afresh. With the process-wide pool,
+            # it would share the last one's subchannel and its reconnect backoff
+            # (1 s, then x1.6): "failed to connect" for seconds after a
+            # restarted sidecar is already serving.
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         # The kernel's word for our pid, so that the sidecar may act on this
         # process (b"" from an older sidecar or over TCP: an unverified session).

@@ -21,6 +21,7 @@ from trainprobe.proto.endpoints import (
     ray_node_actor_name,
     ray_node_socket_path,
     runtime_dir,
+    socket_dir_problem,
 )
 from trainprobe.proto.identity import IDENT_SUFFIX, fetch_ticket, ident_socket_path
 from trainprobe.proto.wire import (
@@ -65,6 +66,7 @@ __all__ = [
     "ray_node_actor_name",
     "ray_node_socket_path",
     "runtime_dir",
+    "socket_dir_problem",
 ]
 
 

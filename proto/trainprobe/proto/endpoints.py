@@ -14,6 +14,7 @@ file system (``ray.cluster_utils.Cluster``).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,38 @@ def runtime_dir() -> Path:
     if explicit:
         return Path(explicit)
     return Path(tempfile.gettempdir()) / f"trainprobe-{os.getuid()}"
+
+
+def socket_dir_problem(directory: Path) -> str | None:
+    """Why a socket in ``directory`` could be swapped by another user, or None.
+
+    Whoever can write a socket's directory can replace the socket: a sidecar
+    must not listen there, and a hook must not send there. The directory must
+    be a real directory (not a symlink), owned by this user or root, and
+    writable by no one else. Both ends call this (one rule).
+    """
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None  # nothing to trust yet; whoever creates it makes it 0700
+    except OSError as err:
+        return f"{directory}: cannot be checked ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{directory} is a symbolic link; refusing a socket directory another user may aim"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        return (
+            f"{directory} is owned by uid {st.st_uid}, not by this user ({uid}) or root; "
+            "another user could swap the socket (remove it, or set TRAINPROBE_RUNTIME_DIR)"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"{directory} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"another user could swap the socket (chmod 700 {directory})"
+        )
+    return None
 
 
 def default_socket_path() -> Path:

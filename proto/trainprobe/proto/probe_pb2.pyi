@@ -313,14 +313,16 @@ class WorkerStatus(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("workers", "sidecar_version", "node")
+    __slots__ = ("workers", "sidecar_version", "node", "omitted")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     sidecar_version: str
     node: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+    omitted: int
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ...) -> None: ...
 
 class DiagnoseRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -329,14 +331,16 @@ class DiagnoseRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class DiagnoseReply(_message.Message):
-    __slots__ = ("job_id", "text", "json")
+    __slots__ = ("job_id", "text", "json", "truncated_chars")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     JSON_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_CHARS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     text: str
     json: str
-    def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+    truncated_chars: int
+    def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ..., truncated_chars: _Optional[int] = ...) -> None: ...
 
 class RelayBatch(_message.Message):
     __slots__ = ("items", "dropped_reports")

@@ -23,6 +23,7 @@ from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.core.episodes import CulpritPolicy
 from trainprobe.sidecar.core.jobview import JobView
+from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS, MAX_STATUS_BYTES
 from trainprobe.sidecar.core.policy import ActionPolicy
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
@@ -99,6 +100,31 @@ def _job_sync(engine: Engine, killer: Killer, settings: Settings) -> Any:
         interval_s=settings.job_sync_interval_ms / 1000.0,
         timeout_s=settings.ray_timeout_s,
     )
+
+
+def bounded_diagnosis(job_id: str, text: str, as_json: str) -> probe_pb2.DiagnoseReply:
+    """A Diagnose reply within :data:`MAX_DIAGNOSE_CHARS` for its text and its JSON.
+
+    Text is cut with a note; JSON too long is replaced by a short object that
+    says so, since a cut document would not parse.
+    """
+    cut = 0
+    if len(text) > MAX_DIAGNOSE_CHARS:
+        cut += len(text) - MAX_DIAGNOSE_CHARS
+        text = (
+            text[:MAX_DIAGNOSE_CHARS] + f"\n... ({len(text) - MAX_DIAGNOSE_CHARS} characters cut)"
+        )
+    if len(as_json) > MAX_DIAGNOSE_CHARS:
+        cut += len(as_json)
+        as_json = json.dumps(
+            {
+                "job_id": job_id,
+                "truncated": True,
+                "error": f"the analysis is {len(as_json)} characters of JSON, over the "
+                f"{MAX_DIAGNOSE_CHARS} a reply carries; see the incident log",
+            }
+        )
+    return probe_pb2.DiagnoseReply(job_id=job_id, text=text, json=as_json, truncated_chars=cut)
 
 
 class Sidecar:
@@ -180,15 +206,27 @@ class Sidecar:
         now = self.clock()
         thresholds: dict[str, float] = {}
         rows = []
+        size = omitted = 0
         for w in sorted(self.registry, key=lambda w: (w.hello.job_id, w.hello.rank)):
             if job_id and w.hello.job_id != job_id:
+                continue
+            if size > MAX_STATUS_BYTES:
+                omitted += 1  # counted, not built: a huge registry costs no rows
                 continue
             job = w.hello.job_id
             if job not in thresholds:
                 thresholds[job] = self.engine.stall_threshold_s(job)
-            rows.append(status_pb(w, now, thresholds[job]))
+            row = status_pb(w, now, thresholds[job])
+            size += row.ByteSize()
+            if size > MAX_STATUS_BYTES:
+                omitted += 1
+                continue
+            rows.append(row)
         return probe_pb2.StatusReply(
-            workers=rows, sidecar_version=SIDECAR_VERSION, node=socket.gethostname()
+            workers=rows,
+            sidecar_version=SIDECAR_VERSION,
+            node=socket.gethostname(),
+            omitted=omitted,
         )
 
     async def diagnose(self, job_id: str) -> probe_pb2.DiagnoseReply:
@@ -203,9 +241,7 @@ class Sidecar:
             job_id = jobs.pop()
         diag, episode = self.engine.hangs.diagnose(job_id)
         record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
-        return probe_pb2.DiagnoseReply(
-            job_id=job_id, text=diag.text, json=json.dumps(record, default=str)
-        )
+        return bounded_diagnosis(job_id, diag.text, json.dumps(record, default=str))
 
     async def start(self) -> None:
         # Exporters first: a metrics port that cannot be bound fails before we serve.
@@ -239,7 +275,9 @@ class Sidecar:
         )
         self.stacks.socket_dirs = [path.parent for path in self._unix_paths]
         self._engine_task = asyncio.ensure_future(
-            self.engine.run(self.settings.tick_interval_ms / 1000.0, self._stop)
+            self.engine.run(
+                self.settings.tick_interval_ms / 1000.0, self._stop, self.settings.settle_s
+            )
         )
         if self.job_sync is not None:
             self._sync_task = asyncio.ensure_future(self.job_sync.run(self._stop))

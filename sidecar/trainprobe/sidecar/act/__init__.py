@@ -18,6 +18,7 @@ from trainprobe.sidecar._lazy import lazy_exports
 __all__ = [
     "Actions",
     "IncidentLog",
+    "IncidentLogError",
     "KillOutcome",
     "Killer",
     "KillerFactory",
@@ -38,6 +39,7 @@ __getattr__, __dir__ = lazy_exports(
         "Actions": "actions",
         "RecoveryLog": "actions",
         "IncidentLog": "incident_log",
+        "IncidentLogError": "incident_log",
         "read_incident_log": "incident_log",
         "KillOutcome": "procs",
         "pid_alive": "procs",

@@ -18,13 +18,24 @@ from typing import Any
 log = logging.getLogger("trainprobe.sidecar")
 
 
+class IncidentLogError(RuntimeError):
+    """An incident log that cannot be opened for appending (said in one line at start)."""
+
+
 class IncidentLog:
     """Appends records to ``path``; the last ``keep`` stay in memory too."""
 
     def __init__(self, path: Path, keep: int = 256) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        except OSError as err:
+            # At start, so that a sidecar that could not record its kills never runs.
+            raise IncidentLogError(
+                f"cannot open the incident log {path} for appending: {err.strerror} "
+                f"(set --incident-log or --state-dir)"
+            ) from None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainprobe-incidents")
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)

@@ -75,8 +75,13 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
             f"{gpu:>13} {sync:>14} {w.verdict:<12} {w.state}"
         )
-    if not reply.workers:
+    if not reply.workers and not reply.omitted:
         lines.append("(no workers have reported)")
+    if reply.omitted:
+        lines.append(
+            f"({reply.omitted} more workers not shown: the reply is size-bounded; "
+            "narrow it with --job)"
+        )
     return "\n".join(lines)
 
 
@@ -122,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata=metadata,
             )
             print(diag.json if args.json else diag.text)
+            if diag.truncated_chars:
+                print(
+                    f"trainprobe: the diagnosis was cut ({diag.truncated_chars} characters "
+                    "left out); the incident log has it whole",
+                    file=sys.stderr,
+                )
     except grpc.RpcError as err:
         print(
             f"trainprobe: error: sidecar at {_target(args.target)}: {err.code().name}: "

@@ -57,6 +57,14 @@ OPTIONS: tuple[Option, ...] = (
         default_text="none",
         secret=True,
     ),
+    Option(
+        "token_file",
+        v.optional_path,
+        "File whose first line is the bearer token: unlike --token, it does not show in "
+        "ps. Refused if group or others can read it (chmod 600). Not with --token.",
+        _S,
+        default_text="none",
+    ),
     Option("insecure", v.boolean, "Allow TCP listeners without a token.", _S),
     Option(
         "state_dir",
@@ -74,6 +82,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("log_level", v.choice("debug", "info", "warning", "error"), "Log verbosity.", _S),
     Option("tick_interval_ms", v.integer(10, 100), "How often the rules run, in ms.", _S),
+    Option(
+        "settle_s",
+        v.seconds(0, 60),
+        "After the sidecar starts, how long it waits before the rules first run, so that "
+        "the hooks of jobs already running (after a sidecar restart) are all back: they "
+        "reconnect within a second, and a hang judged with only some ranks back would "
+        "name the wrong culprit.",
+        _S,
+    ),
     Option(
         "heartbeat_timeout_s",
         v.seconds(0.1, 86400),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,11 +57,13 @@ class Settings:
     # serving
     listen: tuple[str, ...] = ()
     token: str | None = None
+    token_file: Path | None = None
     insecure: bool = False
     state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir())
     incident_log: Path | None = None
     log_level: str = "info"
     tick_interval_ms: int = 100
+    settle_s: float = 1.0
     # rules
     heartbeat_timeout_s: float = 10.0
     stall_timeout_s: float | None = None
@@ -170,22 +173,57 @@ def load_settings(
     _apply(values, "environment", from_env, env=True)
     if cli:
         _apply(values, "command line", {k: v for k, v in cli.items() if v is not None}, False)
+    if values["token_file"] is not None:
+        if values["token"]:
+            raise SettingsError("token and token_file are both set; give one")
+        values["token"] = read_token_file(values["token_file"])
     if (
         any(a.startswith("tcp://") for a in values["listen"])
         and not values["token"]
         and not values["insecure"]
     ):
         raise SettingsError(
-            "listen: a tcp:// address needs --token (or TRAINPROBE_TOKEN); "
+            "listen: a tcp:// address needs --token or --token-file (or TRAINPROBE_TOKEN); "
             "pass --insecure to serve TCP without authentication"
         )
     relay_to = values["relay_to"] or ""
     if relay_to.startswith("tcp://") and not values["token"] and not values["insecure"]:
         raise SettingsError(
-            "relay_to: a tcp:// upstream needs --token (or TRAINPROBE_TOKEN), which it is sent; "
+            "relay_to: a tcp:// upstream needs --token or --token-file (or TRAINPROBE_TOKEN), "
+            "which it is sent; "
             "pass --insecure to relay over TCP without authentication"
         )
     return Settings(**values)
+
+
+def read_token_file(path: Path) -> str:
+    """The token in ``path``'s first line; SettingsError if unsafe or empty.
+
+    A file group or others can read is refused, not warned about: the token
+    is the only credential TCP clients have, a warning scrolls by unread,
+    and the fix (chmod 600) takes a second.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise SettingsError(f"token_file {path}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SettingsError(f"token_file {path}: not a regular file")
+        if st.st_mode & 0o077:
+            raise SettingsError(
+                f"token_file {path}: mode {stat.S_IMODE(st.st_mode):04o} lets group or others "
+                f"read or write it; chmod 600 {path}"
+            )
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise SettingsError(f"token_file {path}: empty")
+    return token
 
 
 def render_markdown() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
     ActivePhase,
     GpuMemoryData,
@@ -36,12 +37,25 @@ class RegistryError(Exception):
 class Registry:
     """All worker sessions this sidecar knows, live and recently ended."""
 
-    def __init__(self, forget_after_s: float = 600.0, takeover_after_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        forget_after_s: float = 600.0,
+        takeover_after_s: float = 10.0,
+        max_sessions: int = MAX_SESSIONS,
+        max_ended: int = MAX_ENDED_SESSIONS,
+    ) -> None:
         self._workers: dict[WorkerKey, WorkerState] = {}
         self.forget_after_s = forget_after_s
         #: A live session silent this long (the heartbeat timeout) loses its rank
         #: to a new Hello, so a squatter cannot hold a rank for longer.
         self.takeover_after_s = takeover_after_s
+        self.max_sessions = max_sessions
+        self.max_ended = max_ended
+        #: Keys of ended sessions, oldest end first (a dict keeps the order):
+        #: what goes first when clients that come and go would fill memory.
+        self._ended: dict[WorkerKey, None] = {}
+        #: Ended sessions dropped to stay within the bounds, for status and logs.
+        self.evicted = 0
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -93,6 +107,7 @@ class Registry:
             old.hello = hello
             old.connected, old.ended, old.pid_alive_at_end = True, "", None
             old.generation += 1
+            self._ended.pop(old.key, None)
             return old
         if old is not None and old.connected:
             silent_s = now - old.last_report_at
@@ -106,6 +121,10 @@ class Registry:
                 )
             # Evicted: its stream sees the session closed and ends.
             old.connected, old.ended, old.ended_at = False, "rejected", now
+        if old is not None:  # replaced: its stream sees the session closed and ends
+            del self._workers[old.key]
+            self._ended.pop(old.key, None)
+        self._make_room(hello)
         state = WorkerState(hello=hello, first_seen_at=now, last_report_at=now)
         if verified is not None:
             state.verified, state.uid = True, verified.uid
@@ -118,6 +137,25 @@ class Registry:
     def _holds(self, w: WorkerState) -> float:
         """How long a silent holder keeps its rank: its heartbeat limit."""
         return max(self.takeover_after_s, 3 * w.hello.interval_ms / 1000.0)
+
+    def _make_room(self, hello: HelloData) -> None:
+        """Keep within ``max_sessions``: evict the oldest ended session, or refuse."""
+        if len(self._workers) < self.max_sessions:
+            return
+        if not self._ended:
+            raise RegistryError(
+                "RESOURCE_EXHAUSTED",
+                f"this sidecar holds {len(self._workers)} live sessions, its limit "
+                f"(MAX_SESSIONS={self.max_sessions}); rank {hello.rank} of job "
+                f"{hello.job_id!r} was refused",
+            )
+        self._evict_oldest_ended()
+
+    def _evict_oldest_ended(self) -> None:
+        key = next(iter(self._ended))
+        del self._ended[key]
+        self._workers.pop(key, None)
+        self.evicted += 1
 
     def apply(self, state: WorkerState, report: ReportData, now: float) -> None:
         """Fold a report into its session. Raises ValidationError if absurd.
@@ -181,6 +219,9 @@ class Registry:
         state.ended = how
         state.ended_at = now
         state.pid_alive_at_end = pid_alive
+        self._ended[state.key] = None
+        while len(self._ended) > self.max_ended:
+            self._evict_oldest_ended()
         return True
 
     def forget_stale(self, now: float) -> list[WorkerState]:
@@ -192,6 +233,7 @@ class Registry:
         ]
         for w in gone:
             del self._workers[w.key]
+            self._ended.pop(w.key, None)
         return gone
 
 

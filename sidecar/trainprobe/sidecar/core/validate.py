@@ -9,6 +9,19 @@ message only once a value has failed.
 from __future__ import annotations
 
 from trainprobe.proto.wire import STACK_SIGNALS
+from trainprobe.sidecar.core.limits import (
+    MAX_DURATION_S,
+    MAX_GROUPS,
+    MAX_ID_LEN,
+    MAX_LABEL_KEY_LEN,
+    MAX_LABEL_VALUE_LEN,
+    MAX_LABELS,
+    MAX_PATH_LEN,
+    MAX_PHASES,
+    MAX_RECENT,
+    MAX_SAMPLES,
+    MAX_WORLD_SIZE,
+)
 from trainprobe.sidecar.core.model import (
     GpuMemoryData,
     HelloData,
@@ -16,15 +29,6 @@ from trainprobe.sidecar.core.model import (
     ReportData,
     SyncData,
 )
-
-MAX_ID_LEN = 256
-MAX_PHASES = 64
-MAX_RECENT = 4096
-MAX_GROUPS = 256
-MAX_SAMPLES = 256
-MAX_WORLD_SIZE = 1 << 20
-#: A step or collective lasting longer than a year is a unit bug, not training.
-MAX_DURATION_S = 365 * 86400.0
 
 
 class ValidationError(ValueError):
@@ -72,7 +76,8 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
     _check(h.local_rank >= 0, f"local_rank={h.local_rank}: must be >= 0")
     _check(h.pid > 0, f"pid={h.pid}: must be > 0")
     _check(10 <= h.interval_ms <= 60_000, f"interval_ms={h.interval_ms}: must be in 10..60000")
-    _check(len(h.labels) <= MAX_PHASES, f"{len(h.labels)} labels; at most {MAX_PHASES}")
+    _labels(h.labels)
+    _ray(h)
     # The sidecar sends this signal to the worker's pid: only a real-time one
     # (Linux SIGRTMIN..SIGRTMAX), never one that stops or kills by design.
     _check(
@@ -80,13 +85,38 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
         f"stack_signal={h.stack_signal}: must be 0 or a real-time signal "
         f"({STACK_SIGNALS.start}..{STACK_SIGNALS.stop - 1})",
     )
-    _check(len(h.stack_file) <= 4096, "stack_file is longer than 4096 characters")
+    _check(
+        len(h.stack_file) <= MAX_PATH_LEN,
+        f"stack_file is {len(h.stack_file)} characters; at most {MAX_PATH_LEN}",
+    )
     # The sidecar reads this file: only the hook's own, named after its pid.
     _check(
         not h.stack_file
         or (h.stack_file.startswith("/") and h.stack_file.endswith(f"/stacks-{h.pid}.txt")),
         f"stack_file must be an absolute path ending in /stacks-{h.pid}.txt",
     )
+
+
+def _labels(labels: dict[str, str]) -> None:
+    _check(len(labels) <= MAX_LABELS, f"labels has {len(labels)} entries; at most {MAX_LABELS}")
+    for key, value in labels.items():
+        _check(
+            0 < len(key) <= MAX_LABEL_KEY_LEN,
+            f"labels: a key is {len(key)} characters; must be 1..{MAX_LABEL_KEY_LEN}",
+        )
+        _check(
+            len(value) <= MAX_LABEL_VALUE_LEN,
+            f"labels[{key!r}] is {len(value)} characters; at most {MAX_LABEL_VALUE_LEN}",
+        )
+
+
+def _ray(h: HelloData) -> None:
+    r = h.ray
+    _text("ray.job_id", r.job_id)
+    _text("ray.node_id", r.node_id)
+    _text("ray.actor_id", r.actor_id)
+    _text("ray.worker_id", r.worker_id)
+    _text("ray.trial_or_run_name", r.run_name)
 
 
 def _phase(where: str, p: PhaseData) -> None:

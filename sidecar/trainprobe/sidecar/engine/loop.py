@@ -250,8 +250,10 @@ class Engine:
         ).get(job_id)
         return ctx.threshold.seconds if ctx else 0.0
 
-    async def run(self, interval_s: float, stop: asyncio.Event) -> None:
-        """Tick every ``interval_s`` until ``stop`` is set."""
+    async def run(self, interval_s: float, stop: asyncio.Event, settle_s: float = 0.0) -> None:
+        """Tick every ``interval_s`` until ``stop`` is set, the first after ``settle_s``."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), settle_s)
         while not stop.is_set():
             try:
                 self.tick()

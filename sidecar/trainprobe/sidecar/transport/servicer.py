@@ -8,6 +8,8 @@ one log line.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +32,19 @@ log = logging.getLogger("trainprobe.sidecar")
 
 SERVICE = "trainprobe.v1.Sidecar"
 T = TypeVar("T")
+#: Delay of the garbage collection that follows a refused stream (see
+#: SidecarServicer._collect_soon), and so the most often it runs.
+COLLECT_AFTER_S = 0.2
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 ReportListener = Callable[[WorkerState, ReportData], None]
 #: The status a refused stream gets.
 Refusal = tuple[grpc.StatusCode, str]
@@ -77,6 +92,7 @@ class SidecarServicer:
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
         self._closing = TaskSet()
+        self._collect_pending = False
 
     def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
         """Method handlers whose parsers turn garbage into :class:`Malformed`.
@@ -155,7 +171,36 @@ class SidecarServicer:
                 # Not awaited here: gRPC may cancel this handler again while it waits.
                 self._closing.spawn(self._close(state, generation, how))
             if error is not None:
-                await self._reject(context, *error)
+                # Not context.abort(): its AbortError joins the call's reference
+                # cycles with this frame. A status set and a plain return end the
+                # stream the same way for the client.
+                log.warning("rejected %s from %s: %s", error[0].name, context.peer(), error[1])
+                context.set_code(error[0])
+                context.set_details(error[1])
+                self._collect_soon()
+
+    def _collect_soon(self) -> None:
+        """Collect cyclic garbage shortly after a refusal, at most every COLLECT_AFTER_S.
+
+        gRPC keeps each call's state in reference cycles that hold the call's
+        buffers (C memory, up to the 4 MiB message limit); with the collector
+        tuned for the report path (cli/sidecar.py tune_gc) they wait for
+        20,000 allocations. Measured: 50 refused 3.9 MB Hellos held 200 MB,
+        150 held 600 MB. Refusals are rare in normal operation, so this costs
+        nothing there, and under a flood at most one collection per interval.
+        """
+        if self._collect_pending:
+            return
+        self._collect_pending = True
+        asyncio.get_running_loop().call_later(COLLECT_AFTER_S, self._collect)
+
+    def _collect(self) -> None:
+        self._collect_pending = False
+        gc.collect()
+        if _malloc_trim is not None:
+            # glibc keeps freed blocks of a flood's messages mapped, fragmented
+            # between live ones: hand whole free pages back, or RSS only grows.
+            _malloc_trim(0)
 
     async def _close(self, state: WorkerState, generation: int, how: str) -> None:
         alive = await still_alive(state.hello.pid) if state.local and how != "goodbye" else None

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import grpc
 
-from trainprobe.proto import MESSAGE_SIZE_OPTIONS, ident_socket_path, parse_endpoint
+from trainprobe.proto import (
+    MESSAGE_SIZE_OPTIONS,
+    ident_socket_path,
+    parse_endpoint,
+    socket_dir_problem,
+)
 from trainprobe.sidecar.transport.auth import TokenInterceptor
 from trainprobe.sidecar.transport.identity import TicketDesk
 
@@ -34,6 +39,11 @@ class ListenError(RuntimeError):
 def prepare_unix_socket(path: Path) -> None:
     if not path.parent.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Checked after mkdir: another user may have made it first (mkdir then
+    # leaves theirs in place).
+    problem = socket_dir_problem(path.parent)
+    if problem is not None:
+        raise ListenError(f"refusing to listen on {path}: {problem}")
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise ListenError(f"{path} exists and is not a socket; refusing to replace it")

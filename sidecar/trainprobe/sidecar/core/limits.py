@@ -1,0 +1,44 @@
+"""Every bound on what a client can make the sidecar hold or send, in one place.
+
+A client (a hook, a relayed node, or anyone who can reach the socket) decides
+the size of what it sends; these limits decide what the sidecar keeps. Each
+is several times what a real hook sends, so no legitimate worker meets one;
+docs/SECURITY.md ("Bounds") lists them with the tests that prove them.
+"""
+
+from __future__ import annotations
+
+#: Characters in an identifier: job id, host, group, op, phase name, Ray ids.
+MAX_ID_LEN = 256
+#: Labels in a Hello, and characters in a label's key and in its value.
+MAX_LABELS = 64
+MAX_LABEL_KEY_LEN = 64
+MAX_LABEL_VALUE_LEN = 256
+#: Active or finished phases in one report.
+MAX_PHASES = 64
+#: Per-step samples in one report (the hook sends at most 256).
+MAX_RECENT = 1024
+#: Process groups in one report (the hook tracks at most 256).
+MAX_GROUPS = 256
+#: Collective samples in one report (the hook sends at most 16).
+MAX_SAMPLES = 256
+#: Characters of a client-supplied path (the stack file).
+MAX_PATH_LEN = 4096
+MAX_WORLD_SIZE = 1 << 20
+#: A step or collective lasting longer than a year is a unit bug, not training.
+MAX_DURATION_S = 365 * 86400.0
+
+#: Sessions the registry holds, live and ended. A new one beyond this first
+#: evicts the oldest ended session; with every session live it is refused
+#: (RESOURCE_EXHAUSTED). Several times the largest fleet bench_scale measures.
+MAX_SESSIONS = 10_000
+#: Ended sessions kept for status and the DEAD rule: beyond this, the oldest
+#: ended go first, so a flood of short-lived clients cannot fill memory.
+MAX_ENDED_SESSIONS = 1_000
+
+#: Bytes of one GetStatus reply's rows (the wire limit is 4 MiB); the rows
+#: that do not fit are counted in its ``omitted`` field.
+MAX_STATUS_BYTES = 3 * 1024 * 1024
+#: Characters of a Diagnose reply's text and of its JSON; beyond it they are
+#: cut and the reply says how many characters were left out.
+MAX_DIAGNOSE_CHARS = 256 * 1024
