@@ -29,6 +29,7 @@ from trainprobe.sidecar.core.episodes import (
     JobEpisodes,
     plan_targets,
 )
+from trainprobe.sidecar.core.evidence import stale_after_s
 from trainprobe.sidecar.core.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
@@ -88,7 +89,9 @@ class HangResponder:
     def local_summaries(self, job_id: str, now: float) -> list[RankSummary]:
         """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
         return [
-            summarize(w, now, heartbeat_limit_s(w, self.rules))
+            summarize(
+                w, now, min(heartbeat_limit_s(w, self.rules), stale_after_s(w.hello.interval_ms))
+            )
             for w in self.registry
             if w.hello.job_id == job_id
         ]
@@ -105,8 +108,9 @@ class HangResponder:
         summaries = self.summaries(job_id, self._clock())
         if not summaries:
             raise LookupError(f"no rank of job {job_id!r} has reported to this sidecar")
-        diag = analyze_job(summaries)
         ep = self.episodes.get(job_id)
+        # While this sidecar watches the job, its diagnosis has the evidence in it.
+        diag = ep.diagnosis if ep is not None and ep.leader else analyze_job(summaries)
         note = self.job_view.episode(job_id) if self.job_view is not None else None
         where = {**(note.where if note else {}), **(ep.where if ep else {})}
         return diag.with_where({r: p for r, p in where.items() if r in diag.culprits}), ep
@@ -126,6 +130,9 @@ class HangResponder:
             return EpisodeNote(
                 id=remote.id, job_id=job_id, opened_by="", verdict="", rule="", where=dict(found)
             )
+        if ep.leader and not ep.acted:
+            # Watched, not decided: followers act on the leader's decision only.
+            return None
         inc = ep.incident
         return EpisodeNote(
             id=ep.remote_id or ep.id,
@@ -144,12 +151,20 @@ class HangResponder:
     def open(
         self, incident: Incident, workers: list[WorkerState], findings: list[Finding], now: float
     ) -> Opened:
-        """Diagnose the job of a first hang incident and open its episode."""
+        """Diagnose the job of a first hang incident and open its episode.
+
+        Nothing is decided yet: the episode's watch (engine/watch.py) gathers
+        evidence, publishes the incident and acts when the evidence is
+        definitive or the patience is spent. Until then the episode observes.
+        """
         diag = analyze_job(self.summaries(incident.job_id, now))
         served = _served(incident.job_id, workers)
-        action = self._plan(incident, diag, served, findings, now)
+        incident.diagnosis = diag.to_record()
         pids = {r: w.hello.pid for r, w in served.items() if not w.ended}
-        ep = self.episodes.open(incident.job_id, incident.id, diag, pids, action, now, incident)
+        ep = self.episodes.open(
+            incident.job_id, incident.id, diag, pids, Action.OBSERVE, now, incident
+        )
+        ep.onset_at = incident.onset_at
         return incident, _to_inspect(diag, incident, served), ep
 
     def follow(
