@@ -5,6 +5,11 @@ is stuck (its stacks are read before anything is killed), and points the
 action at that rank only. The ranks watch their DDP gradient allreduce
 (``--watch-ddp``), so every report carries per-group collective sequence
 numbers.
+
+Since issue 12 a sleeping rank or a C call holding the GIL is ambiguous
+evidence, acted on after ``hang_patience_s``: the tests of those set
+``--hang-patience-s 0`` (act at the verdict) to test the naming and the
+targeting; tests/test_detect_e2e.py tests the patience itself.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from trainprobe.sidecar.act.stacks import find_py_spy
 
 pytestmark = pytest.mark.slow
 
+#: Act at the verdict (no patience): these tests are about naming and targeting.
+NOW = ("--hang-patience-s", "0")
 FAST = ["--steps", "400", "--step-s", "0.02", "--interval-ms", "100", "--watch-ddp"]
 
 
@@ -69,7 +76,7 @@ def job_records(sc, job: str, kind: str) -> list[dict]:  # type: ignore[no-untyp
 def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
     """Rank 2 sleeps inside step 15; ranks 0, 1, 3 enter the gradient allreduce and wait."""
     with (
-        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8") as sc,
+        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8", *NOW) as sc,
         Workers(4, sc.target, short_tmpdir(), job_id="sleep4", args=hang_args(2, 15, "sleep")) as w,
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "sleep4", timeout_s=60)
@@ -172,13 +179,19 @@ def test_sigstopped_rank_is_named_and_its_stack_read_from_outside() -> None:
         assert list(action["outcomes"]) == ["3"]
         assert action["outcomes"]["3"]["signals"][:2] == ["SIGCONT", "SIGTERM"]
         assert w.wait(60)[3] is not None
-        assert [r["id"] for r in job_records(sc, "stop4", "incident")] == [inc["id"]]
+        hangs = [r for r in job_records(sc, "stop4", "incident") if r["verdict"] != "DEGRADED"]
+        assert [r["id"] for r in hangs] == [inc["id"]]
+        # Definitive (the kernel says stopped): acted on at once, no patience.
+        (dec,) = job_records(sc, "stop4", "decision")
+        assert dec["rule"] == "stopped" and dec["definitive"] and dec["incident_id"] == inc["id"]
 
 
 def test_rank_holding_the_gil_in_c_is_read_through_its_faulthandler_signal() -> None:
     """Rank 1 blocks in a C call that keeps the GIL; py-spy is switched off."""
     with (
-        sidecar("--heartbeat-timeout-s", "3", "--sync-timeout-s", "30", "--py-spy", "off") as sc,
+        sidecar(
+            "--heartbeat-timeout-s", "3", "--sync-timeout-s", "30", "--py-spy", "off", *NOW
+        ) as sc,
         Workers(2, sc.target, short_tmpdir(), job_id="gil2", args=hang_args(1, 10, "gil")) as w,
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "gil2", timeout_s=60)
@@ -217,6 +230,7 @@ def test_ranks_over_tcp_from_another_host_are_one_job_with_the_local_ones() -> N
             "2",
             "--stall-timeout-s",
             "8",
+            *NOW,
         ) as sc,
         Workers(
             4,
@@ -246,7 +260,9 @@ def test_peers_that_stay_stuck_are_swept_after_the_job_kill_grace() -> None:
     a second incident or DEAD noise."""
     args = [*hang_args(1, 12, "sleep"), "--after-error", "sleep"]
     with (
-        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "6", "--job-kill-grace-s", "3") as sc,
+        sidecar(
+            "--sync-timeout-s", "2", "--stall-timeout-s", "6", "--job-kill-grace-s", "3", *NOW
+        ) as sc,
         Workers(3, sc.target, short_tmpdir(), job_id="sweep3", args=args) as w,
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "sweep3", timeout_s=60)

@@ -32,7 +32,11 @@ def _workers(up: SidecarProcess, job: str) -> dict[int, str]:
 
 
 def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
-    up, node = _pair("--heartbeat-timeout-s", "3", "--stall-timeout-s", "600")
+    # The upstream cannot read a relayed worker's /proc (the node can): the stopped
+    # state is no evidence here, so act at the verdict.
+    up, node = _pair(
+        "--heartbeat-timeout-s", "3", "--stall-timeout-s", "600", "--hang-patience-s", "0"
+    )
     with up, node:
         args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
         with Workers(
@@ -72,7 +76,9 @@ def test_commands_reach_relayed_workers_and_results_come_back() -> None:
 def test_node_signals_no_process_of_another_host_and_the_worker_aborts() -> None:
     """A relayed Hello naming another host: its pid means nothing on the node, so
     the node signals nothing, and the upstream asks the worker itself to abort."""
-    up, node = _pair("--stall-timeout-s", "2", "--heartbeat-timeout-s", "30")
+    up, node = _pair(
+        "--stall-timeout-s", "2", "--heartbeat-timeout-s", "30", "--hang-patience-s", "0"
+    )
     args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
     with (
         up,

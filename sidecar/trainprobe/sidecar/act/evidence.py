@@ -31,6 +31,8 @@ __all__ = ["KEEP", "EvidenceGatherer"]
 
 #: Samples kept per rank: enough to compare stacks and measure CPU over a few seconds.
 KEEP = 4
+#: Seconds between the first round's two /proc reads.
+FIRST_GAP_S = 0.3
 
 
 def _read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
@@ -63,15 +65,15 @@ class EvidenceGatherer:
     ) -> dict[int, RankEvidence]:
         """One sample of every rank in ``states``; the evidence so far."""
         local = [w for w in states if w.local]
-        read = await asyncio.to_thread(
-            _read_procs, [(w.hello.pid, w.proc_start_ticks) for w in local]
-        )
-        at = self._clock()
-        for w, (state, cpu, rchar, rbytes, hz) in zip(local, read, strict=True):
-            history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
-            history.append(ProcSample(at, state, cpu, rchar, rbytes, hz))
+        # CPU progress needs two reads: the first round takes its second one
+        # FIRST_GAP_S later, while the stacks are read.
+        first = any(w.hello.rank not in self._procs for w in local)
+        reads = [self._read(local)]
         if with_stacks and self.stacks is not None:
-            await self._sample_stacks(states)
+            reads.append(self._sample_stacks(states))
+        if first:
+            reads.append(self._read(local, delay_s=FIRST_GAP_S))
+        await asyncio.gather(*reads)
         now = self._clock()
         return {
             w.hello.rank: assess(
@@ -83,6 +85,16 @@ class EvidenceGatherer:
             )
             for w in states
         }
+
+    async def _read(self, local: Sequence[WorkerState], delay_s: float = 0.0) -> None:
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        targets = [(w.hello.pid, w.proc_start_ticks) for w in local]
+        read = await asyncio.to_thread(_read_procs, targets)
+        at = self._clock()
+        for w, (state, cpu, rchar, rbytes, hz) in zip(local, read, strict=True):
+            history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
+            history.append(ProcSample(at, state, cpu, rchar, rbytes, hz))
 
     async def _sample_stacks(self, states: Sequence[WorkerState]) -> None:
         # A rank that is gone or stopped has nothing more to say: its first stack stands.

@@ -151,7 +151,8 @@ def judge(
         for r in diag.culprits
         if r in evidence
     )
-    ambiguous = f"ambiguous evidence ({seen or 'no culprit named: ' + diag.kind})"
+    named = f"culprits {list(diag.culprits)} ({diag.kind})" if diag.culprits else ""
+    ambiguous = f"ambiguous evidence ({seen or named or 'no culprit named: ' + diag.kind})"
     if stalled >= patience_s:
         why = (
             f"patience: stalled {stalled:.1f}s >= {patience_s:.0f}s ({patience_basis}); {ambiguous}"

@@ -43,6 +43,8 @@ __all__ = ["ROUND_S", "HangWatch"]
 log = logging.getLogger("trainprobe.sidecar")
 #: Seconds between evidence rounds: CPU and I/O progress are measured over it.
 ROUND_S = 1.0
+#: After the first three rounds, stacks are read every this many rounds (/proc every round).
+STACK_EVERY = 5
 
 
 class HangWatch:
@@ -76,9 +78,14 @@ class HangWatch:
         gatherer = EvidenceGatherer(self.stacks, self._clock)  # type: ignore[arg-type]
         episodes = self.hangs.episodes
         published = False
+        rounds = 0
         while episodes.get(ep.job_id) is ep and not ep.acted:
             states = self._states(ep)
-            evidence = await gatherer.round(states)
+            # Stacks every round at first (the culprit, then "same frames?"), then
+            # every STACK_EVERY rounds: each read costs the rank's reporter a dump.
+            stacks = rounds < 3 or rounds % STACK_EVERY == 0
+            rounds += 1
+            evidence = await gatherer.round(states, with_stacks=stacks)
             now = self._clock()
             if episodes.get(ep.job_id) is not ep:
                 break  # the job stepped again while we sampled
@@ -110,9 +117,9 @@ class HangWatch:
             w.hello.rank: w
             for w in self.hangs.registry
             if w.hello.job_id == ep.job_id
-            and w.hello.pid == ep.pids.get(w.hello.rank)
+            and ep.pids.get(w.hello.rank, w.hello.pid) == w.hello.pid
             and w.ended != "goodbye"
-        }
+        }  # a rank that vanished before the episode is sampled too: /proc says it is gone
         first = [r for r in ep.diagnosis.culprits if r in served]
         order = first + sorted(r for r in served if r not in first)
         return [served[r] for r in order][:MAX_INSPECTED]
@@ -180,6 +187,12 @@ class HangWatch:
         """An episode closed: if nobody acted, its stall ended by itself; remember it."""
         if ep.acted or ep.remote_id or ep.incident is None:
             return
+        stepped = any(
+            w.hello.job_id == ep.job_id and not w.ended and w.last_step_at > ep.opened_at
+            for w in self.hangs.registry
+        )
+        if not stepped:
+            return  # its ranks exited (or were replaced): not a stall that ended by itself
         length = now - ep.onset_at
         culprit = ep.diagnosis.culprits[0] if ep.diagnosis.culprits else None
         where = ep.where.get(culprit, "") if culprit is not None else ""
