@@ -104,6 +104,11 @@ def test_assess_measures_cpu_io_and_whether_the_stack_moved() -> None:
     disk = assess(1, [proc(0.0, "D"), proc(1.0, "D")], [], True)
     assert disk.activity == "reading" and disk.label == "uninterruptible I/O"
     assert definitive_reason(disk) == ""
+    # Z once may be a process still tearing its threads down; Z twice is a zombie.
+    assert assess(1, [proc(0.0, "S"), proc(0.3, "Z")], [], True).state == "exiting"
+    assert assess(1, [proc(0.0, "Z")], [], True).state == "exiting"
+    assert assess(1, [proc(0.0, "Z"), proc(0.3, "Z")], [], True).state == "zombie"
+    assert definitive_reason(assess(1, [proc(0.0, "S"), proc(0.3, "Z")], [], True)) == ""
 
 
 def test_only_the_kernels_word_is_definitive() -> None:

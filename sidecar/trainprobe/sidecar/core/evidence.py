@@ -162,7 +162,7 @@ class RankEvidence:
     """What the sidecar saw of one rank; None fields were not observable."""
 
     rank: int
-    #: running, sleeping, disk, stopped, traced, zombie, gone; "" = unknown (remote).
+    #: running, sleeping, disk, stopped, traced, exiting, zombie, gone; "" = unknown.
     state: str = ""
     cpu_ratio: float | None = None
     io_moving: bool | None = None
@@ -183,7 +183,7 @@ class RankEvidence:
 
         A stopped or vanished process waits for nothing, whatever its stack says.
         """
-        if self.state in ("stopped", "traced", "zombie", "gone"):
+        if self.state in ("stopped", "traced", "exiting", "zombie", "gone"):
             return False
         if self.activity == COLLECTIVE:
             return True
@@ -192,7 +192,7 @@ class RankEvidence:
     @property
     def label(self) -> str:
         """What the rank is doing, in a word: ``reading``, ``stopped``..."""
-        if self.state in ("stopped", "traced", "zombie", "gone", "disk"):
+        if self.state in ("stopped", "traced", "exiting", "zombie", "gone", "disk"):
             return {"disk": "uninterruptible I/O"}.get(self.state, self.state)
         if self.waiting:
             return "waiting in a collective"
@@ -225,6 +225,10 @@ def assess(
     if procs:
         last = procs[-1]
         state = _STATES.get(last.state, "gone" if not last.state else "running")
+        if state == "zombie" and (len(procs) < 2 or procs[-2].state not in ("Z", "")):
+            # The leader of a process whose threads are still being torn down reads
+            # Z for a moment; a zombie is one that reads Z twice (then definitive).
+            state = "exiting"
         first = procs[0]
         dt = last.at - first.at
         if len(procs) >= 2 and dt > 0 and last.state and first.state:
