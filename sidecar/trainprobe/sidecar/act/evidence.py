@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
 from trainprobe.sidecar.act.stacks import StackCollector
@@ -61,16 +61,25 @@ class EvidenceGatherer:
         self.stacks_s = 0.0
 
     async def round(
-        self, states: Sequence[WorkerState], with_stacks: bool = True
+        self,
+        states: Sequence[WorkerState],
+        with_stacks: bool = True,
+        stack_ranks: Collection[int] | None = None,
+        culprits: Collection[int] = (),
     ) -> dict[int, RankEvidence]:
-        """One sample of every rank in ``states``; the evidence so far."""
+        """One sample of every rank in ``states``; the evidence so far.
+
+        Stacks are read of ``stack_ranks`` (all when None), with the Flight
+        Recorder's entries only for ``culprits``.
+        """
         local = [w for w in states if w.local]
         # CPU progress needs two reads: the first round takes its second one
         # FIRST_GAP_S later, while the stacks are read.
         first = any(w.hello.rank not in self._procs for w in local)
         reads = [self._read(local)]
         if with_stacks and self.stacks is not None:
-            reads.append(self._sample_stacks(states))
+            wanted = [w for w in states if stack_ranks is None or w.hello.rank in stack_ranks]
+            reads.append(self._sample_stacks(wanted, culprits))
         if first:
             reads.append(self._read(local, delay_s=FIRST_GAP_S))
         await asyncio.gather(*reads)
@@ -96,14 +105,19 @@ class EvidenceGatherer:
             history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
             history.append(ProcSample(at, state, cpu, rchar, rbytes, hz))
 
-    async def _sample_stacks(self, states: Sequence[WorkerState]) -> None:
+    async def _sample_stacks(
+        self, states: Sequence[WorkerState], culprits: Collection[int]
+    ) -> None:
         # A rank that is gone or stopped has nothing more to say: its first stack stands.
         readable = [w for w in states if not w.ended and not self._frozen(w.hello.rank)]
         if not readable:
             return
         t0 = self._clock()
         records = await asyncio.gather(
-            *(self.stacks.collect(w) for w in readable),  # type: ignore[union-attr]
+            *(
+                self.stacks.collect(w, w.hello.rank in culprits)  # type: ignore[union-attr]
+                for w in readable
+            ),
             return_exceptions=True,
         )
         self.stacks_s = round(self._clock() - t0, 3)

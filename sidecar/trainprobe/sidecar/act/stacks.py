@@ -91,8 +91,12 @@ class StackCollector:
         self.py_spy_timeout_s = py_spy_timeout_s
         self.signal_wait_s = signal_wait_s
 
-    async def collect(self, state: WorkerState) -> dict[str, object]:
-        """The record of one rank: method, stacks, where, flight_recorder, attempts."""
+    async def collect(self, state: WorkerState, flight_recorder: bool = True) -> dict[str, object]:
+        """The record of one rank: method, stacks, where, flight_recorder, attempts.
+
+        ``flight_recorder=False`` asks for the stacks only (a waiting peer's
+        evidence round: its in-flight entries add nothing to the diagnosis).
+        """
         t0 = time.monotonic()
         attempts: list[dict[str, str]] = []
         here = state.local and self._same_process(state)
@@ -110,10 +114,10 @@ class StackCollector:
             found = (
                 await self._py_spy(state, attempts)
                 or await self._faulthandler(state, attempts)
-                or await self._in_process(state, attempts)
+                or await self._in_process(state, attempts, flight_recorder)
             )
         else:
-            found = await self._in_process(state, attempts)
+            found = await self._in_process(state, attempts, flight_recorder)
             if found is None and not state.local:
                 attempts.append(
                     {"method": "py-spy/faulthandler", "error": "process not in this sidecar's host"}
@@ -149,7 +153,7 @@ class StackCollector:
         return state.proc_start_ticks is None or ticks in (None, state.proc_start_ticks)
 
     async def _in_process(
-        self, state: WorkerState, attempts: list[dict[str, str]]
+        self, state: WorkerState, attempts: list[dict[str, str]], flight_recorder: bool = True
     ) -> tuple[str, str, str] | None:
         if not self.commander.connected(state.key):
             attempts.append({"method": "in-process", "error": "worker is not connected"})
@@ -157,7 +161,7 @@ class StackCollector:
         result = await self.commander.request(
             state.key,
             self.timeout_s,
-            dump_stacks=probe_pb2.DumpStacks(include_flight_recorder=True),
+            dump_stacks=probe_pb2.DumpStacks(include_flight_recorder=flight_recorder),
         )
         if result is None:
             error = f"no answer within {self.timeout_s:g}s (GIL held, or process stopped)"

@@ -3,13 +3,13 @@
 For the first HUNG/UNRESPONSIVE incident of a job, :class:`HangResponder` builds
 a :class:`~trainprobe.sidecar.core.culprit.RankSummary` of every rank (this
 sidecar's own, plus those other sidecars share through the
-:class:`~trainprobe.sidecar.core.jobview.JobView`), runs the analysis, points
-the incident's action at the culprits it serves
-(:func:`~trainprobe.sidecar.core.episodes.plan_targets`), and reads their
-stacks before anything is logged or killed. It also follows episodes another
-sidecar opened (acting on the culprits this one serves), and finds the ranks
-a sweep must still kill after ``job_kill_grace_s``. Decisions are the core's;
-this module only gathers their inputs and carries them out.
+:class:`~trainprobe.sidecar.core.jobview.JobView`), runs the analysis and opens
+the job's episode; the episode's watch (:mod:`.watch`) then gathers evidence
+and decides when to act. It also follows episodes another sidecar opened and
+decided (acting at once on the culprits this one serves, after reading their
+stacks), and finds the ranks a sweep must still kill after
+``job_kill_grace_s``. Decisions are the core's; this module only gathers
+their inputs and carries them out.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from trainprobe.sidecar.act.evidence import EvidenceGatherer
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.core.actions import Action, is_destructive
-from trainprobe.sidecar.core.culprit import Diagnosis
+from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, Diagnosis
 from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.incidents import Incident
@@ -85,7 +85,11 @@ class HangWatch:
             # every STACK_EVERY rounds: each read costs the rank's reporter a dump.
             stacks = rounds < 3 or rounds % STACK_EVERY == 0
             rounds += 1
-            evidence = await gatherer.round(states, with_stacks=stacks)
+            # A conclusive analysis of collectives needs only the culprits' stacks
+            # (where they are); otherwise every rank's decides who waits.
+            diag0 = ep.diagnosis
+            only = set(diag0.culprits) if diag0.conclusive and diag0.kind != ALL_IN_FLIGHT else None
+            evidence = await gatherer.round(states, stacks, only, set(diag0.culprits))
             now = self._clock()
             if episodes.get(ep.job_id) is not ep:
                 break  # the job stepped again while we sampled
