@@ -1,6 +1,7 @@
 """trainprobe demo: a 4-rank DDP job on CPU (gloo) where one rank hangs.
 
     python examples/demo.py [--hang-rank 2] [--hang-at 40] [--stall-timeout-s 5]
+                            [--hang-patience-s 10]
 
 Starts a sidecar, trains a small DDP model with 4 gloo ranks that each use
 LivenessProbeHook, makes one rank sleep inside a step (its peers then block
@@ -35,6 +36,9 @@ def main() -> int:
     p.add_argument("--hang-rank", type=int, default=2)
     p.add_argument("--hang-at", type=int, default=40)
     p.add_argument("--stall-timeout-s", type=float, default=5.0)
+    # A sleeping rank is ambiguous evidence (it may wake up): the sidecar names it
+    # at once and kills it after the patience (the shipped default is auto, >= 90 s).
+    p.add_argument("--hang-patience-s", type=float, default=10.0)
     args = p.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="trainprobe-demo-", dir="/tmp"))
@@ -53,6 +57,8 @@ def main() -> int:
             str(work),
             "--stall-timeout-s",
             str(args.stall_timeout_s),
+            "--hang-patience-s",
+            str(args.hang_patience_s),
             "--log-level",
             "warning",
         ],

@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             env={},
             cli={
                 "stall_timeout_s": str(args.stall_timeout_s),
+                # The hung rank sleeps: ambiguous evidence, acted on after the patience
+                # (auto, >= 90 s, by default); the demo keeps it short.
+                "hang_patience_s": "5",
                 "on_hung": "restart",
                 "kill_grace_s": "2",
                 "state_dir": str(workdir / "state"),

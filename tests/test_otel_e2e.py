@@ -36,6 +36,8 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
             str(port),
             "--metrics-host",
             "127.0.0.1",
+            "--hang-patience-s",
+            "0",
             env=FAST_EXPORT,
         ) as sc,
         Workers(2, sc.target, short_tmpdir(), job_id="otel-hang", args=WATCHED) as w,
@@ -155,7 +157,9 @@ def test_hang_gives_an_incident_span_linked_to_the_unfinished_steps() -> None:
 def test_dead_collector_costs_one_log_line_and_no_kill_is_late() -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     env = {**FAST_EXPORT, "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
-    with sidecar("--stall-timeout-s", "3", "--otlp-endpoint", dead, env=env) as sc:
+    with sidecar(
+        "--stall-timeout-s", "3", "--otlp-endpoint", dead, "--hang-patience-s", "0", env=env
+    ) as sc:
         # A healthy run completes...
         with Workers(
             2,

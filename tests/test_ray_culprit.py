@@ -87,6 +87,7 @@ def test_straggler_on_the_other_node_is_named_and_killed_there(cluster: tuple[An
             "job_sync_interval_ms": "200",
             "job_kill_grace_s": "3",
             "on_hung": "kill",
+            "hang_patience_s": "0",  # the straggler sleeps: ambiguous, act at the verdict
         },
     )
     placed = start_sidecars(settings)

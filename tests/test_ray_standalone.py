@@ -66,6 +66,7 @@ def _hang_one(ray: Any, sc: SidecarProcess, job_id: str) -> tuple[Any, dict[str,
 def test_standalone_sidecar_kills_a_hung_actor_through_ray(local_ray: SimpleNamespace) -> None:
     ray = local_ray.ray
     flags = ["--ray-address", local_ray.gcs, "--stall-timeout-s", "2", "--kill-grace-s", "2"]
+    flags += ["--hang-patience-s", "0"]  # the kill path through Ray, not the patience
     with SidecarProcess(short_tmpdir(), *flags) as sc:
         wait_for(lambda: "connected to Ray" in sc.log_text(), 60, what="sidecar joins Ray")
         actor, ids, run = _hang_one(ray, sc, "standalone")
@@ -96,6 +97,7 @@ def test_unreachable_ray_falls_back_to_signalling_the_pid(local_ray: SimpleNames
     ray = local_ray.ray
     closed = f"127.0.0.1:{free_port()}"  # nothing listens there
     flags = ["--ray-address", closed, "--stall-timeout-s", "2", "--kill-grace-s", "2"]
+    flags += ["--hang-patience-s", "0"]
     with SidecarProcess(short_tmpdir(), *flags, env={"TRAINPROBE_RAY_TIMEOUT_S": "2"}) as sc:
         actor, ids, run = _hang_one(ray, sc, "fallback")
         try:

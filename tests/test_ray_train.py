@@ -47,6 +47,8 @@ def ray_node() -> Iterator[SimpleNamespace]:
                 env={},
                 cli={
                     "stall_timeout_s": str(STALL_S),
+                    # The restart path through Ray Train, not the patience (issue 12).
+                    "hang_patience_s": "0",
                     "on_hung": "restart",
                     "kill_grace_s": "2",
                     # Ray Train ends the peers of a killed culprit itself; our

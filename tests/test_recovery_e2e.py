@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_replacement_of_a_killed_rank_is_logged_as_recovery() -> None:
     common = ["--step-s", "0.02", "--interval-ms", "100"]
     hangs = [*common, "--steps", "400", "--hang-rank", "0", "--hang-at", "10"]
-    with sidecar("--stall-timeout-s", "2", "--kill-grace-s", "1") as sc:
+    with sidecar("--stall-timeout-s", "2", "--kill-grace-s", "1", "--hang-patience-s", "0") as sc:
         workdir = short_tmpdir()
         with Workers(1, sc.target, workdir, job_id="rec", args=hangs) as first:
             inc = sc.wait_incident(lambda r: r["job_id"] == "rec", timeout_s=60)

@@ -32,7 +32,11 @@ def _workers(up: SidecarProcess, job: str) -> dict[int, str]:
 
 
 def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
-    up, node = _pair("--heartbeat-timeout-s", "3", "--stall-timeout-s", "600")
+    # The upstream cannot read a relayed worker's /proc (the node can): the stopped
+    # state is no evidence here, so act at the verdict.
+    up, node = _pair(
+        "--heartbeat-timeout-s", "3", "--stall-timeout-s", "600", "--hang-patience-s", "0"
+    )
     with up, node:
         args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
         with Workers(

@@ -27,6 +27,7 @@ from trainprobe.sidecar.core import (
     Verdict,
 )
 from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.engine import Engine
 from trainprobe.sidecar.ray.link import RayLink
 from trainprobe.sidecar.transport.commander import Commander
@@ -66,7 +67,9 @@ def build(
     policy: ActionPolicy | None = None,
     job_view: JobView | None = None,
     forget_after_s: float = 60.0,
+    patience_s: float | None = 0.0,
 ) -> tuple[Engine, Registry, FakeKiller, Clock, IncidentLog]:
+    """An engine whose hang path acts at once (``patience_s=0``) unless told otherwise."""
     clock = Clock()
     reg = Registry(forget_after_s=forget_after_s)
     log = IncidentLog(tmp_path / "incidents.jsonl")
@@ -84,6 +87,7 @@ def build(
         wall_clock=lambda: 1.7e9 + clock.now,
         culprits=CulpritPolicy("kill_stalled", job_kill_grace_s=10.0),
         job_view=job_view,
+        patience=PatienceBook(setting_s=patience_s),
     )
     return engine, reg, killer, clock, log
 
@@ -149,6 +153,26 @@ def test_the_hang_path_kills_the_straggler_alone(tmp_path: Path) -> None:
     assert isinstance(diag, dict) and diag["culprits"] == [1] and diag["kind"] == "straggler"
 
 
+def test_an_ambiguous_stall_gets_its_verdict_now_and_no_kill_before_patience(
+    tmp_path: Path,
+) -> None:
+    """A stalled rank with no definitive evidence (no /proc facts: it is not a
+    verified local process) is HUNG at once and waits for the default patience."""
+    engine, reg, killer, clock, log = build(tmp_path, patience_s=None)
+
+    async def run() -> None:
+        w = connected(reg, 0, T0, world=1)
+        reg.apply(w, report(T0 + 4.5, step=5, step_t_s=T0 + 1), T0 + 4.5)
+        clock.now = T0 + 4.5
+        assert [(i.rule, i.verdict) for i in engine.tick()] == [("stall", Verdict.HUNG)]
+        await asyncio.sleep(1.5)  # a watch round or two: evidence, no action
+        assert w.verdict is Verdict.HUNG and killer.killed == []
+
+    asyncio.run(run())
+    assert killer.killed == []
+    assert records(log, "incident") and not records(log, "action")
+
+
 def test_dry_run_logs_the_kill_and_kills_nobody(tmp_path: Path) -> None:
     engine, reg, killer, clock, log = build(tmp_path, ActionPolicy(dry_run=True))
 
@@ -182,7 +206,7 @@ def test_the_kill_budget_turns_kills_into_observation(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert len(killer.killed) == 1
-    second = [r for r in records(log, "incident") if r["rule"] == "stall"][1]
+    second = records(log, "decision")[1]
     assert second["action"] == "observe" and "max_kills_per_hour" in str(second["action_reason"])
 
 

@@ -24,6 +24,7 @@ from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.core.episodes import CulpritPolicy
 from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS, MAX_STATUS_BYTES
+from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import Registry
@@ -178,6 +179,7 @@ class Sidecar:
             stacks=self.stacks,
             job_view=self.job_view,
             sidecar_id=sidecar_id or f"{socket.gethostname()}:{os.getpid()}",
+            patience=PatienceBook(settings.hang_patience_s),
         )
         self.job_sync = _job_sync(self.engine, killer, settings)
         self.servicer = SidecarServicer(
@@ -216,7 +218,9 @@ class Sidecar:
             job = w.hello.job_id
             if job not in thresholds:
                 thresholds[job] = self.engine.stall_threshold_s(job)
-            row = status_pb(w, now, thresholds[job])
+            ep = self.engine.hangs.episodes.get(job)
+            suspect = ep.suspect if ep is not None and not ep.acted else ""
+            row = status_pb(w, now, thresholds[job], suspect)
             size += row.ByteSize()
             if size > MAX_STATUS_BYTES:
                 omitted += 1

@@ -6,6 +6,7 @@ Public API (imported on first use):
 - :class:`Actions`: runs an incident's action and logs its ``action`` record.
 - :class:`Killer`, :class:`SignalKiller`: how a worker's process is made to go.
 - :class:`StackCollector`: a rank's Python stacks, in-process or from outside.
+- :class:`EvidenceGatherer`: a suspect job's /proc and stack samples, round by round.
 - :class:`IncidentLog`, :func:`read_incident_log`: the append-only JSON Lines log.
 - :func:`terminate`, :func:`pid_alive`, :func:`proc_start_ticks`,
   :func:`proc_stopped`, :class:`KillOutcome`: facts from /proc and signals.
@@ -17,6 +18,7 @@ from trainprobe.sidecar._lazy import lazy_exports
 
 __all__ = [
     "Actions",
+    "EvidenceGatherer",
     "IncidentLog",
     "IncidentLogError",
     "KillOutcome",
@@ -26,6 +28,7 @@ __all__ = [
     "SignalKiller",
     "StackCollector",
     "pid_alive",
+    "proc_sample",
     "proc_start_ticks",
     "proc_stopped",
     "protected_pid",
@@ -37,6 +40,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Actions": "actions",
+        "EvidenceGatherer": "evidence",
         "RecoveryLog": "actions",
         "IncidentLog": "incident_log",
         "IncidentLogError": "incident_log",
@@ -45,6 +49,7 @@ __getattr__, __dir__ = lazy_exports(
         "pid_alive": "procs",
         "proc_start_ticks": "procs",
         "proc_stopped": "procs",
+        "proc_sample": "procs",
         "protected_pid": "procs",
         "terminate": "procs",
         "Killer": "killers",

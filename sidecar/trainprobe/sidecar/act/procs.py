@@ -183,3 +183,34 @@ async def still_alive(pid: int, settle_s: float = 0.5) -> bool:
     stream can end a few ms before the pid looks gone: look again briefly.
     """
     return not await wait_gone(pid, settle_s)
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_sample(pid: int) -> tuple[str, int, int | None, int | None, int]:
+    """(state, utime+stime ticks, rchar, read_bytes, ticks per second) of ``pid``.
+
+    The state is the kernel's letter ("" when the process is gone). Two small
+    reads of /proc, never blocking on the process itself: the sidecar calls
+    it from a worker thread all the same (``act/evidence.py``).
+    """
+    fields = _stat_fields(pid) if pid > 0 else None
+    if not fields:
+        return "", 0, None, None, _TICKS_PER_S
+    try:
+        cpu = int(fields[11]) + int(fields[12])
+    except (IndexError, ValueError):
+        cpu = 0
+    rchar = read_bytes = None
+    try:
+        with open(f"/proc/{pid}/io", "rb") as fh:
+            for line in fh.read(4096).splitlines():
+                name, _, value = line.partition(b":")
+                if name == b"rchar":
+                    rchar = int(value)
+                elif name == b"read_bytes":
+                    read_bytes = int(value)
+    except (OSError, ValueError):
+        pass  # another user's process without ptrace rights: CPU and state only
+    return fields[0].decode(errors="replace")[:1], cpu, rchar, read_bytes, _TICKS_PER_S

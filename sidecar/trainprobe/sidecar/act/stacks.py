@@ -103,12 +103,16 @@ class StackCollector:
     def stack_dirs(self) -> list[Path]:
         return [*self.socket_dirs, runtime_dir()]
 
-    async def collect(self, state: WorkerState, signals: bool = True) -> dict[str, object]:
+    async def collect(
+        self, state: WorkerState, signals: bool = True, flight_recorder: bool = True
+    ) -> dict[str, object]:
         """The record of one rank: method, stacks, where, flight_recorder, attempts.
 
         Reads from outside (py-spy, the faulthandler signal) only a process
         whose pid was verified (``state.local``); sends the signal only when
         ``signals`` (an action is allowed: not a dry run, not observe).
+        ``flight_recorder=False`` asks for the stacks only (a waiting peer's
+        evidence round: its in-flight entries add nothing to the diagnosis).
         """
         t0 = time.monotonic()
         attempts: list[dict[str, str]] = []
@@ -127,10 +131,10 @@ class StackCollector:
             found = (
                 await self._py_spy(state, attempts)
                 or await self._faulthandler(state, attempts, signals)
-                or await self._in_process(state, attempts)
+                or await self._in_process(state, attempts, flight_recorder)
             )
         else:
-            found = await self._in_process(state, attempts)
+            found = await self._in_process(state, attempts, flight_recorder)
             if found is None and not state.local:
                 why = "pid not verified on this host (no identity ticket); not read from outside"
                 attempts.append({"method": "py-spy/faulthandler", "error": why})
@@ -167,7 +171,7 @@ class StackCollector:
         return ticks is not None and proc_start_ticks(pid) == ticks
 
     async def _in_process(
-        self, state: WorkerState, attempts: list[dict[str, str]]
+        self, state: WorkerState, attempts: list[dict[str, str]], flight_recorder: bool = True
     ) -> tuple[str, str, str] | None:
         if not self.commander.connected(state.key):
             attempts.append({"method": "in-process", "error": "worker is not connected"})
@@ -175,7 +179,7 @@ class StackCollector:
         result = await self.commander.request(
             state.key,
             self.timeout_s,
-            dump_stacks=probe_pb2.DumpStacks(include_flight_recorder=True),
+            dump_stacks=probe_pb2.DumpStacks(include_flight_recorder=flight_recorder),
         )
         if result is None:
             error = f"no answer within {self.timeout_s:g}s (GIL held, or process stopped)"

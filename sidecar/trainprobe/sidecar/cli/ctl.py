@@ -70,10 +70,16 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             )
         step = str(w.step) if w.has_step else "-"
         sync = _sync_text(w)
+        verdict, state = w.verdict, w.state
+        if w.killed_rule:
+            # What happened to it, not how its stream ended.
+            verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
+        elif w.suspect:
+            verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
         lines.append(
             f"{w.job_id[:20]:<20} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
-            f"{gpu:>13} {sync:>14} {w.verdict:<12} {w.state}"
+            f"{gpu:>13} {sync:>14} {verdict:<12} {state}"
         )
     if not reply.workers and not reply.omitted:
         lines.append("(no workers have reported)")

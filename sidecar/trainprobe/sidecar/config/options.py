@@ -106,7 +106,13 @@ OPTIONS: tuple[Option, ...] = (
         _R,
         default_text="auto",
     ),
-    Option("stall_floor_s", v.seconds(0.1, 86400), "Lower bound of the auto stall threshold.", _R),
+    Option(
+        "stall_floor_s",
+        v.seconds(0.1, 86400),
+        "Lower bound of the auto stall threshold (a verdict: the kill waits for definitive "
+        "evidence or hang_patience_s).",
+        _R,
+    ),
     Option(
         "stall_p99_factor",
         v.number(1, 1000),
@@ -155,7 +161,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sync_timeout_s",
         v.seconds(0.1, 86400),
-        "HUNG when a collective has been in flight this long outside a phase.",
+        "HUNG when a collective has been in flight this long outside a phase (a verdict: "
+        "the kill waits for definitive evidence or hang_patience_s).",
         _R,
     ),
     Option(
@@ -188,6 +195,17 @@ OPTIONS: tuple[Option, ...] = (
         "no collective data): kill_stalled = the on_hung/on_unresponsive action hits every "
         "stalled rank; observe = only the incident.",
         _A,
+    ),
+    Option(
+        "hang_patience_s",
+        v.auto_or_seconds(0, 604800),
+        "How long a hang whose evidence is ambiguous (the culprit sleeps, reads, waits on a "
+        "lock, computes, or is silent) is watched before its action; the verdict, culprit and "
+        "diagnosis come at once. Definitive evidence (a stopped, zombie or vanished culprit, "
+        "mismatched collectives) acts at once. 'auto' = max(90 s, 2 x the longest stall of "
+        "the job that ended by itself); 0 = act at the verdict.",
+        _A,
+        default_text="auto",
     ),
     Option(
         "job_kill_grace_s",

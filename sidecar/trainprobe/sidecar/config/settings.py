@@ -67,7 +67,7 @@ class Settings:
     # rules
     heartbeat_timeout_s: float = 10.0
     stall_timeout_s: float | None = None
-    stall_floor_s: float = 30.0
+    stall_floor_s: float = 3.0
     stall_p99_factor: float = 10.0
     stall_warmup_steps: int = 20
     startup_timeout_s: float = 600.0
@@ -75,7 +75,7 @@ class Settings:
     gpu_memory_ratio: float = 0.95
     gpu_memory_reports: int = 3
     sync_latency_s: float = 5.0
-    sync_timeout_s: float = 5.0
+    sync_timeout_s: float = 3.0
     # actions
     on_hung: str = Action.KILL.value
     on_unresponsive: str = Action.KILL.value
@@ -84,6 +84,7 @@ class Settings:
     kill_grace_s: float = 5.0
     max_kills_per_hour: int = 10
     on_inconclusive: str = INCONCLUSIVE_CHOICES[0]
+    hang_patience_s: float | None = None
     job_kill_grace_s: float = 10.0
     stack_timeout_s: float = 1.0
     # integrations

@@ -6,12 +6,22 @@ current time as an argument, so the whole decision path is unit-testable.
 
 from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
+from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
     Episode,
     JobEpisodes,
     plan_targets,
     update_record,
+)
+from trainprobe.sidecar.core.evidence import (
+    ProcSample,
+    RankEvidence,
+    StackSample,
+    assess,
+    classify_frames,
+    definitive_reason,
+    stale_after_s,
 )
 from trainprobe.sidecar.core.incidents import (
     FindingEdges,
@@ -43,6 +53,7 @@ from trainprobe.sidecar.core.model import (
     WorkerKey,
     WorkerState,
 )
+from trainprobe.sidecar.core.patience import PatienceBook, Stall
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.ray_kill import (
     RayKillPlan,
@@ -80,8 +91,12 @@ __all__ = [
     "JobContext",
     "JobEpisodes",
     "JobView",
+    "Judgement",
     "KillBudget",
+    "PatienceBook",
     "PhaseData",
+    "ProcSample",
+    "RankEvidence",
     "RankSummary",
     "RayInfo",
     "RayKillPlan",
@@ -90,6 +105,8 @@ __all__ = [
     "RegistryError",
     "ReportData",
     "RuleConfig",
+    "StackSample",
+    "Stall",
     "StallPolicy",
     "StallThreshold",
     "SyncData",
@@ -105,11 +122,15 @@ __all__ = [
     "aged",
     "analyze",
     "analyze_job",
+    "assess",
+    "classify_frames",
     "decide",
+    "definitive_reason",
     "evaluate",
     "group_incidents",
     "is_destructive",
     "job_contexts",
+    "judge",
     "kill_settled",
     "merge_summaries",
     "next_incident_id",
@@ -117,9 +138,12 @@ __all__ = [
     "parse_stacks",
     "plan_ray_kill",
     "plan_targets",
+    "refine",
+    "stale_after_s",
     "stall_threshold",
     "stuck_at",
     "summarize",
+    "suspect_line",
     "update_record",
     "validate_hello",
     "validate_report",

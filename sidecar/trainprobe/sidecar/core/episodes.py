@@ -74,6 +74,15 @@ class Episode:
     updates: int = 0
     #: Where culprits are stuck (rank -> place), once their stacks were read.
     where: dict[int, str] = field(default_factory=dict)
+    #: When the stall began (the incident's onset): the patience counts from here.
+    onset_at: float = 0.0
+    #: Set once the decision to act was taken (definitive evidence or patience).
+    acted: bool = False
+    #: The latest judgement and one-line state while watched (``trainprobe status``).
+    decision: dict[str, object] = field(default_factory=dict)
+    suspect: str = ""
+    #: What the culprit was doing, for the patience history when the stall ends by itself.
+    activity: str = ""
 
     @property
     def leader(self) -> bool:
@@ -231,6 +240,13 @@ class JobEpisodes:
         if remote_id:
             self._followed.add(remote_id)
         return ep
+
+    def arm_sweep(self, ep: Episode, action: str, now: float) -> None:
+        """The episode acted: a destructive action sweeps the job's rest after the grace."""
+        ep.acted = True
+        ep.action = action
+        if is_destructive(action) and ep.sweep_at is None:
+            ep.sweep_at = now + self.policy.job_kill_grace_s
 
     def should_follow(self, remote_id: str, job_id: str) -> bool:
         """Whether a coordinator's episode is new to this sidecar."""

@@ -46,6 +46,8 @@ class Incident:
     #: Ranks the action targets (all ranks, or the culprits once diagnosed).
     targets: list[int] = field(default_factory=list)
     diagnosis: dict[str, object] | None = None
+    #: For a hang: whether to act now or watch, and on which evidence (core/decision.py).
+    decision: dict[str, object] | None = None
 
     @property
     def detection_latency_s(self) -> float:
@@ -70,6 +72,7 @@ class Incident:
             "detection_latency_s": round(self.detection_latency_s, 3),
             "evidence": self.evidence,
             "diagnosis": self.diagnosis,
+            "decision": self.decision,
         }
 
 

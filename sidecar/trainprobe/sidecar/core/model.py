@@ -248,6 +248,9 @@ class WorkerState:
     verdict_rule: str = ""
     #: Set when trainprobe itself killed the process: its exit is expected.
     killed_by_us: bool = False
+    #: The decision rule (stopped, patience, job_kill_grace...) and incident of that kill.
+    killed_rule: str = ""
+    killed_incident: str = ""
     #: Sidecar time of the oldest in-flight collective per group, mapped.
     inflight_since: dict[str, float] = field(default_factory=dict)
     #: Calibration cache: p99 of step_samples, refreshed on each report.

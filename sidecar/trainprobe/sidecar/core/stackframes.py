@@ -20,7 +20,7 @@ the thread with the most frames of user code, the main thread first on a tie.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["Frame", "ThreadStack", "parse_stacks", "stuck_at", "training_thread"]
 
@@ -40,6 +40,9 @@ class Frame:
     file: str
     line: int
     function: str
+    #: The source line, where the dump has it (the hook's own; not py-spy's or
+    #: faulthandler's): it tells a ``time.sleep`` from a ``lock.acquire``.
+    code: str = field(default="", compare=False)
 
     @property
     def library(self) -> bool:
@@ -103,6 +106,10 @@ def parse_stacks(text: str) -> list[ThreadStack]:
             ident, started = int(m.group(1), 0), True
         elif m := _HOOK_FRAME.match(line) or _FH_FRAME.match(line):
             frames.append(Frame(m.group(1), int(m.group(2)), m.group(3)))
+        elif reverse and frames and line.startswith("    ") and not frames[-1].code:
+            # The hook's (traceback's) source line under its frame.
+            last = frames[-1]
+            frames[-1] = Frame(last.file, last.line, last.function, line.strip()[:200])
         elif m := _SPY_FRAME.match(line):
             frames.append(Frame(m.group(2), int(m.group(3)), m.group(1)))
     if started:

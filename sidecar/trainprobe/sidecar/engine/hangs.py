@@ -3,13 +3,13 @@
 For the first HUNG/UNRESPONSIVE incident of a job, :class:`HangResponder` builds
 a :class:`~trainprobe.sidecar.core.culprit.RankSummary` of every rank (this
 sidecar's own, plus those other sidecars share through the
-:class:`~trainprobe.sidecar.core.jobview.JobView`), runs the analysis, points
-the incident's action at the culprits it serves
-(:func:`~trainprobe.sidecar.core.episodes.plan_targets`), and reads their
-stacks before anything is logged or killed. It also follows episodes another
-sidecar opened (acting on the culprits this one serves), and finds the ranks
-a sweep must still kill after ``job_kill_grace_s``. Decisions are the core's;
-this module only gathers their inputs and carries them out.
+:class:`~trainprobe.sidecar.core.jobview.JobView`), runs the analysis and opens
+the job's episode; the episode's watch (:mod:`.watch`) then gathers evidence
+and decides when to act. It also follows episodes another sidecar opened and
+decided (acting at once on the culprits this one serves, after reading their
+stacks), and finds the ranks a sweep must still kill after
+``job_kill_grace_s``. Decisions are the core's; this module only gathers
+their inputs and carries them out.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from trainprobe.sidecar.core.episodes import (
     JobEpisodes,
     plan_targets,
 )
+from trainprobe.sidecar.core.evidence import stale_after_s
 from trainprobe.sidecar.core.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
@@ -45,7 +46,9 @@ MAX_INSPECTED = 8
 
 
 class StackSource(Protocol):
-    async def collect(self, state: WorkerState, signals: bool = True) -> dict[str, object]: ...
+    async def collect(
+        self, state: WorkerState, signals: bool = True, flight_recorder: bool = True
+    ) -> dict[str, object]: ...
 
 
 #: An incident to dispatch, the ranks whose stacks to read first, its episode.
@@ -93,7 +96,9 @@ class HangResponder:
     def local_summaries(self, job_id: str, now: float) -> list[RankSummary]:
         """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
         return [
-            summarize(w, now, heartbeat_limit_s(w, self.rules))
+            summarize(
+                w, now, min(heartbeat_limit_s(w, self.rules), stale_after_s(w.hello.interval_ms))
+            )
             for w in self.registry
             if w.hello.job_id == job_id
         ]
@@ -110,8 +115,9 @@ class HangResponder:
         summaries = self.summaries(job_id, self._clock())
         if not summaries:
             raise LookupError(f"no rank of job {job_id!r} has reported to this sidecar")
-        diag = analyze_job(summaries)
         ep = self.episodes.get(job_id)
+        # While this sidecar watches the job, its diagnosis has the evidence in it.
+        diag = ep.diagnosis if ep is not None and ep.leader else analyze_job(summaries)
         note = self.job_view.episode(job_id) if self.job_view is not None else None
         where = {**(note.where if note else {}), **(ep.where if ep else {})}
         return diag.with_where({r: p for r, p in where.items() if r in diag.culprits}), ep
@@ -131,6 +137,9 @@ class HangResponder:
             return EpisodeNote(
                 id=remote.id, job_id=job_id, opened_by="", verdict="", rule="", where=dict(found)
             )
+        if ep.leader and not ep.acted:
+            # Watched, not decided: followers act on the leader's decision only.
+            return None
         inc = ep.incident
         return EpisodeNote(
             id=ep.remote_id or ep.id,
@@ -149,12 +158,20 @@ class HangResponder:
     def open(
         self, incident: Incident, workers: list[WorkerState], findings: list[Finding], now: float
     ) -> Opened:
-        """Diagnose the job of a first hang incident and open its episode."""
+        """Diagnose the job of a first hang incident and open its episode.
+
+        Nothing is decided yet: the episode's watch (engine/watch.py) gathers
+        evidence, publishes the incident and acts when the evidence is
+        definitive or the patience is spent. Until then the episode observes.
+        """
         diag = analyze_job(self.summaries(incident.job_id, now))
         served = _served(incident.job_id, workers)
-        action = self._plan(incident, diag, served, findings, now)
+        incident.diagnosis = diag.to_record()
         pids = {r: w.hello.pid for r, w in served.items() if not w.ended}
-        ep = self.episodes.open(incident.job_id, incident.id, diag, pids, action, now, incident)
+        ep = self.episodes.open(
+            incident.job_id, incident.id, diag, pids, Action.OBSERVE, now, incident
+        )
+        ep.onset_at = incident.onset_at
         return incident, _to_inspect(diag, incident, served), ep
 
     def follow(

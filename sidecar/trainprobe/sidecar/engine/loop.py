@@ -31,10 +31,12 @@ from trainprobe.sidecar.core.episodes import (
 from trainprobe.sidecar.core.incidents import FindingEdges, Incident, group_incidents
 from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
+from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
 from trainprobe.sidecar.engine.hangs import HangResponder, StackSource
+from trainprobe.sidecar.engine.watch import HangWatch
 from trainprobe.sidecar.tasks import TaskSet
 
 __all__ = ["ActionRunner", "Engine", "IncidentSink"]
@@ -78,6 +80,7 @@ class Engine:
         stacks: StackSource | None = None,
         job_view: JobView | None = None,
         sidecar_id: str = "",
+        patience: PatienceBook | None = None,
     ) -> None:
         self.registry = registry
         self.rules = rules
@@ -98,6 +101,17 @@ class Engine:
             sidecar_id,
             clock,
             wall_clock,
+        )
+        self.watch = HangWatch(
+            self.hangs,
+            policy,
+            self.budget,
+            patience or PatienceBook(),
+            incident_log,
+            self._publish,
+            actions.execute,
+            stacks,  # type: ignore[arg-type]
+            clock,
         )
         self._clock = clock
         self._wall = wall_clock
@@ -129,7 +143,9 @@ class Engine:
             self._dispatch(incident)
         opened = [*routing.plain]
         for incident in routing.openers:
-            self._dispatch(*self.hangs.open(incident, workers, findings, now))
+            # Detect fast, act when sure: the watch publishes, then acts on evidence.
+            incident, _, ep = self.hangs.open(incident, workers, findings, now)
+            self._spawn(self.watch.watch(incident, ep), incident)
             opened.append(incident)
         for incident, inspect, ep in self.hangs.follow(workers, findings, now):
             self._dispatch(incident, inspect, ep)
@@ -146,6 +162,7 @@ class Engine:
             sweep = self.actions.sweep(ep.id, ep.job_id, ranks, ep.action, ep.incident)
             self._spawn(sweep, ep.incident)
         for ep in self.hangs.settle(workers):
+            self.watch.closed(ep, now)
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
         return opened
 

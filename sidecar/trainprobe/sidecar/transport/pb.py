@@ -135,8 +135,10 @@ def _gpu_pb(g: GpuMemoryData | None) -> probe_pb2.GpuMemory | None:
     return None if g is None else probe_pb2.GpuMemory(**dataclasses.asdict(g))
 
 
-def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2.WorkerStatus:
-    """One row of ``trainprobe status``."""
+def status_pb(
+    w: WorkerState, now: float, stall_threshold_s: float, suspect: str = ""
+) -> probe_pb2.WorkerStatus:
+    """One row of ``trainprobe status``; ``suspect`` is the job's watched hang, if any."""
     h = w.hello
     rep = w.last_report
     # Counters from the latest report; latencies from the latest window that
@@ -174,4 +176,7 @@ def status_pb(w: WorkerState, now: float, stall_threshold_s: float) -> probe_pb2
         ),
         gpu_uuid=w.gpu_uuid,
         inflight_age_s=max(0.0, now - inflight[1]) if inflight else 0.0,
+        suspect=suspect if not w.killed_rule else "",
+        killed_rule=w.killed_rule,
+        killed_incident=w.killed_incident,
     )

@@ -1,0 +1,145 @@
+"""Gathering a suspect job's evidence: /proc samples and stack samples, per rank.
+
+The pure half (what the samples mean) is :mod:`trainprobe.sidecar.core.evidence`.
+Here the samples are taken without blocking the event loop: /proc is read in a
+worker thread (a stuck /proc read, e.g. of a process in a hung NFS mount, then
+costs a thread, not the loop), and stacks come from the
+:class:`~trainprobe.sidecar.act.stacks.StackCollector`, whose reads are all
+bounded by timeouts. Every history is bounded (:data:`KEEP` samples a rank).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+
+from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
+from trainprobe.sidecar.act.stacks import StackCollector
+from trainprobe.sidecar.core.evidence import (
+    ProcSample,
+    RankEvidence,
+    StackSample,
+    assess,
+    stale_after_s,
+)
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
+
+__all__ = ["KEEP", "EvidenceGatherer"]
+
+#: Samples kept per rank: enough to compare stacks and measure CPU over a few seconds.
+KEEP = 4
+#: Seconds between the first round's two /proc reads.
+FIRST_GAP_S = 0.3
+
+
+def _read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
+    out = []
+    for pid, start in targets:
+        sample = proc_sample(pid)
+        # A reused pid is another process: for us, ours is gone.
+        if sample[0] and start is not None and proc_start_ticks(pid) not in (None, start):
+            sample = ("", 0, None, None, sample[4])
+        out.append(sample)
+    return out
+
+
+class EvidenceGatherer:
+    """Samples ranks round after round; one instance per watched episode."""
+
+    def __init__(
+        self, stacks: StackCollector | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.stacks = stacks
+        self._clock = clock
+        self._procs: dict[int, deque[ProcSample]] = {}
+        self._frames: dict[int, deque[StackSample]] = {}
+        #: The latest stack record per rank (what the incident shows).
+        self.records: dict[int, dict[str, object]] = {}
+        self.stacks_s = 0.0
+
+    async def round(
+        self,
+        states: Sequence[WorkerState],
+        with_stacks: bool = True,
+        stack_ranks: Collection[int] | None = None,
+        culprits: Collection[int] = (),
+    ) -> dict[int, RankEvidence]:
+        """One sample of every rank in ``states``; the evidence so far.
+
+        Stacks are read of ``stack_ranks`` (all when None), with the Flight
+        Recorder's entries only for ``culprits``.
+        """
+        local = [w for w in states if w.local]
+        # CPU progress needs two reads: the first round takes its second one
+        # FIRST_GAP_S later, while the stacks are read.
+        first = any(w.hello.rank not in self._procs for w in local)
+        reads = [self._read(local)]
+        if with_stacks and self.stacks is not None:
+            wanted = [w for w in states if stack_ranks is None or w.hello.rank in stack_ranks]
+            reads.append(self._sample_stacks(wanted, culprits))
+        if first:
+            reads.append(self._read(local, delay_s=FIRST_GAP_S))
+        await asyncio.gather(*reads)
+        now = self._clock()
+        return {
+            w.hello.rank: assess(
+                w.hello.rank,
+                list(self._procs.get(w.hello.rank, ())),
+                list(self._frames.get(w.hello.rank, ())),
+                reporter_alive=w.connected
+                and now - w.last_report_at <= stale_after_s(w.hello.interval_ms),
+            )
+            for w in states
+        }
+
+    async def _read(self, local: Sequence[WorkerState], delay_s: float = 0.0) -> None:
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        targets = [(w.hello.pid, w.proc_start_ticks) for w in local]
+        read = await asyncio.to_thread(_read_procs, targets)
+        at = self._clock()
+        for w, (state, cpu, rchar, rbytes, hz) in zip(local, read, strict=True):
+            history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
+            history.append(ProcSample(at, state, cpu, rchar, rbytes, hz))
+
+    async def _sample_stacks(
+        self, states: Sequence[WorkerState], culprits: Collection[int]
+    ) -> None:
+        # A rank that is gone or stopped has nothing more to say: its first stack stands.
+        readable = [w for w in states if not w.ended and not self._frozen(w.hello.rank)]
+        if not readable:
+            return
+        t0 = self._clock()
+        records = await asyncio.gather(
+            *(
+                # Evidence rounds never send the stack signal: they run before any
+                # action is decided (py-spy and the hook itself still answer).
+                self.stacks.collect(  # type: ignore[union-attr]
+                    w, signals=False, flight_recorder=w.hello.rank in culprits
+                )
+                for w in readable
+            ),
+            return_exceptions=True,
+        )
+        self.stacks_s = round(self._clock() - t0, 3)
+        at = self._clock()
+        for w, rec in zip(readable, records, strict=True):
+            if isinstance(rec, BaseException):
+                rec = {"method": "", "error": repr(rec)}
+            self.records[w.hello.rank] = rec
+            text = str(rec.get("stacks") or "")
+            ids = tuple(i for i in (w.hello.thread_id, w.hello.thread_native_id) if i)
+            main = training_thread(parse_stacks(text), ids) if text else None
+            if main is not None:
+                history = self._frames.setdefault(w.hello.rank, deque(maxlen=KEEP))
+                where, method = str(rec.get("where") or ""), str(rec.get("method") or "")
+                history.append(StackSample(at, main.frames, where, method))
+
+    def _frozen(self, rank: int) -> bool:
+        procs = self._procs.get(rank)
+        if not procs or not self._frames.get(rank):
+            return False
+        return procs[-1].state in ("T", "Z", "X", "")

@@ -1,0 +1,183 @@
+"""Kill now, or wait: a suspect job's culprits and evidence against the patience.
+
+Detection and action run on two clocks. The verdict, the culprit and where
+it is stuck come within seconds (the rules, :func:`refine`); the kill comes
+
+- **at once on definitive evidence**: a culprit the kernel shows stopped,
+  zombie or gone, or ranks waiting on different collectives of one group
+  (they can never match);
+- **otherwise after the patience** (:mod:`~trainprobe.sidecar.core.patience`):
+  a rank that sleeps, reads, waits on a lock or computes may resume.
+
+Pure: plain data in (the diagnosis, :class:`~trainprobe.sidecar.core.evidence.RankEvidence`
+per rank, times on the sidecar's clock), a :class:`Judgement` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from trainprobe.sidecar.core.culprit import (
+    ALL_IN_FLIGHT,
+    MISMATCH,
+    STRAGGLER,
+    UNRESPONSIVE,
+    Diagnosis,
+)
+from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
+
+__all__ = ["Judgement", "judge", "refine", "suspect_line"]
+
+#: What each definitive reason means, for the incident.
+_DEFINITIVE_WHY = {
+    "stopped": "its process is stopped (SIGSTOP, /proc state T): nothing in it runs until "
+    "someone resumes it, and its peers wait for it",
+    "zombie": "its process exited (a zombie not yet reaped): it can never join its peers' "
+    "collective",
+    "gone": "its process no longer exists: its peers can never complete a collective with it",
+}
+
+
+def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
+    """The diagnosis corrected by what the sidecar saw itself.
+
+    1. A rank the kernel shows stopped, zombie or gone is the culprit, whatever
+       its last report said (a stopped rank's old report looks like a rank
+       sitting at an old collective).
+    2. A conclusive analysis of fresh collective data stands.
+    3. Otherwise (no ``watch_ddp``, or everyone in flight) the stacks decide:
+       ranks blocked in a collective are waiting; those elsewhere are the culprits.
+    """
+    dead = sorted(r for r, ev in evidence.items() if definitive_reason(ev))
+    if dead and len(dead) < max(len(evidence), 2):
+        parts = [f"rank {r}: {_DEFINITIVE_WHY[definitive_reason(evidence[r])]}" for r in dead]
+        waiting = tuple(sorted(r for r, ev in evidence.items() if ev.waiting))
+        return replace(
+            diag,
+            kind=UNRESPONSIVE,
+            culprits=tuple(dead),
+            waiting=waiting or diag.waiting,
+            confidence=0.99,
+            summary="; ".join(parts),
+            evidence={**diag.evidence, "decided_by": "proc"},
+        )
+    if diag.conclusive and diag.kind != ALL_IN_FLIGHT:
+        return diag
+    seen = {r: ev for r, ev in evidence.items() if ev.activity}
+    blocked = sorted(r for r, ev in seen.items() if ev.waiting)
+    elsewhere = sorted(r for r, ev in seen.items() if not ev.waiting)
+    if not blocked or not elsewhere:
+        return diag
+    parts = [
+        f"rank {r} is not in a collective ({seen[r].label} at {seen[r].where or '?'})"
+        for r in elsewhere
+    ]
+    return replace(
+        diag,
+        kind=STRAGGLER,
+        culprits=tuple(elsewhere),
+        waiting=tuple(blocked),
+        confidence=0.9 if len(elsewhere) == 1 else 0.7,
+        summary="; ".join(parts) + f"; ranks {blocked} wait in a collective (by their stacks)",
+        evidence={**diag.evidence, "decided_by": "stacks", "was": diag.kind},
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Whether to act now, and why (the incident's ``decision``)."""
+
+    act: bool
+    #: "stopped", "zombie", "gone", "mismatch", "patience", or "" while waiting.
+    rule: str
+    why: str
+    definitive: bool
+    patience_s: float
+    patience_basis: str
+    onset_at: float
+    decided_at: float
+    evidence: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def kill_at(self) -> float:
+        return self.onset_at + self.patience_s
+
+    def to_record(self) -> dict[str, object]:
+        return {
+            "act": self.act,
+            "rule": self.rule,
+            "definitive": self.definitive,
+            "why": self.why,
+            "patience_s": round(self.patience_s, 3),
+            "patience_basis": self.patience_basis,
+            "stalled_s": round(self.decided_at - self.onset_at, 3),
+            "evidence": self.evidence,
+        }
+
+
+def judge(
+    diag: Diagnosis,
+    evidence: Mapping[int, RankEvidence],
+    onset_at: float,
+    patience_s: float,
+    patience_basis: str,
+    now: float,
+) -> Judgement:
+    """Kill now (definitive evidence or patience spent) or keep watching."""
+    record = {str(r): ev.to_record() for r, ev in sorted(evidence.items())}
+    common = dict(
+        patience_s=patience_s,
+        patience_basis=patience_basis,
+        onset_at=onset_at,
+        decided_at=now,
+        evidence=record,
+    )
+    for rank in diag.culprits:
+        ev = evidence.get(rank)
+        reason = definitive_reason(ev) if ev is not None else ""
+        if reason:
+            why = f"definitive: rank {rank}: {_DEFINITIVE_WHY[reason]}"
+            return Judgement(True, reason, why, True, **common)  # type: ignore[arg-type]
+    if diag.kind == MISMATCH and diag.culprits:
+        why = (
+            f"definitive: rank(s) {list(diag.culprits)} wait on another collective than their "
+            "peers in the same group: the collectives can never match"
+        )
+        return Judgement(True, "mismatch", why, True, **common)  # type: ignore[arg-type]
+    stalled = now - onset_at
+    seen = "; ".join(
+        f"rank {r} {evidence[r].label} at {evidence[r].where or '?'}"
+        for r in diag.culprits
+        if r in evidence
+    )
+    named = f"culprits {list(diag.culprits)} ({diag.kind})" if diag.culprits else ""
+    ambiguous = f"ambiguous evidence ({seen or named or 'no culprit named: ' + diag.kind})"
+    if stalled >= patience_s:
+        why = (
+            f"patience: stalled {stalled:.1f}s >= {patience_s:.0f}s ({patience_basis}); {ambiguous}"
+        )
+        return Judgement(True, "patience", why, False, **common)  # type: ignore[arg-type]
+    why = (
+        f"{ambiguous}: watching; kill {patience_s - stalled:.0f}s from now "
+        f"({patience_s:.0f}s after onset, {patience_basis}) unless the job resumes"
+    )
+    return Judgement(False, "", why, False, **common)  # type: ignore[arg-type]
+
+
+def suspect_line(
+    diag: Diagnosis, evidence: Mapping[int, RankEvidence], j: Judgement, now: float
+) -> str:
+    """``HUNG? 12 s of 90 s patience — rank 1 at loader.py:88 (reading)``."""
+    ranks = diag.culprits
+    if ranks:
+        first = ranks[0]
+        ev = evidence.get(first)
+        where = diag.where.get(first) or (ev.where if ev is not None else "")
+        what = f" ({ev.label})" if ev is not None else ""
+        who = f"rank {first}" + (f" at {where}" if where else "") + what
+        if len(ranks) > 1:
+            who += f" (+{len(ranks) - 1} more)"
+    else:
+        who = f"no culprit named ({diag.kind})"
+    return f"HUNG? {now - j.onset_at:.0f} s of {j.patience_s:.0f} s patience — {who}"

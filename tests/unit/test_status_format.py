@@ -1,0 +1,36 @@
+"""``trainprobe status`` rows for a watched suspect and a killed rank (issue 12)."""
+
+from __future__ import annotations
+
+from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.cli.ctl import format_status
+
+
+def test_a_watched_rank_reads_hung_with_its_patience_and_a_killed_one_killed() -> None:
+    reply = probe_pb2.StatusReply(
+        workers=[
+            probe_pb2.WorkerStatus(
+                job_id="j",
+                rank=1,
+                verdict="HUNG",
+                state="connected",
+                suspect="HUNG? 12 s of 90 s patience — rank 1 at loader.py:88 in get (reading)",
+            ),
+            probe_pb2.WorkerStatus(
+                job_id="j",
+                rank=2,
+                verdict="OK",
+                state="vanished",
+                killed_rule="stopped",
+                killed_incident="1a2b-3",
+            ),
+            probe_pb2.WorkerStatus(job_id="j", rank=3, verdict="OK", state="connected"),
+        ]
+    )
+    lines = format_status(reply).splitlines()
+    assert lines[1].endswith(
+        "HUNG?        12 s of 90 s patience — rank 1 at loader.py:88 in get (reading)"
+    )
+    assert lines[2].endswith("KILLED       by stopped (incident 1a2b-3)")
+    assert "vanished" not in lines[2]
+    assert lines[3].endswith("OK           connected")
