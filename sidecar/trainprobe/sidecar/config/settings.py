@@ -61,6 +61,7 @@ class Settings:
     incident_log: Path | None = None
     log_level: str = "info"
     tick_interval_ms: int = 100
+    engine_stall_s: float = 5.0
     # rules
     heartbeat_timeout_s: float = 10.0
     stall_timeout_s: float | None = None

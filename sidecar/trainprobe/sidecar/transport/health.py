@@ -1,0 +1,150 @@
+"""The standard gRPC health service (``grpc.health.v1.Health``), for kubelet probes.
+
+Two services:
+
+- ``""``, the sidecar itself: SERVING once its rules have completed a tick,
+  NOT_SERVING when the last completed tick is older than ``engine_stall_s``
+  (the engine task died, or every tick fails).
+- ``trainprobe.workers``: NOT_SERVING from the moment the sidecar has decided
+  to kill or restart a worker (the decision its own kill action carries out,
+  :attr:`~trainprobe.sidecar.engine.loop.Engine.kill_decided`) until that
+  process is gone or replaced; SERVING otherwise. A training container's
+  ``livenessProbe: grpc: {port: <sidecar port>, service: trainprobe.workers}``
+  then has the kubelet restart it, without Ray.
+
+It is answered on every listener without a token (kubelet gRPC probes send
+no metadata; see :mod:`~trainprobe.sidecar.transport.auth`). It tells an
+unauthenticated caller one bit per service and accepts nothing it stores;
+Watch streams, which hold server resources, are capped at
+:data:`MAX_WATCHERS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.registry import Registry
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.engine.loop import Engine
+
+__all__ = [
+    "HEALTH_SERVICE",
+    "MAX_WATCHERS",
+    "SERVICE_SIDECAR",
+    "SERVICE_WORKERS",
+    "Health",
+    "session_alive",
+]
+
+HEALTH_SERVICE = "grpc.health.v1.Health"
+SERVICE_SIDECAR = ""
+SERVICE_WORKERS = "trainprobe.workers"
+#: Concurrent Watch streams; kubelets use Check, so a few are plenty.
+MAX_WATCHERS = 16
+#: How often a Watch stream looks for a change.
+WATCH_POLL_S = 0.1
+
+_Status = health_pb2.HealthCheckResponse.ServingStatus
+SERVING = _Status.Value("SERVING")
+NOT_SERVING = _Status.Value("NOT_SERVING")
+SERVICE_UNKNOWN = _Status.Value("SERVICE_UNKNOWN")
+
+
+def session_alive(state: WorkerState) -> bool:
+    """True while the process of ``state`` may still run: its stream is open,
+    or it is in our PID namespace and /proc shows the same process alive."""
+    if state.connected:
+        return True
+    pid = state.hello.pid
+    if not state.local or not pid_alive(pid):
+        return False
+    return state.proc_start_ticks is None or proc_start_ticks(pid) in (None, state.proc_start_ticks)
+
+
+class Health:
+    """Answers Check and Watch from the engine's state, computed per call."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        registry: Registry,
+        stall_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        alive: Callable[[WorkerState], bool] = session_alive,
+    ) -> None:
+        self._engine = engine
+        self._registry = registry
+        self._stall_s = stall_s
+        self._clock = clock
+        self._alive = alive
+        self._watchers = 0
+
+    def doomed(self) -> list[WorkerState]:
+        """Sessions decided for a kill or restart whose process is still there."""
+        return [
+            s
+            for k, s in list(self._engine.kill_decided.items())
+            if self._registry.get(k) is s and self._alive(s)
+        ]
+
+    def status(self, service: str) -> int:
+        if service == SERVICE_SIDECAR:
+            last = self._engine.last_tick_at
+            fresh = last is not None and self._clock() - last <= self._stall_s
+            return SERVING if fresh else NOT_SERVING
+        if service == SERVICE_WORKERS:
+            return NOT_SERVING if self.doomed() else SERVING
+        return SERVICE_UNKNOWN
+
+    async def check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        status = self.status(request.service)
+        if status == SERVICE_UNKNOWN:  # what the protocol asks of Check
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def watch(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+        if self._watchers >= MAX_WATCHERS:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} Watch streams"
+            )
+        self._watchers += 1
+        try:
+            last = None
+            while True:
+                status = self.status(request.service)
+                if status != last:
+                    yield health_pb2.HealthCheckResponse(status=status)
+                    last = status
+                await asyncio.sleep(WATCH_POLL_S)
+        finally:
+            self._watchers -= 1
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            HEALTH_SERVICE,
+            {
+                "Check": grpc.unary_unary_rpc_method_handler(
+                    self.check,
+                    request_deserializer=health_pb2.HealthCheckRequest.FromString,
+                    response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+                ),
+                "Watch": grpc.unary_stream_rpc_method_handler(
+                    self.watch,
+                    request_deserializer=health_pb2.HealthCheckRequest.FromString,
+                    response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+                ),
+            },
+        )
