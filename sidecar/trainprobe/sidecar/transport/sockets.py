@@ -7,6 +7,7 @@ interceptor cannot tell which port a call came in on.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -31,7 +32,13 @@ class ListenError(RuntimeError):
 
 def prepare_unix_socket(path: Path) -> None:
     if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise ListenError(
+                f"cannot create {path.parent} for unix://{path}: {err.strerror}; "
+                "choose another --listen unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
+            ) from None
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
@@ -86,6 +93,7 @@ async def open_servers(
                 )
                 secured.add_generic_rpc_handlers(tuple(handlers))
             server = secured
+        check_tcp_bind(ep.host, ep.port)  # gRPC would only log "Failed to bind"
         try:
             port = server.add_insecure_port(ep.grpc_target)
         except RuntimeError as err:
@@ -97,3 +105,97 @@ async def open_servers(
     for path in out.unix_paths:
         os.chmod(path, 0o600)
     return out
+
+
+def check_tcp_bind(host: str, port: int) -> None:
+    """Bind ``host:port`` once ourselves, to say in one line why gRPC could not.
+
+    Same socket options as gRPC's listener (SO_REUSEADDR), so a port in
+    TIME_WAIT passes here as it does there.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise ListenError(
+            f"cannot listen on tcp://{host}:{port}: unknown host {host!r} ({err.strerror}); "
+            "use tcp://0.0.0.0:PORT or an address of this machine"
+        ) from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as err:
+            raise ListenError(
+                f"cannot listen on tcp://{host}:{port}: {_bind_advice(err, host, port)}"
+            ) from None
+
+
+def _bind_advice(err: OSError, host: str, port: int) -> str:
+    if err.errno == errno.EADDRINUSE:
+        owner = port_owner(port)
+        who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
+        return f"port {port} is in use by {who}; stop it or choose another port"
+    if err.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"{host} is not an address of this machine; "
+            f"use tcp://0.0.0.0:{port} or one of its addresses"
+        )
+    if err.errno == errno.EACCES:
+        return f"permission denied for port {port} (below 1024 needs root or CAP_NET_BIND_SERVICE)"
+    return err.strerror or str(err)
+
+
+_TCP_LISTEN = "0A"
+
+
+def port_owner(port: int) -> tuple[int, str] | None:
+    """(pid, command name) of the process listening on TCP ``port``, if /proc says.
+
+    The socket's inode comes from /proc/net/tcp{,6}; its owner is the process
+    with an fd on ``socket:[inode]``. Processes of other users are skipped
+    where /proc hides their fds (then None: the caller says "another process").
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)
+                for line in fh:
+                    f = line.split()
+                    if (
+                        len(f) > 9
+                        and f[3] == _TCP_LISTEN
+                        and int(f[1].rsplit(":", 1)[1], 16) == port
+                    ):
+                        inodes.add(f[9])
+        except (OSError, ValueError):
+            continue
+    targets = {f"socket:[{i}]" for i in inodes if i != "0"}
+    if not targets:
+        return None
+    for pid_dir in os.scandir("/proc"):
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            fds = os.scandir(f"/proc/{pid_dir.name}/fd")
+        except OSError:
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    if os.readlink(fd.path) in targets:
+                        return int(pid_dir.name), _comm(pid_dir.name)
+                except OSError:
+                    continue
+    return None
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "?"
