@@ -171,3 +171,29 @@ def test_stack_files_are_removed_by_the_sidecar_after_a_kill_and_by_the_next_hoo
         finally:
             worker.kill()
             worker.wait()
+
+
+def test_bind_errors_say_what_to_do() -> None:
+    state = str(short_tmpdir())
+    # TEST-NET-1 (RFC 5737): never an address of this machine.
+    r = sidecar_cli("--listen", "tcp://192.0.2.1:7070", "--insecure", "--state-dir", state)
+    assert r.returncode == 1
+    line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
+    assert "192.0.2.1 is not an address of this machine; use tcp://0.0.0.0:7070" in line
+    # A socket directory that cannot be created (a file is in the way).
+    blocker = Path(state) / "file"
+    blocker.write_text("")
+    r = sidecar_cli("--listen", f"unix://{blocker}/s.sock", "--state-dir", state)
+    assert r.returncode == 1
+    line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
+    assert f"cannot create unix://{blocker}/s.sock: Not a directory" in line
+    assert "choose another --listen" in line
+
+
+def test_help_points_to_the_settings_reference_an_installed_package_has() -> None:
+    for cli in (sidecar_cli, ctl):
+        out = cli("--help")
+        assert out.returncode == 0 and "trainprobe-sidecar --list-settings" in out.stdout
+    listed = sidecar_cli("--list-settings")
+    assert listed.returncode == 0
+    assert listed.stdout == (REPO / "docs" / "CONFIG.md").read_text()

@@ -79,7 +79,11 @@ async def open_servers(
         if ep.kind == "unix":
             path = Path(ep.path)
             prepare_unix_socket(path)
-            plain.add_insecure_port(ep.grpc_target)
+            check_unix_bind(path)  # gRPC would only log "Failed to add port"
+            try:
+                plain.add_insecure_port(ep.grpc_target)
+            except RuntimeError as err:
+                raise ListenError(f"cannot listen on {ep}: {err}") from None
             out.unix_paths.append(path)
             out.addresses.append(str(ep))
             continue
@@ -105,6 +109,20 @@ async def open_servers(
     for path in out.unix_paths:
         os.chmod(path, 0o600)
     return out
+
+
+def check_unix_bind(path: Path) -> None:
+    """Bind ``path`` once ourselves (then remove it), to say in one line why
+    gRPC could not: a file in the way of its directory, no permission."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(str(path))
+        except OSError as err:
+            raise ListenError(
+                f"cannot create unix://{path}: {err.strerror}; "
+                "choose another --listen unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
+            ) from None
+    path.unlink()
 
 
 def check_tcp_bind(host: str, port: int) -> None:
