@@ -91,6 +91,32 @@ def test_workers_service_turns_not_serving_at_the_kill_decision_without_a_token(
         worker.wait()
 
 
+def test_a_worker_of_another_host_never_fails_this_pods_probe(tcp_sidecar: tuple) -> None:
+    """The kubelet asking restarts a container of this pod: a doomed worker that
+    names another host (the sidecar asks it to abort over its stream) is not
+    this pod's, so trainprobe.workers stays SERVING while it lingers."""
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    worker = subprocess.Popen(
+        [PYTHON, str(WORKER), "health-remote", "40", "--ignore-term"],
+        env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_HOST="node-b"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout.readline().startswith("hang")
+        inc = sc.wait_incident(lambda r: r["job_id"] == "health-remote", timeout_s=30)
+        assert inc["action"] == "kill" and inc["targets"] == [0]
+        # SIGTERM ignored: the hook's abort exits only after kill_grace_s (4 s).
+        for _ in range(10):
+            assert worker.poll() is None
+            assert check(stub, "trainprobe.workers") == SERVING
+            time.sleep(0.1)
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 def test_dry_run_decides_nothing_so_workers_stay_serving() -> None:
     port = free_port()
     flags = ("--listen", f"tcp://127.0.0.1:{port}", "--insecure", "--dry-run")

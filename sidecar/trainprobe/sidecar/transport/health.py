@@ -6,9 +6,11 @@ Two services:
   NOT_SERVING when the last completed tick is older than ``engine_stall_s``
   (the engine task died, or every tick fails).
 - ``trainprobe.workers``: NOT_SERVING from the moment the sidecar has decided
-  to kill or restart a worker (the decision its own kill action carries out,
-  :attr:`~trainprobe.sidecar.engine.loop.Engine.kill_decided`) until that
-  process is gone or replaced; SERVING otherwise. A training container's
+  to kill or restart a worker on its own host (the decision its own kill
+  action carries out, :attr:`~trainprobe.sidecar.engine.loop.Engine.kill_decided`)
+  until that process is gone or replaced; SERVING otherwise. Workers of other
+  hosts (over TCP, or relayed) do not count: the kubelet that asks restarts
+  a container of this pod, which would not end them. A training container's
   ``livenessProbe: grpc: {port: <sidecar port>, service: trainprobe.workers}``
   then has the kubelet restart it, without Ray.
 
@@ -22,6 +24,7 @@ Watch streams, which hold server resources, are capped at
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -80,21 +83,30 @@ class Health:
         stall_s: float,
         clock: Callable[[], float] = time.monotonic,
         alive: Callable[[WorkerState], bool] = session_alive,
+        host: str = "",
     ) -> None:
         self._engine = engine
         self._registry = registry
         self._stall_s = stall_s
         self._clock = clock
         self._alive = alive
+        self._host = host or socket.gethostname()
         self._watchers = 0
 
     def doomed(self) -> list[WorkerState]:
-        """Sessions decided for a kill or restart whose process is still there."""
+        """Sessions on this host decided for a kill or restart whose process is
+        still there."""
         return [
             s
             for k, s in list(self._engine.kill_decided.items())
-            if self._registry.get(k) is s and self._alive(s)
+            if self._registry.get(k) is s and self._on_this_host(s) and self._alive(s)
         ]
+
+    def _on_this_host(self, state: WorkerState) -> bool:
+        # By the host it names, not by being in our PID namespace: a pod's
+        # containers share its name without sharing PIDs, and there the
+        # kubelet's restart is the only kill that reaches the process.
+        return state.relay is None and state.hello.host == self._host
 
     def status(self, service: str) -> int:
         if service == SERVICE_SIDECAR:
