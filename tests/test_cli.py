@@ -197,3 +197,16 @@ def test_help_points_to_the_settings_reference_an_installed_package_has() -> Non
     listed = sidecar_cli("--list-settings")
     assert listed.returncode == 0
     assert listed.stdout == (REPO / "docs" / "CONFIG.md").read_text()
+
+
+def test_a_hook_that_exits_normally_removes_its_stack_file() -> None:
+    runtime, work = short_tmpdir(), short_tmpdir()
+    with sidecar() as sc:
+        proc = subprocess.Popen(
+            [PYTHON, str(REPO / "tests" / "workers" / "loop.py"), "60", "0.05", str(work / "p")],
+            env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_RUNTIME_DIR=str(runtime)),
+        )
+        own = runtime / f"stacks-{proc.pid}.txt"
+        wait_for(own.exists, 60, what="the hook's stack file")  # armed
+        assert proc.wait(120) == 0
+    assert not own.exists(), "the hook removes its file at exit"
