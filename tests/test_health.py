@@ -15,7 +15,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.support import PYTHON, REPO, child_env, free_port, sidecar, wait_for
+from tests.support import (
+    PYTHON,
+    REPO,
+    SidecarProcess,
+    child_env,
+    free_port,
+    short_tmpdir,
+    sidecar,
+    wait_for,
+)
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 from trainprobe.sidecar import SidecarThread, load_settings
 
@@ -175,3 +184,37 @@ def test_sidecar_service_is_not_serving_once_the_engine_stops(tmp_path) -> None:
         wait_for(lambda: check(stub, "") == NOT_SERVING, 10, what="NOT_SERVING")
         assert time.monotonic() - t0 >= 0.5  # not before engine_stall_s has passed
         assert check(stub, "trainprobe.workers") == SERVING
+
+
+def test_relay_node_serves_health_for_the_kills_it_carries_out() -> None:
+    """In relay mode the upstream decides and the node kills: the node's
+    trainprobe.workers is NOT_SERVING from the kill order until the process is gone."""
+    port = free_port()
+    up = SidecarProcess(short_tmpdir("tpup-"), "--stall-timeout-s", "2", "--kill-grace-s", "3")
+    node = SidecarProcess(
+        short_tmpdir("tpnode-"),
+        "--relay-to",
+        up.target,
+        "--listen",
+        f"tcp://127.0.0.1:{port}",
+        "--token",
+        "s3cret",
+    )
+    with up, node, grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        assert check(stub, "") == SERVING and check(stub, "trainprobe.workers") == SERVING
+        worker = start_worker(node.target, "health-relay", "--ignore-term")
+        try:
+            assert worker.stdout.readline().startswith("hang")
+            wait_for(
+                lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 30, what="NOT_SERVING"
+            )
+            assert worker.poll() is None  # seen while the process still lives
+            inc = up.wait_incident(lambda r: r["job_id"] == "health-relay", timeout_s=10)
+            assert inc["action"] == "kill"
+            worker.wait(30)  # the node's SIGKILL after kill_grace_s
+            wait_for(lambda: check(stub, "trainprobe.workers") == SERVING, 10, what="SERVING")
+            assert check(stub, "") == SERVING
+        finally:
+            worker.kill()
+            worker.wait()

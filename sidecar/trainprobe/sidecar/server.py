@@ -32,7 +32,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.relay.upstream import RelayUpstream
 from trainprobe.sidecar.transport.commander import Commander
-from trainprobe.sidecar.transport.health import Health
+from trainprobe.sidecar.transport.health import EngineHealth, Health
 from trainprobe.sidecar.transport.pb import status_pb
 from trainprobe.sidecar.transport.servicer import SidecarServicer
 
@@ -156,7 +156,8 @@ class Sidecar:
             self.registry, self.commander, self.status, self.diagnose, clock=clock
         )
         #: The standard gRPC health service, for kubelet probes.
-        self.health = Health(self.engine, self.registry, settings.engine_stall_s, clock=clock)
+        checks = EngineHealth(self.engine, self.registry, settings.engine_stall_s, clock=clock)
+        self.health = Health(checks.ticking, checks.workers_ok)
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))

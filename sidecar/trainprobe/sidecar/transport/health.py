@@ -14,6 +14,10 @@ Two services:
   ``livenessProbe: grpc: {port: <sidecar port>, service: trainprobe.workers}``
   then has the kubelet restart it, without Ray.
 
+A relay node (``--relay-to``) serves the same service: ``""`` while its relay
+loop runs, ``trainprobe.workers`` from an upstream kill order until the
+process is gone (:class:`DoomedPids`).
+
 It is answered on every listener without a token (kubelet gRPC probes send
 no metadata; see :mod:`~trainprobe.sidecar.transport.auth`). It tells an
 unauthenticated caller one bit per service and accepts nothing it stores;
@@ -44,6 +48,8 @@ __all__ = [
     "MAX_WATCHERS",
     "SERVICE_SIDECAR",
     "SERVICE_WORKERS",
+    "DoomedPids",
+    "EngineHealth",
     "Health",
     "session_alive",
 ]
@@ -73,8 +79,9 @@ def session_alive(state: WorkerState) -> bool:
     return state.proc_start_ticks is None or proc_start_ticks(pid) in (None, state.proc_start_ticks)
 
 
-class Health:
-    """Answers Check and Watch from the engine's state, computed per call."""
+class EngineHealth:
+    """A full sidecar's answers, from its engine: is it ticking, is a worker of
+    this host doomed."""
 
     def __init__(
         self,
@@ -91,7 +98,13 @@ class Health:
         self._clock = clock
         self._alive = alive
         self._host = host or socket.gethostname()
-        self._watchers = 0
+
+    def ticking(self) -> bool:
+        last = self._engine.last_tick_at
+        return last is not None and self._clock() - last <= self._stall_s
+
+    def workers_ok(self) -> bool:
+        return not self.doomed()
 
     def doomed(self) -> list[WorkerState]:
         """Sessions on this host decided for a kill or restart whose process is
@@ -108,14 +121,37 @@ class Health:
         # kubelet's restart is the only kill that reaches the process.
         return state.relay is None and state.hello.host == self._host
 
+
+class DoomedPids:
+    """Processes ordered killed, until /proc shows them gone: a relay node's
+    ``trainprobe.workers`` (the upstream decides; the node carries kills out)."""
+
+    def __init__(self) -> None:
+        self._pids: dict[int, int | None] = {}
+
+    def add(self, pid: int, start_ticks: int | None) -> None:
+        self._pids[pid] = start_ticks
+
+    def none_left(self) -> bool:
+        for pid, ticks in list(self._pids.items()):
+            if not pid_alive(pid) or proc_start_ticks(pid) not in (None, ticks):
+                del self._pids[pid]
+        return not self._pids
+
+
+class Health:
+    """The gRPC service: Check and Watch, each answer computed when asked from
+    two predicates (the sidecar serves; no worker of this host is doomed)."""
+
+    def __init__(self, sidecar_ok: Callable[[], bool], workers_ok: Callable[[], bool]) -> None:
+        self._checks = {SERVICE_SIDECAR: sidecar_ok, SERVICE_WORKERS: workers_ok}
+        self._watchers = 0
+
     def status(self, service: str) -> int:
-        if service == SERVICE_SIDECAR:
-            last = self._engine.last_tick_at
-            fresh = last is not None and self._clock() - last <= self._stall_s
-            return SERVING if fresh else NOT_SERVING
-        if service == SERVICE_WORKERS:
-            return NOT_SERVING if self.doomed() else SERVING
-        return SERVICE_UNKNOWN
+        check = self._checks.get(service)
+        if check is None:
+            return SERVICE_UNKNOWN
+        return SERVING if check() else NOT_SERVING
 
     async def check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
