@@ -76,7 +76,7 @@ def init_process_group(attempt: int) -> None:
     the attempt before (each rank's gloo address) are still in it, and a
     restarted rank could read a dead peer's address before the live one is
     written ("Gloo connectFullMesh failed ... Connection refused", seen here
-    with torch 2.13 in 2 of 3 restarts). A prefix per attempt keeps them apart.
+    with torch 2.13 in 4 of 5 restarts). A prefix per attempt keeps them apart.
     """
     store, rank, world = next(dist.rendezvous("env://"))
     dist.init_process_group(
