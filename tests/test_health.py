@@ -147,8 +147,8 @@ def test_dry_run_decides_nothing_so_workers_stay_serving() -> None:
             worker.wait()
 
 
-def test_watch_streams_the_change_and_a_dead_engine_is_not_serving(tcp_sidecar: tuple) -> None:
-    """Watch (the other half of the protocol) and service "" when the rules stop."""
+def test_watch_streams_both_changes_of_the_workers_service(tcp_sidecar: tuple) -> None:
+    """Watch, the other half of the protocol: NOT_SERVING at the decision, SERVING after."""
     sc, channel = tcp_sidecar
     stub = health_pb2_grpc.HealthStub(channel)
     watch = stub.Watch(health_pb2.HealthCheckRequest(service="trainprobe.workers"), timeout=60)
