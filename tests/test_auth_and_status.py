@@ -127,7 +127,7 @@ def test_status_table_and_json_over_the_unix_socket() -> None:
 def test_status_against_a_missing_sidecar_is_a_clear_error() -> None:
     out = ctl("status", "--target", f"unix://{short_tmpdir()}/none.sock", "--timeout-s", "2")
     assert out.returncode == 1
-    assert "UNAVAILABLE" in out.stderr and "Traceback" not in out.stderr
+    assert "no sidecar at unix://" in out.stderr and "Traceback" not in out.stderr
     bad = ctl("status", "--target", "nonsense")
     assert bad.returncode == 2 and "expected unix:///abs/path" in bad.stderr
 

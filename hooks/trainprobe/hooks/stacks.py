@@ -35,6 +35,7 @@ __all__ = [
     "StackSignal",
     "flight_recorder_json",
     "format_all_stacks",
+    "remove_stale_stack_files",
 ]
 
 log = logging.getLogger("trainprobe.hooks")
@@ -43,6 +44,8 @@ log = logging.getLogger("trainprobe.hooks")
 STACK_SIGNAL_ENV = "TRAINPROBE_STACK_SIGNAL"
 #: Default: a real-time signal, which programs rarely use (glibc keeps the first two).
 DEFAULT_STACK_SIGNAL = signal.SIGRTMIN + 6
+#: The faulthandler file of process <pid> in the runtime directory.
+_STACK_FILE = re.compile(r"stacks-(\d{1,10})\.txt")
 #: Most Flight Recorder entries an answer carries (the newest).
 MAX_FR_ENTRIES = 64
 
@@ -119,6 +122,40 @@ def _signal_number() -> int:
         return 0
 
 
+def remove_stale_stack_files(folder: Path) -> int:
+    """Remove this user's ``stacks-<pid>.txt`` files whose process is gone.
+
+    A process that was killed never ran its own cleanup (:meth:`StackSignal.disarm`
+    at exit); the sidecar removes the files of the processes it kills, this
+    catches the rest (a kill by torchrun, the OOM killer, a user). It runs
+    once per hook, when the signal is armed, so the hot path never pays.
+    Only files of pids that do not exist in this PID namespace are removed.
+    """
+    removed = 0
+    uid = os.getuid()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            m = _STACK_FILE.fullmatch(entry.name)
+            if m is None or int(m.group(1)) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid != uid or _pid_exists(int(m.group(1))):
+                    continue
+                os.unlink(entry.path)
+                removed += 1
+    return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, as another user's
+        return True
+    return True
+
+
 class StackSignal:
     """``faulthandler`` armed on a signal, writing every thread's stack to a file.
 
@@ -151,6 +188,7 @@ class StackSignal:
                 return False
             folder = runtime_dir()
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            remove_stale_stack_files(folder)
             path = folder / f"stacks-{os.getpid()}.txt"
             fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the handler
             os.chmod(path, 0o600)

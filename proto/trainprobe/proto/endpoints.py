@@ -130,6 +130,10 @@ def parse_endpoint(text: str) -> Endpoint:
         return _unix(path, text)
     if raw.startswith("/"):
         return _unix(raw, text)
+    scheme, sep, _ = raw.partition("://")
+    if sep and scheme != "tcp":
+        # http://host:port would otherwise parse as host "http://host".
+        raise EndpointError(f"{text!r}: use tcp://HOST:PORT or unix:///PATH")
     rest = raw[len("tcp://") :] if raw.startswith("tcp://") else raw
     host, sep, port_text = rest.rpartition(":")
     if not sep or not host:

@@ -34,6 +34,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.relay.upstream import RelayUpstream
 from trainprobe.sidecar.transport.commander import Commander
+from trainprobe.sidecar.transport.health import EngineHealth, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.pb import status_pb
 from trainprobe.sidecar.transport.servicer import SidecarServicer
@@ -190,6 +191,9 @@ class Sidecar:
             clock=clock,
             tickets=self.tickets,
         )
+        #: The standard gRPC health service, for kubelet probes.
+        checks = EngineHealth(self.engine, self.registry, settings.engine_stall_s, clock=clock)
+        self.health = Health(checks.ticking, checks.workers_ok)
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
@@ -239,10 +243,13 @@ class Sidecar:
         Without a job id, the only job this sidecar serves.
         """
         if not job_id:
-            jobs = {w.hello.job_id for w in self.registry}
-            if len(jobs) != 1:
-                raise LookupError(f"--job is needed: this sidecar serves {len(jobs)} jobs")
-            job_id = jobs.pop()
+            jobs = sorted({w.hello.job_id for w in self.registry})
+            if not jobs:
+                raise LookupError("no worker has reported to this sidecar yet")
+            if len(jobs) > 1:
+                shown = ", ".join(jobs[:5]) + (", ..." if len(jobs) > 5 else "")
+                raise LookupError(f"this sidecar serves {len(jobs)} jobs ({shown}): pass --job")
+            job_id = jobs[0]
         diag, episode = self.engine.hangs.diagnose(job_id)
         record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
         return bounded_diagnosis(job_id, diag.text, json.dumps(record, default=str))
@@ -269,7 +276,7 @@ class Sidecar:
             self.settings.listen_addresses,
             self.settings.token,
             self.settings.insecure,
-            (self.servicer.handler(self.relay.methods()),),
+            (self.servicer.handler(self.relay.methods()), self.health.handler()),
             self.tickets,
         )
         self._servers, self.addresses, self._unix_paths = (

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.killers import DUMP_TIMEOUT_S, Killer
+from trainprobe.sidecar.act.stacks import proc_uid, remove_stack_file
 from trainprobe.sidecar.core.actions import Action, action_record, is_destructive
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
@@ -186,6 +187,11 @@ class Actions:
     ) -> tuple[dict[str, object], bool]:
         for t in targets:
             t.killed_by_us = True  # its exit is expected: no DEAD incident for it
+        # Read before the kill: once the process is gone /proc cannot say whose it was.
+        uids = {
+            t.key: proc_uid(t.hello.pid) if t.local and t.hello.stack_file else None
+            for t in targets
+        }
         outcomes = await asyncio.gather(
             *(self.killer.kill(t, self.kill_grace_s, restart) for t in targets),
             return_exceptions=True,
@@ -196,6 +202,8 @@ class Actions:
             records[str(t.hello.rank)] = (
                 {"pid": t.hello.pid, "error": repr(o)} if isinstance(o, BaseException) else o
             )
+            if isinstance(o, dict) and o.get("exited") and uids[t.key] is not None:
+                remove_stack_file(t.hello.stack_file, t.hello.pid, uids[t.key])
             if self.recovery is not None and isinstance(o, dict) and o.get("exited"):
                 method = str(o.get("method", ""))
                 self.recovery.expect(incident_id, t.key, t.hello.pid, killed_at, method)

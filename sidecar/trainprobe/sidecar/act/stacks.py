@@ -39,7 +39,14 @@ from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import stuck_at
 from trainprobe.sidecar.transport.commander import Commander
 
-__all__ = ["MAX_STACK_CHARS", "StackCollector", "find_py_spy", "open_stack_file"]
+__all__ = [
+    "MAX_STACK_CHARS",
+    "StackCollector",
+    "find_py_spy",
+    "open_stack_file",
+    "proc_uid",
+    "remove_stack_file",
+]
 
 #: Longest stack text an incident keeps per rank (the main thread comes first).
 MAX_STACK_CHARS = 16_000
@@ -301,3 +308,33 @@ def open_stack_file(path: str, uid: int, dirs: list[Path]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def proc_uid(pid: int) -> int | None:
+    """The uid that owns process ``pid`` (its /proc entry), or None."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def remove_stack_file(path: str, pid: int, uid: int | None) -> bool:
+    """Remove the faulthandler file of a killed process ``pid`` (the hook's own
+    cleanup at exit never ran); True if removed.
+
+    The path comes from the worker's Hello, so it is only trusted this far:
+    it must name ``stacks-<pid>.txt`` (validated at Hello), be a regular file
+    (never a link), and belong to ``uid``, the uid the process had (read from
+    /proc before the kill). A root sidecar thus deletes nothing its worker
+    could not have deleted itself.
+    """
+    if uid is None or not path.endswith(f"/stacks-{pid}.txt"):
+        return False
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True

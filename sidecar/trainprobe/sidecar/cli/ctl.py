@@ -1,7 +1,9 @@
 """``trainprobe``: ask a running sidecar what it sees.
 
 trainprobe status [--target ADDR] [--job J] [--json]
-trainprobe diagnose --job J [--target ADDR] [--json]
+trainprobe diagnose [--job J] [--target ADDR] [--json]
+
+Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from google.protobuf import json_format
 
 from trainprobe.proto import (
     DEFAULT_TARGET_ENV,
+    Endpoint,
     EndpointError,
     bearer_metadata,
     default_socket_path,
@@ -26,10 +29,36 @@ from trainprobe.proto import (
 )
 
 
+def _endpoint(text: str | None) -> Endpoint:
+    return parse_endpoint(text or os.environ.get(DEFAULT_TARGET_ENV) or str(default_socket_path()))
+
+
 def _target(text: str | None) -> str:
-    return parse_endpoint(
-        text or os.environ.get(DEFAULT_TARGET_ENV) or str(default_socket_path())
-    ).grpc_target
+    return _endpoint(text).grpc_target
+
+
+def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
+    """One line that says what went wrong and what to do about it."""
+    code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        if "ermission denied" in details:
+            return (
+                f"cannot connect to {where}: permission denied (the socket is another "
+                "user's: run as that user, or pass --target)"
+            )
+        start = (
+            "trainprobe-sidecar" if where.kind == "unix" else f"trainprobe-sidecar --listen {where}"
+        )
+        return f"no sidecar at {where}: start one with `{start}`, or pass --target"
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return f"the sidecar at {where} refused the token: pass --token or set TRAINPROBE_TOKEN"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return (
+            f"the sidecar at {where} did not answer within {timeout_s:g} s: "
+            "retry with a larger --timeout-s"
+        )
+    first = details.splitlines()[0] if details else ""
+    return f"sidecar at {where}: {code.name}: {first}"
 
 
 def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, grpc.Channel]:
@@ -58,6 +87,9 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
         f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
         f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
     )
+    # Job ids are printed whole: users copy them into `diagnose --job`.
+    width = max([20, *(len(w.job_id) for w in reply.workers)])
+    head = f"{'JOB':<{width}}" + head[20:]
     lines = [head]
     for w in reply.workers:
         gpu = "-"
@@ -77,7 +109,7 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
         elif w.suspect:
             verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
         lines.append(
-            f"{w.job_id[:20]:<20} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
+            f"{w.job_id:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
             f"{gpu:>13} {sync:>14} {verdict:<12} {state}"
         )
@@ -92,7 +124,11 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainprobe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="trainprobe",
+        description=__doc__.split("\n\n")[0],
+        epilog="The sidecar's settings: trainprobe-sidecar --list-settings",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
@@ -104,7 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"sidecar address (default ${DEFAULT_TARGET_ENV} or the per-user socket)",
         )
         p.add_argument("--token", help="bearer token for TCP sidecars (default $TRAINPROBE_TOKEN)")
-        p.add_argument("--job", default="", required=name == "diagnose", help="job id")
+        p.add_argument(
+            "--job",
+            default="",
+            help="job id (diagnose: optional when the sidecar serves one job)",
+        )
         p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
     args = parser.parse_args(argv)
@@ -140,11 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     file=sys.stderr,
                 )
     except grpc.RpcError as err:
-        print(
-            f"trainprobe: error: sidecar at {_target(args.target)}: {err.code().name}: "
-            f"{err.details()}",
-            file=sys.stderr,
-        )
+        line = error_line(err, _endpoint(args.target), args.timeout_s)
+        print(f"trainprobe: error: {line}", file=sys.stderr)
         return 1
     finally:
         channel.close()

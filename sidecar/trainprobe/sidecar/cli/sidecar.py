@@ -26,7 +26,8 @@ from trainprobe.sidecar.server import ListenError, Sidecar
 EPILOG = """\
 Every option can also be set in a TOML file (--config) or as TRAINPROBE_<NAME>
 in the environment; flags win over the environment, which wins over the file.
-Full reference: docs/CONFIG.md."""
+Full reference: trainprobe-sidecar --list-settings (the same text as
+docs/CONFIG.md in the source tree)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--config", metavar="FILE", help="TOML settings file (env TRAINPROBE_CONFIG)"
+    )
+    parser.add_argument(
+        "--list-settings",
+        action="store_true",
+        help="print the reference of every setting (Markdown) and exit",
     )
     dflt = defaults()
     for opt in OPTIONS:
@@ -74,6 +80,13 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     """Parse flags into :class:`Settings`; exit 2 with a clear message on error."""
     parser = build_parser()
     args = vars(parser.parse_args(argv))
+    if args.pop("list_settings"):
+        # Installed packages carry no docs/: the reference is rendered from
+        # the option table itself, as docs/CONFIG.md is.
+        from trainprobe.sidecar.config.settings import render_markdown
+
+        sys.stdout.write(render_markdown())
+        parser.exit(0)
     config = args.pop("config")
     cli: dict[str, Any] = {k: v for k, v in args.items() if v is not None}
     try:

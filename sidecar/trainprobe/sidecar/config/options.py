@@ -92,6 +92,13 @@ OPTIONS: tuple[Option, ...] = (
         _S,
     ),
     Option(
+        "engine_stall_s",
+        v.seconds(0.5, 3600),
+        'The gRPC health service reports the sidecar itself (service "") NOT_SERVING '
+        "when its rules have not completed a tick for this long.",
+        _S,
+    ),
+    Option(
         "heartbeat_timeout_s",
         v.seconds(0.1, 86400),
         "UNRESPONSIVE after this long without a report (never less than 3 report intervals).",

@@ -64,6 +64,7 @@ class Settings:
     log_level: str = "info"
     tick_interval_ms: int = 100
     settle_s: float = 1.0
+    engine_stall_s: float = 5.0
     # rules
     heartbeat_timeout_s: float = 10.0
     stall_timeout_s: float | None = None

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from trainprobe.sidecar.act.incident_log import IncidentLog
-from trainprobe.sidecar.core.actions import action_record
+from trainprobe.sidecar.core.actions import action_record, is_destructive
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
     Episode,
@@ -109,7 +109,7 @@ class Engine:
             patience or PatienceBook(),
             incident_log,
             self._publish,
-            actions.execute,
+            self._execute_decided,
             stacks,  # type: ignore[arg-type]
             clock,
         )
@@ -117,6 +117,13 @@ class Engine:
         self._wall = wall_clock
         self._tasks = TaskSet()
         self.ticks = 0
+        #: When the last tick completed (clock time; None before the first):
+        #: the health service's proof that the rules run.
+        self.last_tick_at: float | None = None
+        #: Sessions this sidecar has decided to kill or restart, from the moment
+        #: of the decision (before stacks are read and the kill starts): the
+        #: health service's ``trainprobe.workers`` answer.
+        self.kill_decided: dict[WorkerKey, WorkerState] = {}
 
     def tick(self) -> list[Incident]:
         """One evaluation pass; returns the incidents it opened."""
@@ -160,10 +167,15 @@ class Engine:
                 ep.action,
             )
             sweep = self.actions.sweep(ep.id, ep.job_id, ranks, ep.action, ep.incident)
+            self._decided(ep.job_id, ranks, ep.action)
             self._spawn(sweep, ep.incident)
         for ep in self.hangs.settle(workers):
             self.watch.closed(ep, now)
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
+        if self.kill_decided:  # a replaced or forgotten session is nobody's concern
+            for key, state in list(self.kill_decided.items()):
+                if self.registry.get(key) is not state:
+                    del self.kill_decided[key]
         return opened
 
     def _forget_ended_jobs(self, gone: list[WorkerState], workers: list[WorkerState]) -> None:
@@ -187,6 +199,7 @@ class Engine:
             sweep = self.actions.sweep(
                 ep.id, ep.job_id, ranks, ep.action, ep.incident, phase="stalled_later"
             )
+            self._decided(ep.job_id, ranks, ep.action)
             self._spawn(sweep, ep.incident)
 
     # -- dispatch ----------------------------------------------------------------
@@ -210,11 +223,31 @@ class Engine:
         inspect: list[WorkerState] | None = None,
         episode: Episode | None = None,
     ) -> None:
+        if not incident.dry_run:
+            self._decided(incident.job_id, incident.targets, incident.action)
         if inspect and self.hangs.stacks is not None:
             self._spawn(self._inspect_then_act(incident, inspect, episode), incident)
         else:
             self._publish(incident)
             self._spawn(self.actions.execute(incident), incident)
+
+    def _decided(self, job_id: str, ranks: list[int], action: str) -> None:
+        # A dry run decides nothing: its would-be kill must not become the
+        # kubelet's kill through the health service either.
+        if self.policy.dry_run or not is_destructive(action):
+            return
+        for rank in ranks:
+            key = WorkerKey(job_id, rank)
+            state = self.registry.get(key)
+            if state is not None:
+                self.kill_decided[key] = state
+
+    async def _execute_decided(self, incident: Incident) -> None:
+        """The hang path's action, once its evidence or patience decided: the health
+        service's trainprobe.workers turns NOT_SERVING at this same decision."""
+        if not incident.dry_run:
+            self._decided(incident.job_id, incident.targets, incident.action)
+        await self.actions.execute(incident)
 
     async def _inspect_then_act(
         self, incident: Incident, inspect: list[WorkerState], episode: Episode | None
@@ -276,6 +309,8 @@ class Engine:
                 self.tick()
             except Exception:
                 log.exception("rule evaluation failed; continuing")
+            else:
+                self.last_tick_at = self._clock()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
 

@@ -47,6 +47,7 @@ from trainprobe.sidecar.relay.wire import (
     reason,
 )
 from trainprobe.sidecar.tasks import TaskSet
+from trainprobe.sidecar.transport.health import DoomedPids, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.servicer import SERVICE, pump
 from trainprobe.sidecar.transport.sockets import open_servers
@@ -96,6 +97,13 @@ class RelayNode:
         self._closing = False
         #: Identity tickets: the only way a worker's pid becomes ours to signal.
         self.tickets = TicketDesk()
+        self._hostname = socket.gethostname()
+        #: Processes the upstream ordered killed: the health service's trainprobe.workers.
+        self._doomed = DoomedPids()
+        self.health = Health(
+            lambda: self._relay_task is not None and not self._relay_task.done(),
+            self._doomed.none_left,
+        )
 
     # -- the worker side -------------------------------------------------------
 
@@ -268,6 +276,7 @@ class RelayNode:
             result.error = NOT_SIGNALLABLE
             log.warning("kill order for worker stream %d refused: %s", sid, result.error)
         else:
+            self._doomed.add(pid, ticks)  # the upstream's decision, for the kubelet now
             out = await terminate(pid, order.grace_s, ticks)
             result.exited, result.error = out.exited, out.error
             result.signals.extend(out.signals)
@@ -282,7 +291,7 @@ class RelayNode:
             self.settings.listen_addresses,
             self.settings.token,
             self.settings.insecure,
-            (self.handler(),),
+            (self.handler(), self.health.handler()),
             self.tickets,
         )
         self.addresses = self._servers.addresses

@@ -8,6 +8,8 @@ Public API (imported on first use):
 - :class:`Commander`: commands to workers over their streams, and their results.
 - :func:`open_servers`, :class:`ListenError`: Unix (0600) and TCP listeners.
 - :class:`TokenInterceptor`: the TCP listeners' bearer-token check.
+- :class:`Health`: the standard ``grpc.health.v1.Health`` service (kubelet
+  probes), answered without a token.
 - :mod:`.pb`: ``hello_from_pb``, ``report_from_pb``, ``status_pb``.
 """
 
@@ -15,6 +17,7 @@ from trainprobe.sidecar._lazy import lazy_exports
 
 __all__ = [
     "Commander",
+    "Health",
     "ListenError",
     "SidecarServicer",
     "TokenInterceptor",
@@ -25,6 +28,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Commander": "commander",
+        "Health": "health",
         "ListenError": "sockets",
         "open_servers": "sockets",
         "SidecarServicer": "servicer",

@@ -1,4 +1,7 @@
-"""Bearer-token authentication for TCP listeners (compared in constant time)."""
+"""Bearer-token authentication for TCP listeners (compared in constant time).
+
+The standard health service alone is exempt: kubelet probes carry no token.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ import grpc
 from trainprobe.proto import AUTH_METADATA_KEY, bearer_value
 
 log = logging.getLogger("trainprobe.sidecar")
+
+#: The only methods served without a token: the standard health service's.
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -34,6 +40,10 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails
     ) -> Any:
+        if handler_call_details.method.startswith(_HEALTH_PREFIX):
+            # kubelet gRPC probes send no metadata; Health reveals one bit per
+            # service and changes nothing (see transport/health.py).
+            return await continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():
             if key == AUTH_METADATA_KEY:
                 got = value.encode() if isinstance(value, str) else value

@@ -1,0 +1,212 @@
+"""The two CLIs as a user meets them: what they print, and what they leave behind.
+
+Real sidecar processes, real hooked workers, real sockets: a port really held
+by this test process, a socket path where nothing listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from tests.support import PYTHON, REPO, child_env, free_port, short_tmpdir, sidecar, wait_for
+
+WORKER = REPO / "tests" / "workers" / "hang_after.py"
+LONG_JOB = "torchelastic-3f2a9c1e-5b7d-4e08-a1c6-9d2e7f4b8a10"
+
+
+def ctl(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def sidecar_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "trainprobe.sidecar", *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{text}"
+    return lines[0]
+
+
+def test_status_shows_whole_job_ids_and_diagnose_needs_no_job_for_one() -> None:
+    with sidecar() as sc:
+        worker = subprocess.Popen(
+            [PYTHON, str(WORKER), LONG_JOB, "100000"],
+            env=child_env(TRAINPROBE_TARGET=sc.target),
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            status = wait_for(
+                lambda: (
+                    (r := ctl("status", "--target", sc.target)).returncode == 0
+                    and LONG_JOB in r.stdout
+                    and r
+                ),
+                30,
+                what="the worker in status",
+            )
+            # The id a user copies from status is the one diagnose knows.
+            (row,) = [line for line in status.stdout.splitlines() if "JOB" not in line]
+            copied = row.split()[0]
+            assert copied == LONG_JOB
+            header = status.stdout.splitlines()[0]
+            assert header.index("RANK") > len(LONG_JOB)  # the columns still line up
+            by_id = ctl("diagnose", "--job", copied, "--target", sc.target)
+            assert by_id.returncode == 0, by_id.stderr
+            alone = ctl("diagnose", "--json", "--target", sc.target)
+            assert alone.returncode == 0, alone.stderr
+            assert json.loads(alone.stdout)["job_id"] == LONG_JOB
+        finally:
+            worker.kill()
+            worker.wait()
+
+
+def test_diagnose_without_job_names_the_jobs_when_there_are_several() -> None:
+    with sidecar() as sc:
+        workers = [
+            subprocess.Popen(
+                [PYTHON, str(WORKER), job, "100000"],
+                env=child_env(TRAINPROBE_TARGET=sc.target),
+                stdout=subprocess.DEVNULL,
+            )
+            for job in ("job-a", "job-b")
+        ]
+        try:
+            wait_for(lambda: ctl("status", "--target", sc.target).stdout.count("job-") == 2, 30)
+            r = ctl("diagnose", "--target", sc.target)
+            assert r.returncode == 1
+            line = one_line(r.stderr)
+            assert "serves 2 jobs (job-a, job-b): pass --job" in line
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait()
+
+
+def test_no_sidecar_is_one_line_that_says_to_start_one() -> None:
+    sock = short_tmpdir() / "none.sock"
+    r = ctl("status", "--target", f"unix://{sock}")
+    assert r.returncode == 1
+    assert one_line(r.stderr) == (
+        f"trainprobe: error: no sidecar at unix://{sock}: start one with "
+        "`trainprobe-sidecar`, or pass --target"
+    )
+    port = free_port()
+    r = ctl("diagnose", "--target", f"tcp://127.0.0.1:{port}")
+    assert r.returncode == 1
+    assert f"start one with `trainprobe-sidecar --listen tcp://127.0.0.1:{port}`" in one_line(
+        r.stderr
+    )
+
+
+def test_wrong_scheme_is_rejected_with_the_accepted_forms() -> None:
+    r = sidecar_cli("--listen", "http://127.0.0.1:7777")
+    assert r.returncode == 2
+    assert "use tcp://HOST:PORT or unix:///PATH" in one_line(r.stderr)
+    r = ctl("status", "--target", "http://127.0.0.1:7777")
+    assert r.returncode == 2
+    assert "use tcp://HOST:PORT or unix:///PATH" in one_line(r.stderr)
+
+
+def test_port_in_use_names_the_process_that_holds_it() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        state = short_tmpdir()
+        r = sidecar_cli(
+            "--listen", f"tcp://127.0.0.1:{port}", "--insecure", "--state-dir", str(state)
+        )
+    assert r.returncode == 1
+    # The start-up INFO log may precede it; no gRPC C-core "Failed to bind" follows.
+    line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
+    me = Path("/proc/self/comm").read_text().strip()  # this test's own process name
+    assert f"port {port} is in use by pid {os.getpid()} ({me})" in line, line
+    assert "stop it or choose another port" in line
+
+
+def test_stack_files_are_removed_by_the_sidecar_after_a_kill_and_by_the_next_hook() -> None:
+    runtime = short_tmpdir()
+    # A leftover of a process that no longer exists, and one of a live process.
+    dead = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True)
+    dead_file = runtime / f"stacks-{int(dead.stdout)}.txt"
+    live_file = runtime / f"stacks-{os.getpid()}.txt"
+    dead_file.write_text("")
+    live_file.write_text("")
+    with sidecar("--stall-timeout-s", "2") as sc:
+        worker = subprocess.Popen(
+            [PYTHON, str(WORKER), "stackfile", "30"],
+            env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_RUNTIME_DIR=str(runtime)),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout.readline().startswith("hang")
+            own = runtime / f"stacks-{worker.pid}.txt"
+            # The new hook swept the dead process's file and left the live one's.
+            assert own.exists() and live_file.exists() and not dead_file.exists()
+            wait_for(
+                lambda: [r for r in sc.incidents("action") if r.get("job_id") == "stackfile"],
+                30,
+                what="the kill",
+            )
+            assert worker.wait(10) != 0  # SIGTERM: no atexit, the hook could not clean up
+            assert not own.exists(), "the sidecar removes a killed worker's stack file"
+        finally:
+            worker.kill()
+            worker.wait()
+
+
+def test_bind_errors_say_what_to_do() -> None:
+    state = str(short_tmpdir())
+    # TEST-NET-1 (RFC 5737): never an address of this machine.
+    r = sidecar_cli("--listen", "tcp://192.0.2.1:7070", "--insecure", "--state-dir", state)
+    assert r.returncode == 1
+    line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
+    assert "192.0.2.1 is not an address of this machine; use tcp://0.0.0.0:7070" in line
+    # A socket directory that cannot be created (a file is in the way).
+    blocker = Path(state) / "file"
+    blocker.write_text("")
+    r = sidecar_cli("--listen", f"unix://{blocker}/s.sock", "--state-dir", state)
+    assert r.returncode == 1
+    line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
+    assert f"cannot create unix://{blocker}/s.sock: Not a directory" in line
+    assert "choose another --listen" in line
+
+
+def test_help_points_to_the_settings_reference_an_installed_package_has() -> None:
+    for cli in (sidecar_cli, ctl):
+        out = cli("--help")
+        assert out.returncode == 0 and "trainprobe-sidecar --list-settings" in out.stdout
+    listed = sidecar_cli("--list-settings")
+    assert listed.returncode == 0
+    assert listed.stdout == (REPO / "docs" / "CONFIG.md").read_text()
+
+
+def test_a_hook_that_exits_normally_removes_its_stack_file() -> None:
+    runtime, work = short_tmpdir(), short_tmpdir()
+    with sidecar() as sc:
+        proc = subprocess.Popen(
+            [PYTHON, str(REPO / "tests" / "workers" / "loop.py"), "60", "0.05", str(work / "p")],
+            env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_RUNTIME_DIR=str(runtime)),
+        )
+        own = runtime / f"stacks-{proc.pid}.txt"
+        wait_for(own.exists, 60, what="the hook's stack file")  # armed
+        assert proc.wait(120) == 0
+    assert not own.exists(), "the hook removes its file at exit"

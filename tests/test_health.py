@@ -1,0 +1,221 @@
+"""The standard gRPC health service, as a kubelet probe sees it.
+
+Real sidecar process, real hooked worker that hangs, the real grpc health
+client (``grpc_health.v1``) over the sidecar's token-protected TCP listener,
+sending no token, as kubelet gRPC probes do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.support import (
+    PYTHON,
+    REPO,
+    SidecarProcess,
+    child_env,
+    free_port,
+    short_tmpdir,
+    sidecar,
+    wait_for,
+)
+from trainprobe.proto import probe_pb2, probe_pb2_grpc
+from trainprobe.sidecar import SidecarThread, load_settings
+
+WORKER = REPO / "tests" / "workers" / "hang_after.py"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def check(stub: health_pb2_grpc.HealthStub, service: str) -> int:
+    return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2).status
+
+
+@pytest.fixture
+def tcp_sidecar() -> Iterator[tuple]:
+    port = free_port()
+    flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
+    rules = ("--stall-timeout-s", "2", "--kill-grace-s", "4", "--engine-stall-s", "2")
+    rules += ("--hang-patience-s", "0")  # the kill decision at the verdict: what is probed
+    with sidecar(*flags, *rules) as sc, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        yield sc, ch
+
+
+def start_worker(target: str, job: str, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, str(WORKER), job, "40", *flags],
+        env=child_env(TRAINPROBE_TARGET=target),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_workers_service_turns_not_serving_at_the_kill_decision_without_a_token(
+    tcp_sidecar: tuple,
+) -> None:
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    # The token guards the sidecar's own service on this listener...
+    with pytest.raises(grpc.RpcError) as denied:
+        probe_pb2_grpc.SidecarStub(channel).GetStatus(probe_pb2.StatusRequest(), timeout=2)
+    assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # ...but not Health, which kubelets ask without one.
+    wait_for(lambda: check(stub, "") == SERVING, 10, what="engine ticking")
+    assert check(stub, "trainprobe.workers") == SERVING
+    with pytest.raises(grpc.RpcError) as unknown:
+        check(stub, "no.such.service")
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # SIGTERM ignored: the process lives until the SIGKILL kill_grace_s later.
+    worker = start_worker(sc.target, "health-hang", "--ignore-term")
+    try:
+        assert worker.stdout.readline().startswith("hang")
+        seen: list[tuple[float, int]] = []
+        deadline = time.monotonic() + 60
+        while worker.poll() is None and time.monotonic() < deadline:
+            seen.append((time.time(), check(stub, "trainprobe.workers")))
+            if seen[-1][1] == NOT_SERVING:
+                break
+            time.sleep(0.05)
+        inc = sc.wait_incident(lambda r: r["job_id"] == "health-hang", timeout_s=10)
+        assert inc["action"] == "kill" and inc["targets"] == [0]
+        first_bad = next(t for t, s in seen if s == NOT_SERVING)
+        # Every probe before the decision said SERVING (a suspect is no target).
+        assert all(s == SERVING for t, s in seen if t < inc["time"] - 0.2)
+        # Speed lives in bench/bench_health.py; this only rules out "never" or "at the kill".
+        assert first_bad - inc["time"] < 3.0
+        # The sidecar itself stays SERVING while it deals with the worker.
+        assert check(stub, "") == SERVING
+        # Once the SIGKILL has taken the process, the replacement must not be
+        # killed by the kubelet again: SERVING.
+        worker.wait(30)
+        wait_for(lambda: check(stub, "trainprobe.workers") == SERVING, 10, what="SERVING again")
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_a_worker_of_another_host_never_fails_this_pods_probe(tcp_sidecar: tuple) -> None:
+    """The kubelet asking restarts a container of this pod: a doomed worker that
+    names another host (the sidecar asks it to abort over its stream) is not
+    this pod's, so trainprobe.workers stays SERVING while it lingers."""
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    worker = subprocess.Popen(
+        [PYTHON, str(WORKER), "health-remote", "40", "--ignore-term"],
+        env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_HOST="node-b"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout.readline().startswith("hang")
+        inc = sc.wait_incident(lambda r: r["job_id"] == "health-remote", timeout_s=30)
+        assert inc["action"] == "kill" and inc["targets"] == [0]
+        # SIGTERM ignored: the hook's abort exits only after kill_grace_s (4 s).
+        for _ in range(10):
+            assert worker.poll() is None
+            assert check(stub, "trainprobe.workers") == SERVING
+            time.sleep(0.1)
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_dry_run_decides_nothing_so_workers_stay_serving() -> None:
+    port = free_port()
+    flags = ("--listen", f"tcp://127.0.0.1:{port}", "--insecure", "--dry-run")
+    with (
+        sidecar(*flags, "--stall-timeout-s", "2") as sc,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        stub = health_pb2_grpc.HealthStub(channel)
+        worker = start_worker(sc.target, "health-dry")
+        try:
+            assert worker.stdout.readline().startswith("hang")
+            inc = sc.wait_incident(lambda r: r["job_id"] == "health-dry", timeout_s=30)
+            assert inc["dry_run"] and inc["action"] == "kill"
+            for _ in range(10):
+                assert check(stub, "trainprobe.workers") == SERVING
+                time.sleep(0.1)
+        finally:
+            worker.kill()
+            worker.wait()
+
+
+def test_watch_streams_both_changes_of_the_workers_service(tcp_sidecar: tuple) -> None:
+    """Watch, the other half of the protocol: NOT_SERVING at the decision, SERVING after."""
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    watch = stub.Watch(health_pb2.HealthCheckRequest(service="trainprobe.workers"), timeout=60)
+    assert next(watch).status == SERVING
+    worker = start_worker(sc.target, "health-watch", "--ignore-term")
+    try:
+        assert next(watch).status == NOT_SERVING
+        assert next(watch).status == SERVING  # the SIGKILL after kill_grace_s
+    finally:
+        watch.cancel()
+        worker.kill()
+        worker.wait()
+
+
+def test_sidecar_service_is_not_serving_once_the_engine_stops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Service "": the engine task really ends (cancelled on the sidecar's own
+    loop); the servers keep answering, the health service says the rules stopped."""
+    port = free_port()
+    settings = load_settings(
+        cli={
+            "listen": [f"unix://{tmp_path}/s.sock", f"tcp://127.0.0.1:{port}"],
+            "token": "s3cret",
+            "state_dir": str(tmp_path),
+            "engine_stall_s": "1",
+            "telemetry": False,
+        }
+    )
+    with SidecarThread(settings) as st, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        wait_for(lambda: check(stub, "") == SERVING, 10, what="engine ticking")
+        st.call(lambda: st.sidecar._engine_task.cancel())
+        t0 = time.monotonic()
+        wait_for(lambda: check(stub, "") == NOT_SERVING, 10, what="NOT_SERVING")
+        assert time.monotonic() - t0 >= 0.5  # not before engine_stall_s has passed
+        assert check(stub, "trainprobe.workers") == SERVING
+
+
+def test_relay_node_serves_health_for_the_kills_it_carries_out() -> None:
+    """In relay mode the upstream decides and the node kills: the node's
+    trainprobe.workers is NOT_SERVING from the kill order until the process is gone."""
+    port = free_port()
+    up = SidecarProcess(short_tmpdir("tpup-"), "--stall-timeout-s", "2", "--kill-grace-s", "3")
+    node = SidecarProcess(
+        short_tmpdir("tpnode-"),
+        "--relay-to",
+        up.target,
+        "--listen",
+        f"tcp://127.0.0.1:{port}",
+        "--token",
+        "s3cret",
+    )
+    with up, node, grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        assert check(stub, "") == SERVING and check(stub, "trainprobe.workers") == SERVING
+        worker = start_worker(node.target, "health-relay", "--ignore-term")
+        try:
+            assert worker.stdout.readline().startswith("hang")
+            wait_for(
+                lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 30, what="NOT_SERVING"
+            )
+            assert worker.poll() is None  # seen while the process still lives
+            inc = up.wait_incident(lambda r: r["job_id"] == "health-relay", timeout_s=10)
+            assert inc["action"] == "kill"
+            worker.wait(30)  # the node's SIGKILL after kill_grace_s
+            wait_for(lambda: check(stub, "trainprobe.workers") == SERVING, 10, what="SERVING")
+            assert check(stub, "") == SERVING
+        finally:
+            worker.kill()
+            worker.wait()
