@@ -124,6 +124,9 @@ class GroupSeqData:
     oldest_inflight_start_mono_ns: int = 0
     inflight_op: str = ""
     inflight_seq: int = 0
+    #: Issue times (worker clock) of collectives issued since the last report.
+    started_seqs: tuple[int, ...] = ()
+    started_mono_ns: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -234,6 +237,8 @@ class WorkerState:
     killed_by_us: bool = False
     #: Sidecar time of the oldest in-flight collective per group, mapped.
     inflight_since: dict[str, float] = field(default_factory=dict)
+    #: How late it entered shared collectives (an ``arrival.LagStats``), once known.
+    arrival: Any = None
     #: Calibration cache: p99 of step_samples, refreshed on each report.
     step_p99_s: float | None = None
     #: ``hello.key``, which a resumed session's new Hello keeps (same job and rank).

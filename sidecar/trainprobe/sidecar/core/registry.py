@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from trainprobe.sidecar.core.arrival import ArrivalTracker
 from trainprobe.sidecar.core.model import (
     ActivePhase,
     GpuMemoryData,
@@ -38,6 +39,8 @@ class Registry:
     def __init__(self, forget_after_s: float = 600.0) -> None:
         self._workers: dict[WorkerKey, WorkerState] = {}
         self.forget_after_s = forget_after_s
+        #: Who entered shared collectives late, compared across the sessions here.
+        self.arrivals = ArrivalTracker()
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -136,6 +139,8 @@ class Registry:
                 for g in report.sync.groups
                 if g.oldest_inflight_start_mono_ns
             }
+            if report.sync.groups:
+                self.arrivals.observe(state, report.sync, now)
         elif state.inflight_since:
             state.inflight_since = {}
 

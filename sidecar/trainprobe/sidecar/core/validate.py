@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from trainprobe.sidecar.core.model import (
     GpuMemoryData,
+    GroupSeqData,
     HelloData,
     PhaseData,
     ReportData,
@@ -21,6 +22,8 @@ MAX_PHASES = 64
 MAX_RECENT = 4096
 MAX_GROUPS = 256
 MAX_SAMPLES = 256
+#: Collective issue times per group and report (the hook sends at most 64).
+MAX_STARTS = 256
 MAX_WORLD_SIZE = 1 << 20
 #: A step or collective lasting longer than a year is a unit bug, not training.
 MAX_DURATION_S = 365 * 86400.0
@@ -158,6 +161,19 @@ def _gpu(g: GpuMemoryData) -> None:
         raise ValidationError("gpu_memory.process_used_bytes exceeds device_total_bytes")
 
 
+def _started(g: GroupSeqData) -> None:
+    n = len(g.started_seqs)
+    if n > MAX_STARTS or len(g.started_mono_ns) != n:
+        raise ValidationError(
+            f"group {g.group!r}: started_seqs and started_mono_ns must have equal lengths "
+            f"of at most {MAX_STARTS}"
+        )
+    if max(g.started_seqs) > g.issued or min(g.started_seqs) < 1:
+        raise ValidationError(f"group {g.group!r}: a started seq outside 1..issued")
+    if min(g.started_mono_ns) <= 0:
+        raise ValidationError(f"group {g.group!r}: started_mono_ns must be > 0")
+
+
 def _sync(s: SyncData) -> None:
     _duration("sync.p50_s", s.p50_s)
     _duration("sync.max_s", s.max_s)
@@ -183,6 +199,8 @@ def _sync(s: SyncData) -> None:
         # before its collectors run, so a collective may start in between.
         if g.oldest_inflight_start_mono_ns < 0:
             raise ValidationError(f"group {g.group!r}: oldest_inflight_start_mono_ns must be >= 0")
+        if g.started_seqs or g.started_mono_ns:
+            _started(g)
     for c in s.samples:
         _text("sync.samples.group", c.group)
         _text("sync.samples.op", c.op)

@@ -107,6 +107,7 @@ class Engine:
         now = self._clock()
         self.ticks += 1
         self.registry.forget_stale(now)
+        self.registry.arrivals.sweep(now)
         workers = self.registry.workers()
         findings = evaluate(workers, self.rules, now)
         self._set_verdicts(workers, findings)

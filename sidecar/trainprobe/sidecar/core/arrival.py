@@ -1,0 +1,232 @@
+"""Arrival lag: how late each rank entered the collectives it shared.
+
+Every rank numbers its collectives per group alike (the hook's ``GroupLedger``),
+so (job, group, seq) names one collective on all of them, and the issue time
+each rank reports for it, mapped onto the sidecar's clock with that rank's
+offset, says who entered first and how late the others were. A persistent
+straggler is a rank whose lag stays high; a rank about to hang is one whose
+lag grows, then one that stops arriving at all.
+
+A comparison stays open until every rank seen in the group has reported the
+collective (two at least), or until ``close_after_s`` has passed. Then each
+arrived rank's lag (its issue time minus the earliest) goes into its
+:class:`LagStats`; a rank of the group that had not yet issued the collective
+is counted *missed*, with the time it has kept the first rank waiting so far
+(up to its own last report) as a lower bound.
+
+Cost per report: one dict lookup and insert per issue time it carries (at most
+:data:`STARTS_PER_REPORT` per group); a comparison is closed once, in
+O(ranks); expired ones are swept oldest first. Memory: at most
+:data:`MAX_OPEN` open comparisons per group and :data:`MAX_GROUPS_PER_JOB`
+groups per job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from trainprobe.sidecar.core.model import SyncData, WorkerState
+
+#: How long a comparison waits for the ranks that have not reported it, at
+#: least; three report intervals of the slowest-reporting rank when longer.
+CLOSE_AFTER_S = 3.0
+#: Open comparisons per group; the oldest closes early beyond it.
+MAX_OPEN = 256
+#: Groups tracked per job; a job's further groups are not compared.
+MAX_GROUPS_PER_JOB = 64
+#: Issue times of one group and report that are compared (the newest).
+STARTS_PER_REPORT = 64
+#: Lags per rank that the status summary is computed over.
+RECENT_LAGS = 128
+#: Lags waiting for an exporter; the oldest are dropped when none reads them.
+MAX_PENDING_LAGS = 65536
+
+
+@dataclass(frozen=True)
+class LagSummary:
+    count: int = 0
+    last_s: float = 0.0
+    p50_s: float = 0.0
+    p99_s: float = 0.0
+    max_s: float = 0.0
+    missed: int = 0
+    group: str = ""
+
+
+class LagStats:
+    """One rank's arrival lags: counts since it connected, and the recent ones."""
+
+    __slots__ = ("count", "group", "missed", "recent")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.missed = 0
+        self.group = ""
+        self.recent: deque[float] = deque(maxlen=RECENT_LAGS)
+
+    def add(self, lag_s: float, group: str, missed: bool) -> None:
+        self.count += 1
+        self.missed += missed
+        self.group = group
+        self.recent.append(lag_s)
+
+    def summary(self) -> LagSummary:
+        if not self.recent:
+            return LagSummary(self.count, missed=self.missed, group=self.group)
+        ordered = sorted(self.recent)
+        n = len(ordered)
+        return LagSummary(
+            self.count,
+            self.recent[-1],
+            ordered[(n - 1) // 2],
+            ordered[min(n - 1, math.ceil(0.99 * n) - 1)],  # nearest rank
+            ordered[-1],
+            self.missed,
+            self.group,
+        )
+
+
+class _Open:
+    """One collective being compared: rank -> issue time on the sidecar's clock."""
+
+    __slots__ = ("arrivals", "opened_at")
+
+    def __init__(self, opened_at: float) -> None:
+        self.opened_at = opened_at
+        self.arrivals: dict[int, float] = {}
+
+
+class _Group:
+    __slots__ = ("close_after_s", "floor", "issued", "members", "name", "open")
+
+    def __init__(self, name: str, close_after_s: float) -> None:
+        self.name = name
+        self.close_after_s = close_after_s
+        # Insertion order is opening order, so expiry pops from the front.
+        self.open: OrderedDict[int, _Open] = OrderedDict()
+        #: Ranks that reported issue times in this group, and their sessions.
+        self.members: dict[int, WorkerState] = {}
+        #: Each member's issued counter, from its latest report.
+        self.issued: dict[int, int] = {}
+        #: The highest seq closed: a lone late report of it opens nothing.
+        self.floor = 0
+
+
+class ArrivalTracker:
+    """Open comparisons of every job's groups; lags go to each rank's LagStats."""
+
+    def __init__(self, close_after_s: float = CLOSE_AFTER_S, max_open: int = MAX_OPEN) -> None:
+        self.close_after_s = close_after_s
+        self.max_open = max_open
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._per_job: dict[str, int] = {}
+        #: (worker, group, lag_s, missed) as comparisons close, for exporters.
+        self.lags: deque[tuple[WorkerState, str, float, bool]] = deque(maxlen=MAX_PENDING_LAGS)
+
+    def __len__(self) -> int:
+        return sum(len(g.open) for g in self._groups.values())
+
+    def observe(self, state: WorkerState, sync: SyncData, now: float) -> None:
+        """Fold one report's issue times in (after the registry mapped its clock)."""
+        hello = state.hello
+        rank, job = hello.rank, hello.job_id
+        offset = state.offset_s
+        for g in sync.groups:
+            grp = self._groups.get((job, g.group))
+            seqs = g.started_seqs
+            if not seqs:
+                if grp is not None and rank in grp.issued:
+                    grp.issued[rank] = g.issued
+                continue
+            if grp is None and (grp := self._new_group(job, g.group)) is None:
+                continue
+            grp.members[rank] = state
+            grp.issued[rank] = g.issued
+            wait = 3.0 * hello.interval_ms / 1000.0
+            if wait > grp.close_after_s:
+                grp.close_after_s = wait
+            opened, floor = grp.open, grp.floor
+            starts = g.started_mono_ns
+            ranks = len(grp.members)
+            for i in range(max(0, len(seqs) - STARTS_PER_REPORT), len(seqs)):
+                seq = seqs[i]
+                entry = opened.get(seq)
+                if entry is None:
+                    if seq <= floor:
+                        continue
+                    entry = opened[seq] = _Open(now)
+                entry.arrivals[rank] = starts[i] / 1e9 + offset
+                if len(entry.arrivals) == ranks and ranks >= 2:
+                    del opened[seq]
+                    self._close(grp, seq, entry, timed_out=False)
+            while len(opened) > self.max_open:
+                seq, entry = opened.popitem(last=False)
+                self._close(grp, seq, entry, timed_out=True)
+            self._expire(grp, now)
+
+    def sweep(self, now: float) -> None:
+        """Close expired comparisons and forget groups whose ranks all left.
+
+        Run every tick: a hung job reports no new issue times, and its open
+        comparison must still close to show who kept the others waiting.
+        """
+        gone = []
+        for key, grp in self._groups.items():
+            self._expire(grp, now)
+            if not grp.open and not any(w.connected for w in grp.members.values()):
+                gone.append(key)
+        for key in gone:
+            del self._groups[key]
+            left = self._per_job[key[0]] - 1
+            if left:
+                self._per_job[key[0]] = left
+            else:
+                del self._per_job[key[0]]
+
+    def _new_group(self, job: str, name: str) -> _Group | None:
+        n = self._per_job.get(job, 0)
+        if n >= MAX_GROUPS_PER_JOB:
+            return None
+        self._per_job[job] = n + 1
+        grp = self._groups[(job, name)] = _Group(name, self.close_after_s)
+        return grp
+
+    def _expire(self, grp: _Group, now: float) -> None:
+        opened = grp.open
+        deadline = now - grp.close_after_s
+        while opened:
+            seq, entry = next(iter(opened.items()))
+            if entry.opened_at > deadline:
+                return
+            del opened[seq]
+            self._close(grp, seq, entry, timed_out=True)
+
+    def _close(self, grp: _Group, seq: int, entry: _Open, timed_out: bool) -> None:
+        if seq > grp.floor:
+            grp.floor = seq
+        arrivals = entry.arrivals
+        first = min(arrivals.values())
+        if len(arrivals) >= 2:
+            for rank, at in arrivals.items():
+                w = grp.members.get(rank)
+                if w is not None:
+                    self._record(w, grp.name, at - first, False)
+        if not timed_out:
+            return
+        for rank, w in grp.members.items():
+            if rank in arrivals or grp.issued.get(rank, 0) >= seq or not w.connected:
+                continue
+            # Not issued as of its last report: it has kept the first rank
+            # waiting at least this long (a lower bound; it may never come).
+            waited = w.last_report_at - first
+            if waited > 0:
+                self._record(w, grp.name, waited, True)
+
+    def _record(self, w: WorkerState, group: str, lag_s: float, missed: bool) -> None:
+        stats = w.arrival
+        if stats is None:
+            stats = w.arrival = LagStats()
+        stats.add(lag_s, group, missed)
+        self.lags.append((w, group, lag_s, missed))
