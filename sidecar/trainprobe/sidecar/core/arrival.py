@@ -14,17 +14,21 @@ arrived rank's lag (its issue time minus the earliest) goes into its
 is counted *missed*, with the time it has kept the first rank waiting so far
 (up to its own last report) as a lower bound.
 
-Cost per report: one dict lookup and insert per issue time it carries (at most
-:data:`STARTS_PER_REPORT` per group); a comparison is closed once, in
-O(ranks); expired ones are swept oldest first. Memory: at most
-:data:`MAX_OPEN` open comparisons per group and :data:`MAX_GROUPS_PER_JOB`
-groups per job.
+Cost per report: one dict lookup and insert per issue time compared; a group
+that issues many collectives per report is thinned to every ``stride``-th seq
+(the same on every rank), about :data:`COMPARED_PER_REPORT` per report. A
+comparison is closed once, in O(ranks), without a call per rank; expired
+ones are swept oldest first. Each rank's lags are folded per report window
+into its worst one, so exporting costs one histogram record per report, not
+one per collective. Memory: at most :data:`MAX_OPEN` open comparisons per
+group and :data:`MAX_GROUPS_PER_JOB` groups per job.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import SyncData, WorkerState
@@ -38,6 +42,8 @@ MAX_OPEN = 256
 MAX_GROUPS_PER_JOB = 64
 #: Issue times of one group and report that are compared (the newest).
 STARTS_PER_REPORT = 64
+#: Comparisons per report a busy group is thinned to (see :func:`_stride`).
+COMPARED_PER_REPORT = 2
 #: Lags per rank that the status summary is computed over.
 RECENT_LAGS = 128
 #: Lags waiting for an exporter; the oldest are dropped when none reads them.
@@ -56,30 +62,50 @@ class LagSummary:
 
 
 class LagStats:
-    """One rank's arrival lags: counts since it connected, and the recent ones."""
+    """One rank's arrival lags: counts since it connected, and recent windows.
 
-    __slots__ = ("count", "group", "missed", "recent")
+    Lags are folded per report window of the rank: the window's worst lag is
+    what the status summary and the exported histogram see, one value per
+    report instead of one per collective (a DDP step has tens), which keeps
+    the cost per report flat however many collectives a step issues.
+    """
+
+    __slots__ = ("count", "group", "missed", "recent", "win_max", "win_missed", "win_n")
 
     def __init__(self) -> None:
+        #: Collectives compared, and those the rank had missed, since it connected.
         self.count = 0
         self.missed = 0
         self.group = ""
+        #: The worst lag of each recent window, newest last.
         self.recent: deque[float] = deque(maxlen=RECENT_LAGS)
+        # The open window: written by the tracker's inner loop directly.
+        self.win_max = 0.0
+        self.win_n = 0
+        self.win_missed = False
 
-    def add(self, lag_s: float, group: str, missed: bool) -> None:
-        self.count += 1
-        self.missed += missed
-        self.group = group
-        self.recent.append(lag_s)
+    def close_window(self) -> float | None:
+        """End the window; its worst lag, or None if nothing was compared in it."""
+        if not self.win_n:
+            return None
+        worst = self.win_max
+        self.count += self.win_n
+        self.recent.append(worst)
+        self.win_max, self.win_n, self.win_missed = 0.0, 0, False
+        return worst
 
     def summary(self) -> LagSummary:
-        if not self.recent:
+        """Over the recent windows and the open one (a stopped rank never closes it)."""
+        values = list(self.recent)
+        if self.win_n:
+            values.append(self.win_max)
+        n = len(values)
+        if not n:
             return LagSummary(self.count, missed=self.missed, group=self.group)
-        ordered = sorted(self.recent)
-        n = len(ordered)
+        ordered = sorted(values)
         return LagSummary(
-            self.count,
-            self.recent[-1],
+            self.count + self.win_n,
+            values[-1],
             ordered[(n - 1) // 2],
             ordered[min(n - 1, math.ceil(0.99 * n) - 1)],  # nearest rank
             ordered[-1],
@@ -99,10 +125,13 @@ class _Open:
 
 
 class _Group:
-    __slots__ = ("close_after_s", "floor", "issued", "members", "name", "open")
+    __slots__ = ("close_after_s", "floor", "issued", "members", "name", "open", "rate", "stride")
 
     def __init__(self, name: str, close_after_s: float) -> None:
         self.name = name
+        #: Issue times per report (a moving average), and 1 in how many is compared.
+        self.rate = 0.0
+        self.stride = 1
         self.close_after_s = close_after_s
         # Insertion order is opening order, so expiry pops from the front.
         self.open: OrderedDict[int, _Open] = OrderedDict()
@@ -112,6 +141,31 @@ class _Group:
         self.issued: dict[int, int] = {}
         #: The highest seq closed: a lone late report of it opens nothing.
         self.floor = 0
+
+
+def _stride(grp: _Group, n: int) -> int:
+    """Compare every ``stride``-th collective of the group (a power of two).
+
+    Every rank skips the same seqs, so a busy group (a DDP step of tens of
+    buckets) costs about :data:`COMPARED_PER_REPORT` comparisons per report.
+    """
+    grp.rate += (n - grp.rate) * 0.1
+    per = grp.rate / grp.stride
+    if per > 2 * COMPARED_PER_REPORT:
+        grp.stride *= 2
+    elif per < COMPARED_PER_REPORT / 2 and grp.stride > 1:
+        grp.stride //= 2
+    return grp.stride
+
+
+def _compared(seqs: Sequence[int], stride: int) -> range | list[int]:
+    """Indices of the seqs that are multiples of ``stride``, the newest at most."""
+    n = len(seqs)
+    if stride == 1:
+        return range(max(0, n - STARTS_PER_REPORT), n)
+    if seqs[-1] - seqs[0] == n - 1:  # consecutive, as the hook sends them
+        return range(-seqs[0] % stride, n, stride)
+    return [i for i in range(n) if not seqs[i] % stride][-STARTS_PER_REPORT:]
 
 
 class ArrivalTracker:
@@ -133,6 +187,12 @@ class ArrivalTracker:
         hello = state.hello
         rank, job = hello.rank, hello.job_id
         offset = state.offset_s
+        stats = state.arrival
+        if stats is not None and stats.win_n:
+            # Lags found since this rank's previous report: one value out.
+            missed = stats.win_missed
+            worst = stats.close_window()
+            self.lags.append((state, stats.group, worst, missed))  # type: ignore[arg-type]
         for g in sync.groups:
             grp = self._groups.get((job, g.group))
             seqs = g.started_seqs
@@ -150,7 +210,7 @@ class ArrivalTracker:
             opened, floor = grp.open, grp.floor
             starts = g.started_mono_ns
             ranks = len(grp.members)
-            for i in range(max(0, len(seqs) - STARTS_PER_REPORT), len(seqs)):
+            for i in _compared(seqs, _stride(grp, len(seqs))):
                 seq = seqs[i]
                 entry = opened.get(seq)
                 if entry is None:
@@ -207,26 +267,38 @@ class ArrivalTracker:
         if seq > grp.floor:
             grp.floor = seq
         arrivals = entry.arrivals
+        members = grp.members
+        name = grp.name
         first = min(arrivals.values())
         if len(arrivals) >= 2:
+            # The hot loop (every rank of every collective): no call per rank.
             for rank, at in arrivals.items():
-                w = grp.members.get(rank)
-                if w is not None:
-                    self._record(w, grp.name, at - first, False)
+                w = members.get(rank)
+                if w is None:
+                    continue
+                stats = w.arrival
+                if stats is None:
+                    stats = w.arrival = LagStats()
+                lag = at - first
+                if lag > stats.win_max:
+                    stats.win_max = lag
+                stats.win_n += 1
+                stats.group = name
         if not timed_out:
             return
-        for rank, w in grp.members.items():
+        for rank, w in members.items():
             if rank in arrivals or grp.issued.get(rank, 0) >= seq or not w.connected:
                 continue
             # Not issued as of its last report: it has kept the first rank
             # waiting at least this long (a lower bound; it may never come).
             waited = w.last_report_at - first
-            if waited > 0:
-                self._record(w, grp.name, waited, True)
-
-    def _record(self, w: WorkerState, group: str, lag_s: float, missed: bool) -> None:
-        stats = w.arrival
-        if stats is None:
-            stats = w.arrival = LagStats()
-        stats.add(lag_s, group, missed)
-        self.lags.append((w, group, lag_s, missed))
+            if waited <= 0:
+                continue
+            stats = w.arrival
+            if stats is None:
+                stats = w.arrival = LagStats()
+            stats.win_max = max(stats.win_max, waited)
+            stats.win_n += 1
+            stats.win_missed = True
+            stats.missed += 1
+            stats.group = name

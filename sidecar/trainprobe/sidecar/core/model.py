@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -124,9 +125,10 @@ class GroupSeqData:
     oldest_inflight_start_mono_ns: int = 0
     inflight_op: str = ""
     inflight_seq: int = 0
-    #: Issue times (worker clock) of collectives issued since the last report.
-    started_seqs: tuple[int, ...] = ()
-    started_mono_ns: tuple[int, ...] = ()
+    #: Issue times (worker clock) of collectives issued since the last report
+    #: (lists as parsed, or tuples; never changed once built).
+    started_seqs: Sequence[int] = ()
+    started_mono_ns: Sequence[int] = ()
 
 
 @dataclass(slots=True)
