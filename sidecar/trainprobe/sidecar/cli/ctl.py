@@ -2,6 +2,7 @@
 
 trainprobe status [--target ADDR] [--job J] [--json]
 trainprobe diagnose --job J [--target ADDR] [--json]
+trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, help_text in (
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
         ("diagnose", "the current culprit analysis of a job"),
+        ("top", "a live view: ranks x recent windows by arrival lag or step time, incidents"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument(
@@ -94,8 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         p.add_argument("--token", help="bearer token for TCP sidecars (default $TRAINPROBE_TOKEN)")
         p.add_argument("--job", default="", required=name == "diagnose", help="job id")
-        p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
+        if name == "top":
+            p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
+            p.add_argument("--interval-s", type=float, default=1.0, help="refresh period")
+            p.add_argument("--once", action="store_true", help="print one frame and exit")
+        else:
+            p.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     try:
         stub, metadata, channel = _stub(args)
@@ -103,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainprobe: error: {err}", file=sys.stderr)
         return 2
     try:
+        if args.command == "top":
+            from trainprobe.sidecar.cli.top import fetcher, run
+
+            fetch = fetcher(stub, metadata, args.job, args.timeout_s)
+            return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
         if args.command == "status":
             reply = stub.GetStatus(
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
@@ -122,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata=metadata,
             )
             print(diag.json if args.json else diag.text)
+    except KeyboardInterrupt:
+        return 130
     except grpc.RpcError as err:
         print(
             f"trainprobe: error: sidecar at {_target(args.target)}: {err.code().name}: "
