@@ -59,6 +59,9 @@ class RankRow:
     last_step: int = -1
     last_at: float = 0.0
     lag_count: int = 0
+    lag_missed: int = 0
+    #: The lag of the collective the rank last failed to enter, while it still has not.
+    missing_s: float | None = None
 
 
 @dataclass
@@ -120,9 +123,15 @@ def _lag_s(row: RankRow, w: probe_pb2.WorkerStatus) -> float | None:
         return None
     lag = w.arrival_lag
     fresh = lag.count != row.lag_count
-    row.lag_count = lag.count
-    # No new comparison in this window: nothing to colour (a blank, not a repeat).
-    return lag.last_s if fresh else None
+    missed = lag.missed != row.lag_missed
+    row.lag_count, row.lag_missed = lag.count, lag.missed
+    if fresh:
+        # A rank counted missed has not entered a collective its peers are in:
+        # it stays that late until a comparison shows it arriving again.
+        row.missing_s = lag.last_s if missed else None
+        return lag.last_s
+    # No new comparison in this window: a blank, unless the rank is still missing.
+    return row.missing_s
 
 
 def colour(value: float | None, by: str, job_step_s: float | None) -> int:
