@@ -48,6 +48,8 @@ EXTRA = [
     # Issue 6: the same runs, with the time to a named culprit and its stacks.
     ["bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
     ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
+    # Issue 15: what arrival lag costs per report at 1,000 workers.
+    ["bench_arrival.py", "--workers", "1000", "--collectives", "8"],
 ]
 BENCHES = (
     "report_path",
