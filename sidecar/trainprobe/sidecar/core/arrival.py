@@ -84,16 +84,6 @@ class LagStats:
         self.win_n = 0
         self.win_missed = False
 
-    def close_window(self) -> float | None:
-        """End the window; its worst lag, or None if nothing was compared in it."""
-        if not self.win_n:
-            return None
-        worst = self.win_max
-        self.count += self.win_n
-        self.recent.append(worst)
-        self.win_max, self.win_n, self.win_missed = 0.0, 0, False
-        return worst
-
     def summary(self) -> LagSummary:
         """Over the recent windows and the open one (a stopped rank never closes it)."""
         values = list(self.recent)
@@ -189,10 +179,13 @@ class ArrivalTracker:
         offset = state.offset_s
         stats = state.arrival
         if stats is not None and stats.win_n:
-            # Lags found since this rank's previous report: one value out.
-            missed = stats.win_missed
-            worst = stats.close_window()
-            self.lags.append((state, stats.group, worst, missed))  # type: ignore[arg-type]
+            # Lags found since this rank's previous report: the window closes
+            # and its worst goes out (inline: this runs for every report).
+            worst = stats.win_max
+            self.lags.append((state, stats.group, worst, stats.win_missed))
+            stats.count += stats.win_n
+            stats.recent.append(worst)
+            stats.win_max, stats.win_n, stats.win_missed = 0.0, 0, False
         for g in sync.groups:
             grp = self._groups.get((job, g.group))
             seqs = g.started_seqs
@@ -224,7 +217,8 @@ class ArrivalTracker:
             while len(opened) > self.max_open:
                 seq, entry = opened.popitem(last=False)
                 self._close(grp, seq, entry, timed_out=True)
-            self._expire(grp, now)
+        # Expired comparisons close in sweep(), every tick: not on this path,
+        # which runs for every report.
 
     def sweep(self, now: float) -> None:
         """Close expired comparisons and forget groups whose ranks all left.
