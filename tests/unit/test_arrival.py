@@ -154,6 +154,32 @@ def test_a_busy_group_is_thinned_alike_on_every_rank() -> None:
     assert r0.arrival.summary().max_s == 0.0
 
 
+def test_a_hang_on_a_skipped_seq_of_a_thinned_group_still_shows() -> None:
+    # The group is thinned to every 8th seq or more; rank 1 never enters seq
+    # 2003, which no stride compares. Rank 0 waits in it: its reports name it
+    # as in flight, so the comparison opens and rank 1 is counted missed.
+    reg = Registry()
+    r0, r1 = connected(reg, 0, T0), connected(reg, 1, T0)
+    for k in range(50):
+        t = T0 + k
+        base = {k * 40 + i + 1: t + i * 0.001 for i in range(40)}
+        _send(reg, r0, t + 0.5, base)
+        _send(reg, r1, t + 0.5, base)
+    grp = reg.arrivals._groups[("job", "default")]
+    assert 2003 % grp.stride
+    t = T0 + 50
+    blocked = SyncData(
+        groups=(GroupSeqData("default", 2003, 2002, int(t * NS), "allreduce", 2003),)
+    )
+    for dt in (0.2, 1.0, 2.0, 3.0, 4.0, 5.0):
+        reg.apply(r0, report(t + dt, sync=blocked), t + dt)
+        _send(reg, r1, t + dt, {}, issued=2000)
+        reg.arrivals.sweep(t + dt)
+    s1 = r1.arrival.summary()
+    assert s1.missed == 1 and s1.last_s >= 3.0
+    assert r0.arrival.summary().missed == 0
+
+
 def test_groups_of_departed_ranks_are_forgotten() -> None:
     reg = Registry()
     r0, r1 = connected(reg, 0, T0), connected(reg, 1, T0)

@@ -31,7 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import SyncData, WorkerState
+from trainprobe.sidecar.core.model import GroupSeqData, SyncData, WorkerState
 
 #: How long a comparison waits for the ranks that have not reported it, at
 #: least; three report intervals of the slowest-reporting rank when longer.
@@ -42,6 +42,9 @@ MAX_OPEN = 256
 MAX_GROUPS_PER_JOB = 64
 #: Issue times of one group and report that are compared (the newest).
 STARTS_PER_REPORT = 64
+#: A rank in a collective this long is compared on it even where the group is
+#: thinned (see :meth:`ArrivalTracker._blocked`); healthy collectives take ms.
+BLOCKED_S = 0.5
 #: Comparisons per report a busy group is thinned to (see :func:`_stride`).
 COMPARED_PER_REPORT = 2
 #: Lags per rank that the status summary is computed over.
@@ -192,33 +195,55 @@ class ArrivalTracker:
             if not seqs:
                 if grp is not None and rank in grp.issued:
                     grp.issued[rank] = g.issued
+                    self._blocked(grp, g, offset, rank, len(grp.members), now)
                 continue
             if grp is None and (grp := self._new_group(job, g.group)) is None:
                 continue
+            opened = grp.open
             grp.members[rank] = state
             grp.issued[rank] = g.issued
             wait = 3.0 * hello.interval_ms / 1000.0
             if wait > grp.close_after_s:
                 grp.close_after_s = wait
-            opened, floor = grp.open, grp.floor
             starts = g.started_mono_ns
             ranks = len(grp.members)
-            for i in _compared(seqs, _stride(grp, len(seqs))):
-                seq = seqs[i]
-                entry = opened.get(seq)
-                if entry is None:
-                    if seq <= floor:
-                        continue
-                    entry = opened[seq] = _Open(now)
-                entry.arrivals[rank] = starts[i] / 1e9 + offset
-                if len(entry.arrivals) == ranks and ranks >= 2:
-                    del opened[seq]
-                    self._close(grp, seq, entry, timed_out=False)
+            stride = _stride(grp, len(seqs))
+            for i in _compared(seqs, stride):
+                self._arrive(grp, seqs[i], starts[i] / 1e9 + offset, rank, ranks, now)
+            self._blocked(grp, g, offset, rank, ranks, now)
             while len(opened) > self.max_open:
                 seq, entry = opened.popitem(last=False)
                 self._close(grp, seq, entry, timed_out=True)
         # Expired comparisons close in sweep(), every tick: not on this path,
         # which runs for every report.
+
+    def _arrive(self, grp: _Group, seq: int, at: float, rank: int, ranks: int, now: float) -> None:
+        opened = grp.open
+        entry = opened.get(seq)
+        if entry is None:
+            if seq <= grp.floor:
+                return
+            entry = opened[seq] = _Open(now)
+        entry.arrivals[rank] = at
+        if len(entry.arrivals) == ranks and ranks >= 2:
+            del opened[seq]
+            self._close(grp, seq, entry, timed_out=False)
+
+    def _blocked(
+        self, grp: _Group, g: GroupSeqData, offset: float, rank: int, ranks: int, now: float
+    ) -> None:
+        """A rank waiting in a collective for long is compared on it, whatever the stride.
+
+        A thinned group skips most seqs; if a rank never enters a skipped one,
+        its waiting peers' reports name it as their oldest in flight, so the
+        comparison opens anyway and the absent rank is counted missed.
+        """
+        seq, start_ns = g.inflight_seq, g.oldest_inflight_start_mono_ns
+        if not seq or not start_ns or seq % grp.stride == 0:
+            return
+        at = start_ns / 1e9 + offset
+        if now - at >= BLOCKED_S:
+            self._arrive(grp, seq, at, rank, ranks, now)
 
     def sweep(self, now: float) -> None:
         """Close expired comparisons and forget groups whose ranks all left.
