@@ -5,6 +5,7 @@ current time as an argument, so the whole decision path is unit-testable.
 """
 
 from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
+from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
@@ -62,6 +63,7 @@ __all__ = [
     "SUPPORTED_PROTOCOLS",
     "Action",
     "ActionPolicy",
+    "ArrivalTracker",
     "CollectiveData",
     "CoordinatorState",
     "CulpritPolicy",
@@ -80,6 +82,8 @@ __all__ = [
     "JobEpisodes",
     "JobView",
     "KillBudget",
+    "LagStats",
+    "LagSummary",
     "PhaseData",
     "RankSummary",
     "RayInfo",
