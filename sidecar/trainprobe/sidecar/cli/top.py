@@ -204,7 +204,9 @@ def render(model: TopModel, by: str = "lag", title: str = "trainprobe top") -> G
         table.add_row("(no workers have reported)", "", "", "", "", "", "", "")
     feed = Text("incidents:\n", style="bold")
     for line in model.feed or ["(none)"]:
-        feed.append(f"  {line}\n", style="red" if "->" in line or ":" in line else "")
+        # A recovery in green, a new verdict or finding in red, stream changes plain.
+        style = "green" if line.endswith("-> OK") else "red" if "stream " not in line else ""
+        feed.append(f"  {line}\n", style=style if line != "(none)" else "dim")
     return Group(table, feed)
 
 
