@@ -3,6 +3,7 @@
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
         [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 100]
+        [--issue-times K]
         [--quick] [--json OUT]
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
@@ -160,6 +161,7 @@ def run_level(
                 *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop)),
                 *("--probes", str(args.probes), "--steps-per-report", str(STEPS_PER_REPORT)),
                 *("--out", str(out)),
+                *(("--issue-times", str(args.issue_times)) if args.issue_times and not k else ()),
             ]
             offset += count
             gens.append(
@@ -243,6 +245,9 @@ def run_level(
         # Reports per second of sidecar CPU: what a whole core would sustain at this
         # per-report cost, whatever share of CPU 0 other processes left it.
         "reports_per_cpu_s": processed_rate / max((c1 - c0) / (t1 - t0), 1e-9),
+        # The same as a cost: the sidecar's CPU per report, whatever the generators
+        # managed to send (issue 15: on 2 cores they, not the sidecar, were the limit).
+        "sidecar_cpu_us_per_report": (c1 - c0) / max(processed_rate * (t1 - t0), 1e-9) * 1e6,
         "generator_cpu_s": sum(o["cpu_s"] for o in outs),
         "lag_p50_s": percentile(lags, 0.5),
         "lag_p99_s": lag_p99,
@@ -281,6 +286,12 @@ def main() -> int:
         help="relayed mode: each node's relay_interval_ms: one batch per interval, carrying "
         "every report its workers made since the previous one",
     )
+    p.add_argument(
+        "--issue-times",
+        type=int,
+        default=0,
+        help="direct mode: collective issue times per report (arrival-lag comparisons)",
+    )
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
     args = p.parse_args()
@@ -303,7 +314,9 @@ def main() -> int:
         rows.append(row)
         print(
             f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
-            f"sidecar cpu {row['sidecar_cpu']:.2f} lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
+            f"sidecar cpu {row['sidecar_cpu']:.2f} "
+            f"({row['sidecar_cpu_us_per_report']:.1f} µs/report) "
+            f"lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
             f"p99 {row['lag_p99_s'] * 1000:.0f} ms "
             + (
                 f"(from hook p99 {row['lag_from_hook_p99_s'] * 1000:.0f} ms) "

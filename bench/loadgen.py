@@ -2,7 +2,7 @@
 
     python bench/loadgen.py --target unix:///path --workers 500 --hz 10
         --rank-offset 0 --world-size 2000 --ready FILE --stop FILE --out result.json
-        [--probes 2] [--steps-per-report 2] [--fill 1000]
+        [--probes 2] [--steps-per-report 2] [--fill 1000] [--issue-times 0]
 
 Each simulated worker opens its own ``Connect`` stream, sends a ``Hello`` as
 rank ``rank-offset + i`` of one job (``load``), then a ``Report`` every
@@ -14,6 +14,11 @@ report the ``--ready`` file appears; the generator runs until the ``--stop``
 file does, then writes how many reports it sent in each 100 ms bucket.
 Workers are spread over one connection per 50 of them
 (``grpc.use_local_subchannel_pool`` keeps them apart).
+
+With ``--issue-times K`` each report also carries the default group's
+counters and the issue times of K new collectives (the same sequence numbers
+on every worker, as ``watch_ddp`` reports them; rank 7 enters each 20 ms
+late), so the sidecar's arrival-lag comparisons run at scale.
 
 Probes are extra workers, each its own job. Once a second, for 300 ms (so
 that at least one tick sees it), their reports declare a phase that is
@@ -45,7 +50,9 @@ STREAMS_PER_CHANNEL = 50
 class Sim:
     """One simulated worker's report stream."""
 
-    def __init__(self, job: str, rank: int, world: int, k: int, fill: int) -> None:
+    def __init__(
+        self, job: str, rank: int, world: int, k: int, fill: int, issue_times: int = 0
+    ) -> None:
         self.hello = probe_pb2.Hello(
             protocol_version=PROTOCOL_VERSION,
             hook_version="loadgen",
@@ -59,6 +66,8 @@ class Sim:
         )
         self.k = k
         self.fill = fill
+        self.issue_times = issue_times
+        self.late_ns = 20_000_000 if rank == 7 else 0
         self.seq = 0
         self.step = 0
 
@@ -84,6 +93,19 @@ class Sim:
             recent_step_s=[dt] * n,
             total_steps=self.step,
         )
+        if self.issue_times:
+            c = self.issue_times
+            first = (self.seq - 1) * c + 1
+            rep.sync.count = c
+            rep.sync.groups.append(
+                probe_pb2.GroupSeq(
+                    group="default",
+                    issued=first + c - 1,
+                    completed=first + c - 1,
+                    started_seqs=range(first, first + c),
+                    started_mono_ns=[now - (c - i) * 1_000_000 + self.late_ns for i in range(c)],
+                )
+            )
         if overrun:
             rep.active_phases.append(
                 probe_pb2.Phase(name="probe", start_mono_ns=now - 10_000_000_000, timeout_s=1.0)
@@ -151,7 +173,8 @@ async def main_async(args: argparse.Namespace) -> dict:
     sims: list[tuple[Sim, list[float] | None]] = []
     for i in range(args.workers):
         rank = args.rank_offset + i
-        sims.append((Sim("load", rank, args.world_size, args.steps_per_report, args.fill), None))
+        sim = Sim("load", rank, args.world_size, args.steps_per_report, args.fill, args.issue_times)
+        sims.append((sim, None))
     probes: dict[str, list[float]] = {}
     for i in range(args.probes):
         job = f"probe-{args.rank_offset}-{i}"
@@ -205,6 +228,7 @@ def build_parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--probes", type=int, default=0)
     p.add_argument("--steps-per-report", type=int, default=2)
     p.add_argument("--fill", type=int, default=1000)
+    p.add_argument("--issue-times", type=int, default=0, help="collective issue times per report")
     p.add_argument("--out", required=True)
     return p
 

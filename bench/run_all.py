@@ -50,6 +50,8 @@ EXTRA = [
     ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
     # Issue 13: 24,000 hostile streams with a real worker connected, RSS sampled.
     ["bench_fuzz_soak.py", "--json", "bench/results/fuzz_soak.json"],
+    # Issue 15: what arrival lag costs per report at 1,000 workers.
+    ["bench_arrival.py", "--workers", "1000", "--collectives", "8"],
 ]
 BENCHES = (
     "report_path",

@@ -8,6 +8,11 @@ LivenessProbeHook, makes one rank sleep inside a step (its peers then block
 in the gradient allreduce, as in a real NCCL hang), and shows the sidecar
 detect the hang and kill the job's processes. Prints the incident and how long
 detection took. Nothing to set up: everything runs on this machine.
+
+On a terminal the ranks are shown live as ``trainprobe top`` shows them: each
+rank's recent arrival lag as coloured cells, so the hanging rank turns red
+(and is marked CULPRIT) before the kill; elsewhere (a log, CI) the status
+table is printed every second instead.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import time
 from pathlib import Path
 
 import grpc
+from rich.console import Console
+from rich.live import Live
 
-from trainprobe.proto import probe_pb2, probe_pb2_grpc
+from trainprobe.proto import probe_pb2_grpc
 from trainprobe.sidecar.cli.ctl import format_status
+from trainprobe.sidecar.cli.top import TopModel, fetcher, render
 
 HERE = Path(__file__).resolve().parent
 
@@ -107,18 +115,27 @@ def main() -> int:
     ]
     hang_t = None
     incident = None
+    console = Console()
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     try:
-        with grpc.insecure_channel(f"unix://{sock}") as channel:
+        with grpc.insecure_channel(f"unix://{sock}") as channel, live or contextlib.nullcontext():
             stub = probe_pb2_grpc.SidecarStub(channel)
+            fetch = fetcher(stub, (), "demo", 5.0)
+            model = TopModel()
             deadline = time.monotonic() + 120
+            say = console.print if live else print
             while time.monotonic() < deadline:
-                time.sleep(1.0)
-                reply = stub.GetStatus(probe_pb2.StatusRequest(job_id="demo"), timeout=5)
-                print("\n" + format_status(reply), flush=True)
+                time.sleep(0.5 if live else 1.0)
+                reply, diagnoses = fetch()
+                if live:
+                    model.update(reply, diagnoses, time.monotonic())
+                    live.update(render(model, "lag", title="trainprobe demo"), refresh=True)
+                else:
+                    print("\n" + format_status(reply), flush=True)
                 for line in _lines(work / "progress.jsonl"):
                     if line.get("event") == "hang" and hang_t is None:
                         hang_t = line["t"]
-                        print(
+                        say(
                             f"\n!! rank {line['rank']} (pid {line['pid']}) hangs inside step "
                             f"{line['step']}; its peers now wait in the allreduce"
                         )

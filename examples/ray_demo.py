@@ -15,13 +15,17 @@ Everything runs on an embedded local Ray (``ray.init``): no cluster to set up.
 4. Ray Train restarts the worker group from the latest checkpoint
    (``FailureConfig(max_failures=2)``) and the run completes every step.
 
-While it runs, a live table shows each rank as the sidecar sees it; at the
-end, a summary tells the story from the incident log.
+While it runs, a live table shows each rank as the sidecar sees it (on a
+terminal, as ``trainprobe top`` shows it: the ranks' recent arrival lag as
+coloured cells, so the hanging rank turns red and is marked CULPRIT; the
+workers watch DDP's collectives for that); at the end, a summary tells the
+story from the incident log.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -61,19 +65,30 @@ def prepare_environment(workdir: Path) -> None:
 
 
 class Screen:
-    """Events scroll; the per-rank table is redrawn in place on a terminal."""
+    """Events scroll; on a terminal, trainprobe top's view is redrawn beneath them."""
 
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
-        self._drawn = 0
+    def __init__(self, stub: Any) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        from trainprobe.sidecar.cli.top import TopModel, fetcher
+
+        self.console = Console()
+        self.tty = self.console.is_terminal
         self._last_plain = 0.0
+        self.live = Live(console=self.console, auto_refresh=False) if self.tty else None
+        self.model = TopModel()
+        self.fetch = fetcher(stub, (), JOB, 2.0)
 
     def frame(self, events: list[str], table: list[str], force: bool = False) -> None:
-        if self.tty:
-            out = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""
-            out += "".join(line + "\n" for line in [*events, *table])
-            sys.stdout.write(out)
-            self._drawn = len(table)
+        if self.live is not None:
+            from trainprobe.sidecar.cli.top import render
+
+            for line in events:
+                self.console.print(line, highlight=False)
+            with contextlib.suppress(Exception):  # the sidecar restarts with the workers
+                self.model.update(*self.fetch(), time.monotonic())
+            self.live.update(render(self.model, "lag", title=f"job {JOB}"), refresh=True)
         else:
             for line in events:
                 print(line)
@@ -252,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             "hang_rank": -1 if args.no_hang else args.hang_rank,
             "hang_at": args.hang_at,
             "progress": str(progress),
+            # Collective sequence numbers and issue times: the sidecar names the
+            # culprit, and its arrival lag shows in the live view.
+            "watch_ddp": True,
         }
         trainer = job.make_trainer(config, str(workdir / "storage"), JOB, max_failures=2)
         outcome: dict[str, Any] = {}
@@ -270,12 +288,15 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if args.no_hang else f"; rank {args.hang_rank} will hang in step {args.hang_at}"),
             flush=True,
         )
-        screen, view = Screen(), RankView()
+        view = RankView()
         seen = 0
         log_path = Path(node.incident_log)
         request = probe_pb2.StatusRequest(job_id=JOB)
         with grpc.insecure_channel(node.socket) as channel:
             stub = probe_pb2_grpc.SidecarStub(channel)
+            screen = Screen(stub)
+            if screen.live is not None:
+                screen.live.start()
             while True:
                 alive = runner.is_alive()
                 records = read_incident_log(log_path) if log_path.exists() else []
@@ -287,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not alive:
                     break
                 time.sleep(args.refresh_s)
+            if screen.live is not None:
+                screen.live.stop()
         records = read_incident_log(log_path) if log_path.exists() else []
         for line in summary(
             [r for r in records if r.get("job_id") == JOB],

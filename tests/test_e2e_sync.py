@@ -152,3 +152,45 @@ def test_gradients_are_unchanged_by_the_hook_at_world_size_three() -> None:
         )
 
     assert same("plain", "watched")
+
+
+def test_a_straggler_shows_as_arrival_lag_in_status_json() -> None:
+    """Rank 1 sleeps 1.5 s before one backward: it enters that step's allreduces late."""
+    with (
+        sidecar("--on-degraded", "observe", "--on-hung", "observe") as sc,
+        Workers(
+            2,
+            sc.target,
+            short_tmpdir(),
+            job_id="lag2",
+            args=[
+                "--steps",
+                "30",
+                *FAST_STEPS,
+                "--watch-ddp",
+                "--delay-backward-rank",
+                "1",
+                "--delay-backward-at",
+                "10",
+                "--delay-backward-s",
+                "1.5",
+            ],
+        ) as w,
+    ):
+        assert w.wait(120) == [0, 0], w.log_text(0)
+        out = subprocess.run(
+            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target, "--json"],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        lag = {int(r.get("rank", 0)): r["arrivalLag"] for r in json.loads(out)["workers"]}
+        # Every collective of the 30 steps was compared on both ranks.
+        assert int(lag[0]["count"]) >= 30 and int(lag[1]["count"]) >= 30
+        assert 1.2 <= lag[1]["maxS"] < 3.0, lag
+        # Rank 0 was never the late one by more than scheduling noise on a busy machine.
+        assert lag[0]["maxS"] < 0.5 * lag[1]["maxS"], lag
+        assert lag[1]["p50S"] < 0.5 and int(lag[1]["missed"]) == 0
+        assert lag[1]["group"] == "default"

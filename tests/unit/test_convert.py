@@ -132,6 +132,8 @@ def test_every_report_field_lands_in_its_place() -> None:
                     oldest_inflight_start_mono_ns=33,
                     inflight_op="op",
                     inflight_seq=34,
+                    started_seqs=[40, 41],
+                    started_mono_ns=[42, 43],
                 )
             ],
             samples=[
@@ -183,6 +185,8 @@ def test_every_report_field_lands_in_its_place() -> None:
                     oldest_inflight_start_mono_ns=33,
                     inflight_op="op",
                     inflight_seq=34,
+                    started_seqs=[40, 41],
+                    started_mono_ns=[42, 43],
                 ),
             ),
             samples=(

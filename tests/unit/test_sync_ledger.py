@@ -12,6 +12,7 @@ from trainprobe.hooks.sync import (
     MAX_GROUPS,
     MAX_INFLIGHT,
     MAX_SAMPLES,
+    MAX_STARTS,
     START_NS,
     GroupLedger,
     SyncLedger,
@@ -46,6 +47,25 @@ def test_collectives_are_numbered_in_issue_order_and_retired_when_done() -> None
     assert (win.groups[0].issued, win.groups[0].completed, win.groups[0].oldest_seq) == (3, 3, 0)
     assert (win.count, win.p50_s, win.max_s, win.sum_s) == (2, 0.625, 1.0, 1.25)
     assert [(s.op, s.step) for s in win.samples] == [("metrics", 4), ("allreduce", 1)]
+
+
+def test_each_window_carries_the_issue_times_of_its_new_collectives_bounded() -> None:
+    ledger = SyncLedger(StepRing())
+    g = ledger.group(None)
+    recs = [g.issue("allreduce", 8) for _ in range(3)]
+    win = ledger.collect()
+    assert win is not None
+    assert win.groups[0].started == tuple((r[0], r[START_NS]) for r in recs)
+    msg = sync_stats_pb(win).groups[0]
+    assert list(msg.started_seqs) == [1, 2, 3]
+    assert list(msg.started_mono_ns) == [r[START_NS] for r in recs]
+    win = ledger.collect()  # still in flight, but already reported once
+    assert win is not None and win.groups[0].started == ()
+    many = [g.issue("allreduce", 8) for _ in range(MAX_STARTS + 10)]
+    win = ledger.collect()
+    assert win is not None
+    started = win.groups[0].started
+    assert len(started) == MAX_STARTS and started[-1] == (many[-1][0], many[-1][START_NS])
 
 
 def test_nothing_watched_means_no_window() -> None:

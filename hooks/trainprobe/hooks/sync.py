@@ -41,6 +41,11 @@ MAX_INFLIGHT = 4 * MAX_PENDING
 MAX_GROUPS = 256
 #: Finished collectives a report carries individually (the window's slowest).
 MAX_SAMPLES = 16
+#: Issue times a group reports per window, the newest: enough for every
+#: collective of a DDP step or several, few enough to keep a report small. The
+#: sidecar matches them across ranks by seq, so a busier group's older ones are
+#: simply not compared.
+MAX_STARTS = 64
 
 # A record is a plain list, not an object: building one costs ~80 ns instead of
 # ~350 ns for a slotted class, and the DDP comm hook budget is 2 us per bucket.
@@ -68,6 +73,8 @@ class GroupCounters:
     oldest_start_ns: int = 0
     oldest_op: str = ""
     oldest_seq: int = 0
+    #: (seq, issue time) of the collectives issued since the previous window.
+    started: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,7 @@ class GroupLedger:
     def drain(self, finished: list[FinishedOp]) -> GroupCounters:
         """Move issued records in, retire the finished ones into ``finished``."""
         late: list[Record] = []
+        started: list[tuple[int, int]] = []
         while True:
             try:
                 rec = self._pending.popleft()
@@ -162,10 +170,15 @@ class GroupLedger:
                 self.completed += gap
             self.issued = seq
             self._inflight.append(rec)
+            started.append((seq, rec[START_NS]))
         for rec in late:
             self.dropped -= 1
             self.completed -= 1
             self._inflight.append(rec)
+            started.append((rec[SEQ], rec[START_NS]))
+        if late:
+            started.sort()
+        started_t = tuple(started[-MAX_STARTS:])
         if late:
             self._inflight.sort(key=lambda r: r[SEQ])
         excess = len(self._inflight) - MAX_INFLIGHT
@@ -189,10 +202,16 @@ class GroupLedger:
             )
         self._inflight = still
         if not still:
-            return GroupCounters(self.name, self.issued, self.completed)
+            return GroupCounters(self.name, self.issued, self.completed, started=started_t)
         oldest = still[0]
         return GroupCounters(
-            self.name, self.issued, self.completed, oldest[START_NS], oldest[OP], oldest[SEQ]
+            self.name,
+            self.issued,
+            self.completed,
+            oldest[START_NS],
+            oldest[OP],
+            oldest[SEQ],
+            started_t,
         )
 
 
@@ -293,6 +312,8 @@ def sync_stats_pb(window: SyncWindow) -> probe_pb2.SyncStats:
                 oldest_inflight_start_mono_ns=g.oldest_start_ns,
                 inflight_op=g.oldest_op,
                 inflight_seq=g.oldest_seq,
+                started_seqs=[seq for seq, _ in g.started],
+                started_mono_ns=[ns for _, ns in g.started],
             )
             for g in window.groups
         ],

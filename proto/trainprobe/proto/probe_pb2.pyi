@@ -123,20 +123,24 @@ class GpuMemory(_message.Message):
     def __init__(self, device_index: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., has_nvml: bool = ..., device_used_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ..., process_used_bytes: _Optional[int] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class GroupSeq(_message.Message):
-    __slots__ = ("group", "issued", "completed", "oldest_inflight_start_mono_ns", "inflight_op", "inflight_seq")
+    __slots__ = ("group", "issued", "completed", "oldest_inflight_start_mono_ns", "inflight_op", "inflight_seq", "started_seqs", "started_mono_ns")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ISSUED_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     OLDEST_INFLIGHT_START_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_OP_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STARTED_SEQS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     group: str
     issued: int
     completed: int
     oldest_inflight_start_mono_ns: int
     inflight_op: str
     inflight_seq: int
-    def __init__(self, group: _Optional[str] = ..., issued: _Optional[int] = ..., completed: _Optional[int] = ..., oldest_inflight_start_mono_ns: _Optional[int] = ..., inflight_op: _Optional[str] = ..., inflight_seq: _Optional[int] = ...) -> None: ...
+    started_seqs: _containers.RepeatedScalarFieldContainer[int]
+    started_mono_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., issued: _Optional[int] = ..., completed: _Optional[int] = ..., oldest_inflight_start_mono_ns: _Optional[int] = ..., inflight_op: _Optional[str] = ..., inflight_seq: _Optional[int] = ..., started_seqs: _Optional[_Iterable[int]] = ..., started_mono_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CollectiveSample(_message.Message):
     __slots__ = ("group", "seq", "op", "bytes", "start_mono_ns", "end_mono_ns", "step")
@@ -263,7 +267,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident")
+    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +294,7 @@ class WorkerStatus(_message.Message):
     SUSPECT_FIELD_NUMBER: _ClassVar[int]
     KILLED_RULE_FIELD_NUMBER: _ClassVar[int]
     KILLED_INCIDENT_FIELD_NUMBER: _ClassVar[int]
+    ARRIVAL_LAG_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank: int
     local_rank: int
@@ -316,7 +321,26 @@ class WorkerStatus(_message.Message):
     suspect: str
     killed_rule: str
     killed_incident: str
-    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ...) -> None: ...
+    arrival_lag: ArrivalLag
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ...) -> None: ...
+
+class ArrivalLag(_message.Message):
+    __slots__ = ("count", "last_s", "p50_s", "p99_s", "max_s", "missed", "group")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_S_FIELD_NUMBER: _ClassVar[int]
+    P50_S_FIELD_NUMBER: _ClassVar[int]
+    P99_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_S_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    last_s: float
+    p50_s: float
+    p99_s: float
+    max_s: float
+    missed: int
+    group: str
+    def __init__(self, count: _Optional[int] = ..., last_s: _Optional[float] = ..., p50_s: _Optional[float] = ..., p99_s: _Optional[float] = ..., max_s: _Optional[float] = ..., missed: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("workers", "sidecar_version", "node", "omitted")

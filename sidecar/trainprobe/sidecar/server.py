@@ -257,7 +257,11 @@ class Sidecar:
     async def start(self) -> None:
         # Exporters first: a metrics port that cannot be bound fails before we serve.
         self.telemetry = start_telemetry(
-            self.settings, lambda: self.registry, self.clock, SIDECAR_VERSION
+            self.settings,
+            lambda: self.registry,
+            self.clock,
+            SIDECAR_VERSION,
+            lags=self.registry.arrivals.lags,
         )
         if self.telemetry is not None:
             self.engine.sinks.append(self.telemetry)

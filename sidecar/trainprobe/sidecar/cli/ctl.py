@@ -2,6 +2,7 @@
 
 trainprobe status [--target ADDR] [--job J] [--json]
 trainprobe diagnose [--job J] [--target ADDR] [--json]
+trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
 
 Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 """
@@ -133,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, help_text in (
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
         ("diagnose", "the current culprit analysis of a job"),
+        ("top", "a live view: ranks x recent windows by arrival lag or step time, incidents"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument(
@@ -147,6 +149,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
+        if name == "top":
+            p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
+            p.add_argument("--interval-s", type=float, default=1.0, help="refresh period")
+            p.add_argument("--once", action="store_true", help="print one frame and exit")
+        else:
+            p.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     try:
         stub, metadata, channel = _stub(args)
@@ -154,6 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainprobe: error: {err}", file=sys.stderr)
         return 2
     try:
+        if args.command == "top":
+            from trainprobe.sidecar.cli.top import fetcher, run
+
+            fetch = fetcher(stub, metadata, args.job, args.timeout_s)
+            return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
         if args.command == "status":
             reply = stub.GetStatus(
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
@@ -179,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "left out); the incident log has it whole",
                     file=sys.stderr,
                 )
+    except KeyboardInterrupt:
+        return 130
     except grpc.RpcError as err:
         line = error_line(err, _endpoint(args.target), args.timeout_s)
         print(f"trainprobe: error: {line}", file=sys.stderr)

@@ -5,6 +5,7 @@ current time as an argument, so the whole decision path is unit-testable.
 """
 
 from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
+from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
 from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
 from trainprobe.sidecar.core.episodes import (
@@ -74,6 +75,7 @@ __all__ = [
     "SUPPORTED_PROTOCOLS",
     "Action",
     "ActionPolicy",
+    "ArrivalTracker",
     "CollectiveData",
     "CoordinatorState",
     "CulpritPolicy",
@@ -93,6 +95,8 @@ __all__ = [
     "JobView",
     "Judgement",
     "KillBudget",
+    "LagStats",
+    "LagSummary",
     "PatienceBook",
     "PhaseData",
     "ProcSample",

@@ -22,6 +22,8 @@ MAX_RECENT = 1024
 MAX_GROUPS = 256
 #: Collective samples in one report (the hook sends at most 16).
 MAX_SAMPLES = 256
+#: Collective issue times per group and report (the hook sends at most 64).
+MAX_STARTS = 256
 #: Characters of a client-supplied path (the stack file).
 MAX_PATH_LEN = 4096
 MAX_WORLD_SIZE = 1 << 20

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -134,6 +135,10 @@ class GroupSeqData:
     oldest_inflight_start_mono_ns: int = 0
     inflight_op: str = ""
     inflight_seq: int = 0
+    #: Issue times (worker clock) of collectives issued since the last report
+    #: (lists as parsed, or tuples; never changed once built).
+    started_seqs: Sequence[int] = ()
+    started_mono_ns: Sequence[int] = ()
 
 
 @dataclass(slots=True)
@@ -253,6 +258,8 @@ class WorkerState:
     killed_incident: str = ""
     #: Sidecar time of the oldest in-flight collective per group, mapped.
     inflight_since: dict[str, float] = field(default_factory=dict)
+    #: How late it entered shared collectives (an ``arrival.LagStats``), once known.
+    arrival: Any = None
     #: Calibration cache: p99 of step_samples, refreshed on each report.
     step_p99_s: float | None = None
     #: ``hello.key``, which a resumed session's new Hello keeps (same job and rank).

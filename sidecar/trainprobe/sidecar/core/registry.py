@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from trainprobe.sidecar.core.arrival import ArrivalTracker
 from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
     ActivePhase,
@@ -56,6 +57,8 @@ class Registry:
         self._ended: dict[WorkerKey, None] = {}
         #: Ended sessions dropped to stay within the bounds, for status and logs.
         self.evicted = 0
+        #: Who entered shared collectives late, compared across the sessions here.
+        self.arrivals = ArrivalTracker()
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -202,6 +205,8 @@ class Registry:
                 for g in report.sync.groups
                 if g.oldest_inflight_start_mono_ns
             }
+            if report.sync.groups:
+                self.arrivals.observe(state, report.sync, now)
         elif state.inflight_since:
             state.inflight_since = {}
 

@@ -20,10 +20,12 @@ from trainprobe.sidecar.core.limits import (
     MAX_PHASES,
     MAX_RECENT,
     MAX_SAMPLES,
+    MAX_STARTS,
     MAX_WORLD_SIZE,
 )
 from trainprobe.sidecar.core.model import (
     GpuMemoryData,
+    GroupSeqData,
     HelloData,
     PhaseData,
     ReportData,
@@ -190,6 +192,19 @@ def _gpu(g: GpuMemoryData) -> None:
         raise ValidationError("gpu_memory.process_used_bytes exceeds device_total_bytes")
 
 
+def _started(g: GroupSeqData) -> None:
+    n = len(g.started_seqs)
+    if n > MAX_STARTS or len(g.started_mono_ns) != n:
+        raise ValidationError(
+            f"group {g.group!r}: started_seqs and started_mono_ns must have equal lengths "
+            f"of at most {MAX_STARTS}"
+        )
+    if max(g.started_seqs) > g.issued or min(g.started_seqs) < 1:
+        raise ValidationError(f"group {g.group!r}: a started seq outside 1..issued")
+    if min(g.started_mono_ns) <= 0:
+        raise ValidationError(f"group {g.group!r}: started_mono_ns must be > 0")
+
+
 def _sync(s: SyncData) -> None:
     _duration("sync.p50_s", s.p50_s)
     _duration("sync.max_s", s.max_s)
@@ -215,6 +230,8 @@ def _sync(s: SyncData) -> None:
         # before its collectors run, so a collective may start in between.
         if g.oldest_inflight_start_mono_ns < 0:
             raise ValidationError(f"group {g.group!r}: oldest_inflight_start_mono_ns must be >= 0")
+        if g.started_seqs or g.started_mono_ns:
+            _started(g)
     for c in s.samples:
         _text("sync.samples.group", c.group)
         _text("sync.samples.op", c.op)

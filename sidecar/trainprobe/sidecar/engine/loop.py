@@ -130,6 +130,7 @@ class Engine:
         now = self._clock()
         self.ticks += 1
         gone = self.registry.forget_stale(now)
+        self.registry.arrivals.sweep(now)
         workers = self.registry.workers()
         if gone:
             self._forget_ended_jobs(gone, workers)

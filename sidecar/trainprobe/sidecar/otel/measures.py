@@ -44,6 +44,14 @@ SYNC_DURATION = InstrumentSpec(
     "Gradient-sync bucket and collective latency (the hook's sampled collectives)",
     SYNC_BUCKETS_S,
 )
+ARRIVAL_LAG = InstrumentSpec(
+    "trainprobe.collective.arrival_lag",
+    "histogram",
+    "s",
+    "How late the rank entered a collective after the first rank of its group entered it "
+    "(missed=true: it had not entered when the comparison closed; a lower bound)",
+    SYNC_BUCKETS_S,
+)
 VERDICTS = InstrumentSpec(
     "trainprobe.verdicts", "counter", "{verdict}", "Non-OK verdicts given, one per rank and episode"
 )
@@ -69,6 +77,7 @@ GPU_MEMORY_LIMIT = InstrumentSpec("hw.gpu.memory.limit", "updown", "By", "GPU me
 INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     STEP_DURATION,
     SYNC_DURATION,
+    ARRIVAL_LAG,
     VERDICTS,
     ACTIONS,
     HEARTBEAT_AGE,

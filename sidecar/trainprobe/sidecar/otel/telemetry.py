@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError, tele
 from trainprobe.sidecar.otel.incident_spans import IncidentTracer
 from trainprobe.sidecar.otel.measures import (
     ACTIONS,
+    ARRIVAL_LAG,
     STEP_DURATION,
     SYNC_DURATION,
     VERDICTS,
@@ -64,8 +66,11 @@ class Telemetry:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         every_n_steps: int = 100,
+        lags: deque[tuple[WorkerState, str, float, bool]] | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: Arrival lags as the registry's comparisons close (drained here).
+        self._lags = lags
         self._workers = workers
         self._loop = loop
         self._clock = clock
@@ -102,6 +107,18 @@ class Telemetry:
                     SYNC_DURATION,
                     seconds,
                     {**attrs, "trainprobe.collective.group": group, "trainprobe.collective.op": op},
+                )
+            lags = self._lags
+            while lags:
+                w, group, seconds, missed = lags.popleft()
+                self.pipeline.record(
+                    ARRIVAL_LAG,
+                    seconds,
+                    {
+                        **worker_metric_attributes(w.hello),
+                        "trainprobe.collective.group": group,
+                        "trainprobe.collective.missed": missed,
+                    },
                 )
         except Exception:
             self._failed("report spans and metrics")
@@ -168,6 +185,7 @@ def start_telemetry(
     clock: Callable[[], float] = time.monotonic,
     version: str = "",
     env: Mapping[str, str] | None = None,
+    lags: deque[tuple[WorkerState, str, float, bool]] | None = None,
 ) -> Telemetry | None:
     """Start the exporters the settings ask for, on the running loop.
 
@@ -204,7 +222,12 @@ def start_telemetry(
     except Exception as err:  # e.g. a bad OTEL_EXPORTER_OTLP_* value the SDK rejects
         raise TelemetryError(f"cannot start telemetry: {err}") from None
     telemetry = Telemetry(
-        pipeline, workers, loop, clock=clock, every_n_steps=cfg.trace_every_n_steps
+        pipeline,
+        workers,
+        loop,
+        clock=clock,
+        every_n_steps=cfg.trace_every_n_steps,
+        lags=lags,
     )
     parts = []
     if cfg.traces or cfg.otlp_metrics:

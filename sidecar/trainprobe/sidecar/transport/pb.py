@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.core.arrival import LagStats
 from trainprobe.sidecar.core.model import (
     CollectiveData,
     GpuMemoryData,
@@ -79,6 +80,9 @@ def _group(g: probe_pb2.GroupSeq) -> GroupSeqData:
         g.oldest_inflight_start_mono_ns,
         g.inflight_op,
         g.inflight_seq,
+        # Lists straight from the slice (a tuple copy more cost ~0.3 µs a report).
+        g.started_seqs[:] if g.started_seqs else (),
+        g.started_mono_ns[:] if g.started_mono_ns else (),
     )
 
 
@@ -166,7 +170,7 @@ def status_pb(
         gpu_memory=_gpu_pb(w.gpu),
         sync_p50_s=window.p50_s if window else 0.0,
         sync_max_s=window.max_s if window else 0.0,
-        groups=[probe_pb2.GroupSeq(**dataclasses.asdict(g)) for g in (sync.groups if sync else ())],
+        groups=[_group_status_pb(g) for g in (sync.groups if sync else ())],
         ray=probe_pb2.RayIdentity(
             job_id=h.ray.job_id,
             node_id=h.ray.node_id,
@@ -179,4 +183,32 @@ def status_pb(
         suspect=suspect if not w.killed_rule else "",
         killed_rule=w.killed_rule,
         killed_incident=w.killed_incident,
+        arrival_lag=_arrival_pb(w.arrival),
+    )
+
+
+def _group_status_pb(g: GroupSeqData) -> probe_pb2.GroupSeq:
+    # The counters only: issue times are the worker's clock, for the sidecar.
+    return probe_pb2.GroupSeq(
+        group=g.group,
+        issued=g.issued,
+        completed=g.completed,
+        oldest_inflight_start_mono_ns=g.oldest_inflight_start_mono_ns,
+        inflight_op=g.inflight_op,
+        inflight_seq=g.inflight_seq,
+    )
+
+
+def _arrival_pb(lag: LagStats | None) -> probe_pb2.ArrivalLag | None:
+    if lag is None:
+        return None
+    s = lag.summary()
+    return probe_pb2.ArrivalLag(
+        count=s.count,
+        last_s=s.last_s,
+        p50_s=s.p50_s,
+        p99_s=s.p99_s,
+        max_s=s.max_s,
+        missed=s.missed,
+        group=s.group,
     )

@@ -1,0 +1,282 @@
+"""``trainprobe top``: a live view of every rank, refreshed from a running sidecar.
+
+One row per rank; to its right the recent windows (one per refresh, newest on
+the right), each coloured by the rank's collective arrival lag (``--by lag``,
+the straggler signal) or its step time (``--by step``). Ranks with a non-OK
+verdict are marked SUSPECT, the culprits of the job's current diagnosis
+CULPRIT; beneath the table, the incident feed: what changed, as the sidecar's
+status and diagnosis said it. Keys: ``q`` quits, ``l``/``s`` colour by lag or
+step time.
+
+Everything comes from the ``GetStatus`` and ``Diagnose`` RPCs; the model
+(:class:`TopModel`) is plain data, so the demos render it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from trainprobe.proto import probe_pb2
+
+__all__ = ["TopModel", "colour", "render", "run"]
+
+#: Windows of history shown per rank.
+WINDOWS = 40
+#: Lines of incident feed shown.
+FEED_LINES = 8
+#: Arrival lag above which a window is yellow, and red (seconds). A lag of
+#: 50 ms is scheduling noise on a busy host; half a second is a rank that
+#: holds its whole job back for a noticeable share of a step.
+LAG_WARN_S, LAG_BAD_S = 0.05, 0.5
+#: Step time, relative to the job's median rank: yellow above, red above.
+STEP_WARN, STEP_BAD = 1.5, 3.0
+_STYLES = ("green", "yellow", "bold red")
+
+
+@dataclass
+class RankRow:
+    """What top keeps of one rank between refreshes."""
+
+    status: probe_pb2.WorkerStatus
+    #: (step_s, lag_s) per window, newest last; None where unknown.
+    cells: deque[tuple[float | None, float | None]] = field(
+        default_factory=lambda: deque(maxlen=WINDOWS)
+    )
+    last_step: int = -1
+    last_at: float = 0.0
+    lag_count: int = 0
+    lag_missed: int = 0
+    #: The lag of the collective the rank last failed to enter, while it still has not.
+    missing_s: float | None = None
+
+
+@dataclass
+class TopModel:
+    """Rows by (job, rank), culprits by job, and the feed; updated once per refresh."""
+
+    rows: dict[tuple[str, int], RankRow] = field(default_factory=dict)
+    culprits: dict[str, set[int]] = field(default_factory=dict)
+    #: The (kind, culprits) of each job's latest diagnosis, to note changes only.
+    findings: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    feed: deque[str] = field(default_factory=lambda: deque(maxlen=FEED_LINES))
+
+    def update(self, reply: probe_pb2.StatusReply, diagnoses: dict[str, dict], now: float) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        for w in reply.workers:
+            key = (w.job_id, w.rank)
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = RankRow(w)
+            else:
+                self._note_changes(stamp, row.status, w)
+            row.cells.append((_step_s(row, w, now), _lag_s(row, w)))
+            row.status = w
+        for job, diag in diagnoses.items():
+            culprits = {int(r) for r in diag.get("culprits") or []}
+            kind = str(diag.get("kind") or "healthy")
+            finding = (kind, tuple(sorted(culprits)))
+            # The summary's text changes every second ("5.7s ago"): note a new finding only.
+            if kind != "healthy" and finding != self.findings.get(job):
+                self.feed.append(f"{stamp} {job}: {kind}: {diag.get('summary', '')}")
+            self.findings[job] = finding
+            self.culprits[job] = culprits
+
+    def _note_changes(
+        self, stamp: str, old: probe_pb2.WorkerStatus, new: probe_pb2.WorkerStatus
+    ) -> None:
+        who = f"{new.job_id} rank {new.rank}"
+        if new.verdict != old.verdict:
+            self.feed.append(f"{stamp} {who}: {old.verdict} -> {new.verdict}")
+        if new.state != old.state:
+            self.feed.append(f"{stamp} {who}: stream {new.state}")
+
+
+def _step_s(row: RankRow, w: probe_pb2.WorkerStatus, now: float) -> float | None:
+    """Seconds per step over the window; a rank stuck in a step: its step's age so far."""
+    step_s = None
+    if row.last_step >= 0 and w.has_step:
+        done = w.step - row.last_step
+        if done > 0:
+            step_s = (now - row.last_at) / done
+        elif w.step_age_s > 0:
+            step_s = w.step_age_s
+    row.last_step, row.last_at = (w.step if w.has_step else -1), now
+    return step_s
+
+
+def _lag_s(row: RankRow, w: probe_pb2.WorkerStatus) -> float | None:
+    if not w.HasField("arrival_lag"):
+        return None
+    lag = w.arrival_lag
+    fresh = lag.count != row.lag_count
+    missed = lag.missed != row.lag_missed
+    row.lag_count, row.lag_missed = lag.count, lag.missed
+    if fresh:
+        # A rank counted missed has not entered a collective its peers are in:
+        # it stays that late until a comparison shows it arriving again.
+        row.missing_s = lag.last_s if missed else None
+        return lag.last_s
+    # No new comparison in this window: a blank, unless the rank is still missing.
+    return row.missing_s
+
+
+def colour(value: float | None, by: str, job_step_s: float | None) -> int:
+    """0 green, 1 yellow, 2 red; -1 unknown."""
+    if value is None:
+        return -1
+    if by == "lag":
+        return 2 if value >= LAG_BAD_S else 1 if value >= LAG_WARN_S else 0
+    if not job_step_s:
+        return 0
+    ratio = value / job_step_s
+    return 2 if ratio >= STEP_BAD else 1 if ratio >= STEP_WARN else 0
+
+
+def _job_step_s(model: TopModel, job: str) -> float | None:
+    latest = [
+        s
+        for (j, _), row in model.rows.items()
+        if j == job and row.cells and (s := row.cells[-1][0])
+    ]
+    return statistics.median(latest) if latest else None
+
+
+def render(model: TopModel, by: str = "lag", title: str = "trainprobe top") -> Group:
+    """The table and the feed, as rich renderables."""
+    table = Table(title=f"{title}  (colour: {by}; q quits, l/s switch)", expand=False)
+    for name, justify in (
+        ("JOB", "left"),
+        ("RANK", "right"),
+        ("STEP", "right"),
+        ("STEPS/S", "right"),
+        ("LAG P50/MAX", "right"),
+        ("VERDICT", "left"),
+        ("", "left"),
+        (f"RECENT {by.upper()} (newest right)", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    steps = {job: _job_step_s(model, job) for job, _ in model.rows}
+    for (job, rank), row in sorted(model.rows.items()):
+        w = row.status
+        culprit = rank in model.culprits.get(job, ())
+        suspect = w.verdict not in ("", "OK")
+        mark = (
+            Text("CULPRIT", style="bold white on red")
+            if culprit
+            else Text("SUSPECT", style="bold black on yellow")
+            if suspect
+            else Text("")
+        )
+        cells = Text()
+        idx = 1 if by == "lag" else 0
+        for cell in row.cells:
+            level = colour(cell[idx], by, steps.get(job))
+            cells.append("█" if level >= 0 else "·", style=_STYLES[level] if level >= 0 else "dim")
+        lag = w.arrival_lag if w.HasField("arrival_lag") else None
+        lag_text = f"{lag.p50_s * 1e3:.0f}/{lag.max_s * 1e3:.0f}ms" if lag and lag.count else "-"
+        row_style = "bold red" if culprit else "yellow" if suspect else ""
+        table.add_row(
+            job[:16],
+            str(rank),
+            str(w.step) if w.has_step else "-",
+            f"{w.steps_per_s:.2f}",
+            lag_text,
+            w.verdict + ("" if w.state == "connected" else f" ({w.state})"),
+            mark,
+            cells,
+            style=row_style,
+        )
+    if not model.rows:
+        table.add_row("(no workers have reported)", "", "", "", "", "", "", "")
+    feed = Text("incidents:\n", style="bold")
+    for line in model.feed or ["(none)"]:
+        # A recovery in green, a new verdict or finding in red, stream changes plain.
+        style = "green" if line.endswith("-> OK") else "red" if "stream " not in line else ""
+        feed.append(f"  {line}\n", style=style if line != "(none)" else "dim")
+    return Group(table, feed)
+
+
+Fetch = Callable[[], tuple[probe_pb2.StatusReply, dict[str, dict]]]
+
+
+def fetcher(stub: object, metadata: tuple, job: str, timeout_s: float) -> Fetch:
+    """Status, then a diagnosis of each job in it, over ``stub``."""
+
+    def fetch() -> tuple[probe_pb2.StatusReply, dict[str, dict]]:
+        reply = stub.GetStatus(  # type: ignore[attr-defined]
+            probe_pb2.StatusRequest(job_id=job), timeout=timeout_s, metadata=metadata
+        )
+        diagnoses = {}
+        for j in sorted({w.job_id for w in reply.workers}):
+            with contextlib.suppress(Exception):  # a job can end between the two calls
+                d = stub.Diagnose(  # type: ignore[attr-defined]
+                    probe_pb2.DiagnoseRequest(job_id=j), timeout=timeout_s, metadata=metadata
+                )
+                diagnoses[j] = json.loads(d.json)
+        return reply, diagnoses
+
+    return fetch
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[Callable[[float], str]]:
+    """Single key presses from a terminal, without waiting for Enter."""
+    if not sys.stdin.isatty():
+
+        def no_key(timeout: float) -> str:
+            time.sleep(timeout)
+            return ""
+
+        yield no_key
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(timeout: float) -> str:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return os.read(fd, 1).decode(errors="replace") if ready else ""
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def run(fetch: Fetch, interval_s: float, by: str, once: bool = False) -> int:
+    """Refresh every ``interval_s`` until ``q`` (or one frame with ``once``)."""
+    model = TopModel()
+    console = Console()
+    if once:
+        model.update(*fetch(), time.monotonic())
+        console.print(render(model, by))
+        return 0
+    with _keys() as key, Live(console=console, auto_refresh=False, screen=False) as live:
+        while True:
+            model.update(*fetch(), time.monotonic())
+            live.update(render(model, by), refresh=True)
+            deadline = time.monotonic() + interval_s
+            while (left := deadline - time.monotonic()) > 0:
+                k = key(left).lower()
+                if k == "q":
+                    return 0
+                if k in ("l", "s"):
+                    by = "lag" if k == "l" else "step"
+                    live.update(render(model, by), refresh=True)
