@@ -4,88 +4,91 @@
 # source: trainprobe/proto/probe.proto
 # Protobuf Python Version: 5.29.0
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 5, 29, 0, "", "trainprobe/proto/probe.proto"
+    _runtime_version.Domain.PUBLIC,
+    5,
+    29,
+    0,
+    '',
+    'trainprobe/proto/probe.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1ctrainprobe/proto/probe.proto\x12\rtrainprobe.v1"\xca\x01\n\rWorkerMessage\x12%\n\x05hello\x18\x01 \x01(\x0b\x32\x14.trainprobe.v1.HelloH\x00\x12\'\n\x06report\x18\x02 \x01(\x0b\x32\x15.trainprobe.v1.ReportH\x00\x12)\n\x07goodbye\x18\x03 \x01(\x0b\x32\x16.trainprobe.v1.GoodbyeH\x00\x12\x36\n\x0e\x63ommand_result\x18\x04 \x01(\x0b\x32\x1c.trainprobe.v1.CommandResultH\x00\x42\x06\n\x04\x62ody"n\n\x0bRayIdentity\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x19\n\x11trial_or_run_name\x18\x05 \x01(\t"\xb5\x03\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x14\n\x0chook_version\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\nlocal_rank\x18\x05 \x01(\x05\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\x08 \x01(\x05\x12\x13\n\x0binterval_ms\x18\t \x01(\r\x12\'\n\x03ray\x18\n \x01(\x0b\x32\x1a.trainprobe.v1.RayIdentity\x12\x10\n\x08gpu_uuid\x18\x0b \x01(\t\x12\x13\n\x0b\x63uda_device\x18\x0c \x01(\x05\x12\x30\n\x06labels\x18\r \x03(\x0b\x32 .trainprobe.v1.Hello.LabelsEntry\x12\x14\n\x0cstack_signal\x18\x0e \x01(\x05\x12\x12\n\nstack_file\x18\x0f \x01(\t\x12\x11\n\tthread_id\x18\x10 \x01(\x04\x12\x18\n\x10thread_native_id\x18\x11 \x01(\x04\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"8\n\tStepStats\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\r\n\x05sum_s\x18\x02 \x01(\x01\x12\r\n\x05max_s\x18\x03 \x01(\x01"T\n\x05Phase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rstart_mono_ns\x18\x02 \x01(\x03\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\x12\x13\n\x0b\x65nd_mono_ns\x18\x04 \x01(\x03"\xea\x01\n\tGpuMemory\x12\x14\n\x0c\x64\x65vice_index\x18\x01 \x01(\x05\x12\x17\n\x0f\x61llocated_bytes\x18\x02 \x01(\x04\x12\x16\n\x0ereserved_bytes\x18\x03 \x01(\x04\x12\x1c\n\x14peak_allocated_bytes\x18\x04 \x01(\x04\x12\x10\n\x08has_nvml\x18\x05 \x01(\x08\x12\x19\n\x11\x64\x65vice_used_bytes\x18\x06 \x01(\x04\x12\x1a\n\x12\x64\x65vice_total_bytes\x18\x07 \x01(\x04\x12\x1a\n\x12process_used_bytes\x18\x08 \x01(\x04\x12\x13\n\x0b\x64\x65vice_uuid\x18\t \x01(\t"\x8e\x01\n\x08GroupSeq\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06issued\x18\x02 \x01(\x04\x12\x11\n\tcompleted\x18\x03 \x01(\x04\x12%\n\x1doldest_inflight_start_mono_ns\x18\x04 \x01(\x03\x12\x13\n\x0binflight_op\x18\x05 \x01(\t\x12\x14\n\x0cinflight_seq\x18\x06 \x01(\x04"\x83\x01\n\x10\x43ollectiveSample\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\n\n\x02op\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x15\n\rstart_mono_ns\x18\x05 \x01(\x03\x12\x13\n\x0b\x65nd_mono_ns\x18\x06 \x01(\x03\x12\x0c\n\x04step\x18\x07 \x01(\x03"\xb1\x01\n\tSyncStats\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\r\n\x05p50_s\x18\x02 \x01(\x01\x12\r\n\x05max_s\x18\x03 \x01(\x01\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\r\n\x05sum_s\x18\x05 \x01(\x01\x12\'\n\x06groups\x18\x06 \x03(\x0b\x32\x17.trainprobe.v1.GroupSeq\x12\x30\n\x07samples\x18\x07 \x03(\x0b\x32\x1f.trainprobe.v1.CollectiveSample"\xd3\x03\n\x06Report\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07mono_ns\x18\x02 \x01(\x03\x12\x0f\n\x07wall_ns\x18\x03 \x01(\x03\x12\x10\n\x08has_step\x18\x04 \x01(\x08\x12\x11\n\tlast_step\x18\x05 \x01(\x03\x12\x19\n\x11last_step_mono_ns\x18\x06 \x01(\x03\x12,\n\nstep_stats\x18\x07 \x01(\x0b\x32\x18.trainprobe.v1.StepStats\x12+\n\ractive_phases\x18\x08 \x03(\x0b\x32\x14.trainprobe.v1.Phase\x12-\n\x0f\x66inished_phases\x18\t \x03(\x0b\x32\x14.trainprobe.v1.Phase\x12\x17\n\x0f\x64ropped_reports\x18\n \x01(\x04\x12\x14\n\x0crecent_steps\x18\x0b \x03(\x03\x12\x1f\n\x17recent_step_end_mono_ns\x18\x0c \x03(\x03\x12\x15\n\rrecent_step_s\x18\r \x03(\x01\x12\x13\n\x0btotal_steps\x18\x0e \x01(\x03\x12,\n\ngpu_memory\x18\x14 \x01(\x0b\x32\x18.trainprobe.v1.GpuMemory\x12&\n\x04sync\x18\x15 \x01(\x0b\x32\x18.trainprobe.v1.SyncStats"\x83\x01\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\x04\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x15\n\rpython_stacks\x18\x04 \x01(\t\x12\x1c\n\x14\x66light_recorder_json\x18\x05 \x01(\t\x12\x0e\n\x06method\x18\x06 \x01(\t"\x19\n\x07Goodbye\x12\x0e\n\x06reason\x18\x01 \x01(\t"-\n\nDumpStacks\x12\x1f\n\x17include_flight_recorder\x18\x01 \x01(\x08"(\n\x05\x41\x62ort\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01"v\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x30\n\x0b\x64ump_stacks\x18\x02 \x01(\x0b\x32\x19.trainprobe.v1.DumpStacksH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.trainprobe.v1.AbortH\x00\x42\x06\n\x04kind"\x1f\n\rStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t"\xea\x03\n\x0cWorkerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x12\n\nlocal_rank\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x10\n\x08has_step\x18\x07 \x01(\x08\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\x13\n\x0bsteps_per_s\x18\t \x01(\x01\x12\x14\n\x0creport_age_s\x18\n \x01(\x01\x12\r\n\x05phase\x18\x0b \x01(\t\x12\x0f\n\x07verdict\x18\x0c \x01(\t\x12\r\n\x05state\x18\r \x01(\t\x12\x12\n\nstep_age_s\x18\x0e \x01(\x01\x12\x19\n\x11stall_threshold_s\x18\x0f \x01(\x01\x12,\n\ngpu_memory\x18\x10 \x01(\x0b\x32\x18.trainprobe.v1.GpuMemory\x12\x12\n\nsync_p50_s\x18\x11 \x01(\x01\x12\x12\n\nsync_max_s\x18\x12 \x01(\x01\x12\'\n\x06groups\x18\x13 \x03(\x0b\x32\x17.trainprobe.v1.GroupSeq\x12\'\n\x03ray\x18\x14 \x01(\x0b\x32\x1a.trainprobe.v1.RayIdentity\x12\x10\n\x08gpu_uuid\x18\x15 \x01(\t\x12\x16\n\x0einflight_age_s\x18\x16 \x01(\x01"s\n\x0bStatusReply\x12,\n\x07workers\x18\x01 \x03(\x0b\x32\x1b.trainprobe.v1.WorkerStatus\x12\x17\n\x0fsidecar_version\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07omitted\x18\x04 \x01(\r"!\n\x0f\x44iagnoseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t"T\n\rDiagnoseReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\x12\x17\n\x0ftruncated_chars\x18\x04 \x01(\x04"N\n\nRelayBatch\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.trainprobe.v1.RelayItem\x12\x17\n\x0f\x64ropped_reports\x18\x02 \x01(\x04"\x9d\x01\n\tRelayItem\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12+\n\x05\x65nded\x18\x03 \x01(\x0b\x32\x1a.trainprobe.v1.StreamEndedH\x00\x12\x35\n\x0bkill_result\x18\x04 \x01(\x0b\x32\x1e.trainprobe.v1.RelayKillResultH\x00\x42\x06\n\x04\x62ody" \n\x0bStreamEnded\x12\x11\n\tpid_alive\x18\x01 \x01(\x08"\xac\x01\n\x0cRelayCommand\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12)\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x16.trainprobe.v1.CommandH\x00\x12(\n\x04kill\x18\x03 \x01(\x0b\x32\x18.trainprobe.v1.RelayKillH\x00\x12,\n\x06reject\x18\x04 \x01(\x0b\x32\x1a.trainprobe.v1.RelayRejectH\x00\x42\x06\n\x04kind"-\n\tRelayKill\x12\x0f\n\x07kill_id\x18\x01 \x01(\x04\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01"c\n\x0fRelayKillResult\x12\x0f\n\x07kill_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x65xited\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07signals\x18\x04 \x03(\t\x12\x0f\n\x07seconds\x18\x05 \x01(\x01",\n\x0bRelayReject\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t2\xa4\x02\n\x07Sidecar\x12\x43\n\x07\x43onnect\x12\x1c.trainprobe.v1.WorkerMessage\x1a\x16.trainprobe.v1.Command(\x01\x30\x01\x12\x45\n\tGetStatus\x12\x1c.trainprobe.v1.StatusRequest\x1a\x1a.trainprobe.v1.StatusReply\x12H\n\x08\x44iagnose\x12\x1e.trainprobe.v1.DiagnoseRequest\x1a\x1c.trainprobe.v1.DiagnoseReply\x12\x43\n\x05Relay\x12\x19.trainprobe.v1.RelayBatch\x1a\x1b.trainprobe.v1.RelayCommand(\x01\x30\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctrainprobe/proto/probe.proto\x12\rtrainprobe.v1\"\xca\x01\n\rWorkerMessage\x12%\n\x05hello\x18\x01 \x01(\x0b\x32\x14.trainprobe.v1.HelloH\x00\x12\'\n\x06report\x18\x02 \x01(\x0b\x32\x15.trainprobe.v1.ReportH\x00\x12)\n\x07goodbye\x18\x03 \x01(\x0b\x32\x16.trainprobe.v1.GoodbyeH\x00\x12\x36\n\x0e\x63ommand_result\x18\x04 \x01(\x0b\x32\x1c.trainprobe.v1.CommandResultH\x00\x42\x06\n\x04\x62ody\"n\n\x0bRayIdentity\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x19\n\x11trial_or_run_name\x18\x05 \x01(\t\"\xb5\x03\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x14\n\x0chook_version\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\nlocal_rank\x18\x05 \x01(\x05\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0b\n\x03pid\x18\x08 \x01(\x05\x12\x13\n\x0binterval_ms\x18\t \x01(\r\x12\'\n\x03ray\x18\n \x01(\x0b\x32\x1a.trainprobe.v1.RayIdentity\x12\x10\n\x08gpu_uuid\x18\x0b \x01(\t\x12\x13\n\x0b\x63uda_device\x18\x0c \x01(\x05\x12\x30\n\x06labels\x18\r \x03(\x0b\x32 .trainprobe.v1.Hello.LabelsEntry\x12\x14\n\x0cstack_signal\x18\x0e \x01(\x05\x12\x12\n\nstack_file\x18\x0f \x01(\t\x12\x11\n\tthread_id\x18\x10 \x01(\x04\x12\x18\n\x10thread_native_id\x18\x11 \x01(\x04\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\tStepStats\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\r\n\x05sum_s\x18\x02 \x01(\x01\x12\r\n\x05max_s\x18\x03 \x01(\x01\"T\n\x05Phase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rstart_mono_ns\x18\x02 \x01(\x03\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\x12\x13\n\x0b\x65nd_mono_ns\x18\x04 \x01(\x03\"\xea\x01\n\tGpuMemory\x12\x14\n\x0c\x64\x65vice_index\x18\x01 \x01(\x05\x12\x17\n\x0f\x61llocated_bytes\x18\x02 \x01(\x04\x12\x16\n\x0ereserved_bytes\x18\x03 \x01(\x04\x12\x1c\n\x14peak_allocated_bytes\x18\x04 \x01(\x04\x12\x10\n\x08has_nvml\x18\x05 \x01(\x08\x12\x19\n\x11\x64\x65vice_used_bytes\x18\x06 \x01(\x04\x12\x1a\n\x12\x64\x65vice_total_bytes\x18\x07 \x01(\x04\x12\x1a\n\x12process_used_bytes\x18\x08 \x01(\x04\x12\x13\n\x0b\x64\x65vice_uuid\x18\t \x01(\t\"\x8e\x01\n\x08GroupSeq\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06issued\x18\x02 \x01(\x04\x12\x11\n\tcompleted\x18\x03 \x01(\x04\x12%\n\x1doldest_inflight_start_mono_ns\x18\x04 \x01(\x03\x12\x13\n\x0binflight_op\x18\x05 \x01(\t\x12\x14\n\x0cinflight_seq\x18\x06 \x01(\x04\"\x83\x01\n\x10\x43ollectiveSample\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\n\n\x02op\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x15\n\rstart_mono_ns\x18\x05 \x01(\x03\x12\x13\n\x0b\x65nd_mono_ns\x18\x06 \x01(\x03\x12\x0c\n\x04step\x18\x07 \x01(\x03\"\xb1\x01\n\tSyncStats\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\r\n\x05p50_s\x18\x02 \x01(\x01\x12\r\n\x05max_s\x18\x03 \x01(\x01\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\r\n\x05sum_s\x18\x05 \x01(\x01\x12\'\n\x06groups\x18\x06 \x03(\x0b\x32\x17.trainprobe.v1.GroupSeq\x12\x30\n\x07samples\x18\x07 \x03(\x0b\x32\x1f.trainprobe.v1.CollectiveSample\"\xd3\x03\n\x06Report\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07mono_ns\x18\x02 \x01(\x03\x12\x0f\n\x07wall_ns\x18\x03 \x01(\x03\x12\x10\n\x08has_step\x18\x04 \x01(\x08\x12\x11\n\tlast_step\x18\x05 \x01(\x03\x12\x19\n\x11last_step_mono_ns\x18\x06 \x01(\x03\x12,\n\nstep_stats\x18\x07 \x01(\x0b\x32\x18.trainprobe.v1.StepStats\x12+\n\ractive_phases\x18\x08 \x03(\x0b\x32\x14.trainprobe.v1.Phase\x12-\n\x0f\x66inished_phases\x18\t \x03(\x0b\x32\x14.trainprobe.v1.Phase\x12\x17\n\x0f\x64ropped_reports\x18\n \x01(\x04\x12\x14\n\x0crecent_steps\x18\x0b \x03(\x03\x12\x1f\n\x17recent_step_end_mono_ns\x18\x0c \x03(\x03\x12\x15\n\rrecent_step_s\x18\r \x03(\x01\x12\x13\n\x0btotal_steps\x18\x0e \x01(\x03\x12,\n\ngpu_memory\x18\x14 \x01(\x0b\x32\x18.trainprobe.v1.GpuMemory\x12&\n\x04sync\x18\x15 \x01(\x0b\x32\x18.trainprobe.v1.SyncStats\"\x83\x01\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\x04\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x15\n\rpython_stacks\x18\x04 \x01(\t\x12\x1c\n\x14\x66light_recorder_json\x18\x05 \x01(\t\x12\x0e\n\x06method\x18\x06 \x01(\t\"\x19\n\x07Goodbye\x12\x0e\n\x06reason\x18\x01 \x01(\t\"-\n\nDumpStacks\x12\x1f\n\x17include_flight_recorder\x18\x01 \x01(\x08\"(\n\x05\x41\x62ort\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\"v\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x30\n\x0b\x64ump_stacks\x18\x02 \x01(\x0b\x32\x19.trainprobe.v1.DumpStacksH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.trainprobe.v1.AbortH\x00\x42\x06\n\x04kind\"\x1f\n\rStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xea\x03\n\x0cWorkerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x12\n\nlocal_rank\x18\x03 \x01(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x10\n\x08has_step\x18\x07 \x01(\x08\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\x13\n\x0bsteps_per_s\x18\t \x01(\x01\x12\x14\n\x0creport_age_s\x18\n \x01(\x01\x12\r\n\x05phase\x18\x0b \x01(\t\x12\x0f\n\x07verdict\x18\x0c \x01(\t\x12\r\n\x05state\x18\r \x01(\t\x12\x12\n\nstep_age_s\x18\x0e \x01(\x01\x12\x19\n\x11stall_threshold_s\x18\x0f \x01(\x01\x12,\n\ngpu_memory\x18\x10 \x01(\x0b\x32\x18.trainprobe.v1.GpuMemory\x12\x12\n\nsync_p50_s\x18\x11 \x01(\x01\x12\x12\n\nsync_max_s\x18\x12 \x01(\x01\x12\'\n\x06groups\x18\x13 \x03(\x0b\x32\x17.trainprobe.v1.GroupSeq\x12\'\n\x03ray\x18\x14 \x01(\x0b\x32\x1a.trainprobe.v1.RayIdentity\x12\x10\n\x08gpu_uuid\x18\x15 \x01(\t\x12\x16\n\x0einflight_age_s\x18\x16 \x01(\x01\"s\n\x0bStatusReply\x12,\n\x07workers\x18\x01 \x03(\x0b\x32\x1b.trainprobe.v1.WorkerStatus\x12\x17\n\x0fsidecar_version\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07omitted\x18\x04 \x01(\r\"!\n\x0f\x44iagnoseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"T\n\rDiagnoseReply\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\x12\x17\n\x0ftruncated_chars\x18\x04 \x01(\x04\"N\n\nRelayBatch\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.trainprobe.v1.RelayItem\x12\x17\n\x0f\x64ropped_reports\x18\x02 \x01(\x04\"\x9d\x01\n\tRelayItem\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12+\n\x05\x65nded\x18\x03 \x01(\x0b\x32\x1a.trainprobe.v1.StreamEndedH\x00\x12\x35\n\x0bkill_result\x18\x04 \x01(\x0b\x32\x1e.trainprobe.v1.RelayKillResultH\x00\x42\x06\n\x04\x62ody\" \n\x0bStreamEnded\x12\x11\n\tpid_alive\x18\x01 \x01(\x08\"\xac\x01\n\x0cRelayCommand\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12)\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x16.trainprobe.v1.CommandH\x00\x12(\n\x04kill\x18\x03 \x01(\x0b\x32\x18.trainprobe.v1.RelayKillH\x00\x12,\n\x06reject\x18\x04 \x01(\x0b\x32\x1a.trainprobe.v1.RelayRejectH\x00\x42\x06\n\x04kind\"-\n\tRelayKill\x12\x0f\n\x07kill_id\x18\x01 \x01(\x04\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\"c\n\x0fRelayKillResult\x12\x0f\n\x07kill_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x65xited\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07signals\x18\x04 \x03(\t\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\",\n\x0bRelayReject\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t2\xa4\x02\n\x07Sidecar\x12\x43\n\x07\x43onnect\x12\x1c.trainprobe.v1.WorkerMessage\x1a\x16.trainprobe.v1.Command(\x01\x30\x01\x12\x45\n\tGetStatus\x12\x1c.trainprobe.v1.StatusRequest\x1a\x1a.trainprobe.v1.StatusReply\x12H\n\x08\x44iagnose\x12\x1e.trainprobe.v1.DiagnoseRequest\x1a\x1c.trainprobe.v1.DiagnoseReply\x12\x43\n\x05Relay\x12\x19.trainprobe.v1.RelayBatch\x1a\x1b.trainprobe.v1.RelayCommand(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "trainprobe.proto.probe_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trainprobe.proto.probe_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_HELLO_LABELSENTRY"]._loaded_options = None
-    _globals["_HELLO_LABELSENTRY"]._serialized_options = b"8\001"
-    _globals["_WORKERMESSAGE"]._serialized_start = 48
-    _globals["_WORKERMESSAGE"]._serialized_end = 250
-    _globals["_RAYIDENTITY"]._serialized_start = 252
-    _globals["_RAYIDENTITY"]._serialized_end = 362
-    _globals["_HELLO"]._serialized_start = 365
-    _globals["_HELLO"]._serialized_end = 802
-    _globals["_HELLO_LABELSENTRY"]._serialized_start = 757
-    _globals["_HELLO_LABELSENTRY"]._serialized_end = 802
-    _globals["_STEPSTATS"]._serialized_start = 804
-    _globals["_STEPSTATS"]._serialized_end = 860
-    _globals["_PHASE"]._serialized_start = 862
-    _globals["_PHASE"]._serialized_end = 946
-    _globals["_GPUMEMORY"]._serialized_start = 949
-    _globals["_GPUMEMORY"]._serialized_end = 1183
-    _globals["_GROUPSEQ"]._serialized_start = 1186
-    _globals["_GROUPSEQ"]._serialized_end = 1328
-    _globals["_COLLECTIVESAMPLE"]._serialized_start = 1331
-    _globals["_COLLECTIVESAMPLE"]._serialized_end = 1462
-    _globals["_SYNCSTATS"]._serialized_start = 1465
-    _globals["_SYNCSTATS"]._serialized_end = 1642
-    _globals["_REPORT"]._serialized_start = 1645
-    _globals["_REPORT"]._serialized_end = 2112
-    _globals["_COMMANDRESULT"]._serialized_start = 2115
-    _globals["_COMMANDRESULT"]._serialized_end = 2246
-    _globals["_GOODBYE"]._serialized_start = 2248
-    _globals["_GOODBYE"]._serialized_end = 2273
-    _globals["_DUMPSTACKS"]._serialized_start = 2275
-    _globals["_DUMPSTACKS"]._serialized_end = 2320
-    _globals["_ABORT"]._serialized_start = 2322
-    _globals["_ABORT"]._serialized_end = 2362
-    _globals["_COMMAND"]._serialized_start = 2364
-    _globals["_COMMAND"]._serialized_end = 2482
-    _globals["_STATUSREQUEST"]._serialized_start = 2484
-    _globals["_STATUSREQUEST"]._serialized_end = 2515
-    _globals["_WORKERSTATUS"]._serialized_start = 2518
-    _globals["_WORKERSTATUS"]._serialized_end = 3008
-    _globals["_STATUSREPLY"]._serialized_start = 3010
-    _globals["_STATUSREPLY"]._serialized_end = 3125
-    _globals["_DIAGNOSEREQUEST"]._serialized_start = 3127
-    _globals["_DIAGNOSEREQUEST"]._serialized_end = 3160
-    _globals["_DIAGNOSEREPLY"]._serialized_start = 3162
-    _globals["_DIAGNOSEREPLY"]._serialized_end = 3246
-    _globals["_RELAYBATCH"]._serialized_start = 3248
-    _globals["_RELAYBATCH"]._serialized_end = 3326
-    _globals["_RELAYITEM"]._serialized_start = 3329
-    _globals["_RELAYITEM"]._serialized_end = 3486
-    _globals["_STREAMENDED"]._serialized_start = 3488
-    _globals["_STREAMENDED"]._serialized_end = 3520
-    _globals["_RELAYCOMMAND"]._serialized_start = 3523
-    _globals["_RELAYCOMMAND"]._serialized_end = 3695
-    _globals["_RELAYKILL"]._serialized_start = 3697
-    _globals["_RELAYKILL"]._serialized_end = 3742
-    _globals["_RELAYKILLRESULT"]._serialized_start = 3744
-    _globals["_RELAYKILLRESULT"]._serialized_end = 3843
-    _globals["_RELAYREJECT"]._serialized_start = 3845
-    _globals["_RELAYREJECT"]._serialized_end = 3889
-    _globals["_SIDECAR"]._serialized_start = 3892
-    _globals["_SIDECAR"]._serialized_end = 4184
+  DESCRIPTOR._loaded_options = None
+  _globals['_HELLO_LABELSENTRY']._loaded_options = None
+  _globals['_HELLO_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_WORKERMESSAGE']._serialized_start=48
+  _globals['_WORKERMESSAGE']._serialized_end=250
+  _globals['_RAYIDENTITY']._serialized_start=252
+  _globals['_RAYIDENTITY']._serialized_end=362
+  _globals['_HELLO']._serialized_start=365
+  _globals['_HELLO']._serialized_end=802
+  _globals['_HELLO_LABELSENTRY']._serialized_start=757
+  _globals['_HELLO_LABELSENTRY']._serialized_end=802
+  _globals['_STEPSTATS']._serialized_start=804
+  _globals['_STEPSTATS']._serialized_end=860
+  _globals['_PHASE']._serialized_start=862
+  _globals['_PHASE']._serialized_end=946
+  _globals['_GPUMEMORY']._serialized_start=949
+  _globals['_GPUMEMORY']._serialized_end=1183
+  _globals['_GROUPSEQ']._serialized_start=1186
+  _globals['_GROUPSEQ']._serialized_end=1328
+  _globals['_COLLECTIVESAMPLE']._serialized_start=1331
+  _globals['_COLLECTIVESAMPLE']._serialized_end=1462
+  _globals['_SYNCSTATS']._serialized_start=1465
+  _globals['_SYNCSTATS']._serialized_end=1642
+  _globals['_REPORT']._serialized_start=1645
+  _globals['_REPORT']._serialized_end=2112
+  _globals['_COMMANDRESULT']._serialized_start=2115
+  _globals['_COMMANDRESULT']._serialized_end=2246
+  _globals['_GOODBYE']._serialized_start=2248
+  _globals['_GOODBYE']._serialized_end=2273
+  _globals['_DUMPSTACKS']._serialized_start=2275
+  _globals['_DUMPSTACKS']._serialized_end=2320
+  _globals['_ABORT']._serialized_start=2322
+  _globals['_ABORT']._serialized_end=2362
+  _globals['_COMMAND']._serialized_start=2364
+  _globals['_COMMAND']._serialized_end=2482
+  _globals['_STATUSREQUEST']._serialized_start=2484
+  _globals['_STATUSREQUEST']._serialized_end=2515
+  _globals['_WORKERSTATUS']._serialized_start=2518
+  _globals['_WORKERSTATUS']._serialized_end=3008
+  _globals['_STATUSREPLY']._serialized_start=3010
+  _globals['_STATUSREPLY']._serialized_end=3125
+  _globals['_DIAGNOSEREQUEST']._serialized_start=3127
+  _globals['_DIAGNOSEREQUEST']._serialized_end=3160
+  _globals['_DIAGNOSEREPLY']._serialized_start=3162
+  _globals['_DIAGNOSEREPLY']._serialized_end=3246
+  _globals['_RELAYBATCH']._serialized_start=3248
+  _globals['_RELAYBATCH']._serialized_end=3326
+  _globals['_RELAYITEM']._serialized_start=3329
+  _globals['_RELAYITEM']._serialized_end=3486
+  _globals['_STREAMENDED']._serialized_start=3488
+  _globals['_STREAMENDED']._serialized_end=3520
+  _globals['_RELAYCOMMAND']._serialized_start=3523
+  _globals['_RELAYCOMMAND']._serialized_end=3695
+  _globals['_RELAYKILL']._serialized_start=3697
+  _globals['_RELAYKILL']._serialized_end=3742
+  _globals['_RELAYKILLRESULT']._serialized_start=3744
+  _globals['_RELAYKILLRESULT']._serialized_end=3843
+  _globals['_RELAYREJECT']._serialized_start=3845
+  _globals['_RELAYREJECT']._serialized_end=3889
+  _globals['_SIDECAR']._serialized_start=3892
+  _globals['_SIDECAR']._serialized_end=4184
 # @@protoc_insertion_point(module_scope)
