@@ -181,16 +181,15 @@ def test_a_runtime_dir_another_user_controls_is_refused_by_the_sidecar() -> None
     assert lines[0].startswith("trainprobe-sidecar: error: refusing to listen on")
     assert f"owned by uid {NOBODY}" in lines[0]
     assert not (evil / "sidecar.sock").exists()
-    # Ours, but writable by others: refused too.
+    # Ours, but writable by others (a Kubernetes emptyDir is 0777): made 0755 and served.
     os.chown(evil, 0, 0)
-    out = subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar", "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        env=child_env(TRAINPROBE_RUNTIME_DIR=str(evil)),
-        timeout=60,
-    )
-    assert out.returncode == 1 and "writable by others (mode 0777)" in out.stderr
+    workdir = short_tmpdir()
+    sc = SidecarProcess(workdir, env={"TRAINPROBE_RUNTIME_DIR": str(evil)})
+    sc.socket = evil / "sidecar.sock"
+    with sc:
+        assert (evil.stat().st_mode & 0o777) == 0o755
+        assert "was writable by others (mode 0777); made it 0755" in sc.log_text()
+        assert sc.status().workers == []
 
 
 def test_the_hook_never_talks_to_a_socket_in_a_directory_another_user_controls() -> None:

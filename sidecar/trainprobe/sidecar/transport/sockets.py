@@ -49,6 +49,8 @@ def prepare_unix_socket(path: Path) -> None:
     # Checked after mkdir: another user may have made it first (mkdir then
     # leaves theirs in place).
     problem = socket_dir_problem(path.parent)
+    if problem is not None and _tighten(path.parent):
+        problem = socket_dir_problem(path.parent)
     if problem is not None:
         raise ListenError(f"refusing to listen on {path}: {problem}")
     if path.exists() or path.is_symlink():
@@ -64,6 +66,24 @@ def prepare_unix_socket(path: Path) -> None:
             raise ListenError(f"another sidecar is already listening on {path}")
         finally:
             probe.close()
+
+
+def _tighten(directory: Path) -> bool:
+    """Take write access from group and others on a directory of our own.
+
+    A Kubernetes emptyDir shared by the sidecar and training containers is
+    created 0777 and owned by the pod's user: ours to fix, not to refuse. Any
+    other user's directory, or a symlink, is left alone (and refused).
+    """
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    mode = stat.S_IMODE(st.st_mode)
+    os.chmod(directory, mode & ~0o022)
+    log.warning(
+        "%s was writable by others (mode %04o); made it %04o", directory, mode, mode & ~0o022
+    )
+    return True
 
 
 @dataclass
