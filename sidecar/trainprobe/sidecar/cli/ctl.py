@@ -147,7 +147,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="",
             help="job id (diagnose: optional when the sidecar serves one job)",
         )
-        p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
         if name == "top":
             p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
