@@ -149,7 +149,7 @@ def test_stack_files_are_removed_by_the_sidecar_after_a_kill_and_by_the_next_hoo
     live_file = runtime / f"stacks-{os.getpid()}.txt"
     dead_file.write_text("")
     live_file.write_text("")
-    with sidecar("--stall-timeout-s", "2") as sc:
+    with sidecar("--stall-timeout-s", "2", "--hang-patience-s", "0") as sc:
         worker = subprocess.Popen(
             [PYTHON, str(WORKER), "stackfile", "30"],
             env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_RUNTIME_DIR=str(runtime)),
@@ -186,7 +186,7 @@ def test_bind_errors_say_what_to_do() -> None:
     r = sidecar_cli("--listen", f"unix://{blocker}/s.sock", "--state-dir", state)
     assert r.returncode == 1
     line = one_line("\n".join(x for x in r.stderr.splitlines() if " INFO " not in x))
-    assert f"cannot create unix://{blocker}/s.sock: Not a directory" in line
+    assert f"unix://{blocker}/s.sock: {blocker} is not a directory" in line
     assert "choose another --listen" in line
 
 

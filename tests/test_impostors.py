@@ -26,6 +26,8 @@ from trainprobe.proto import PROTOCOL_VERSION
 WORKERS = Path(__file__).parent / "workers"
 #: Fast verdicts: silent for 1 s is UNRESPONSIVE, and its action runs at once.
 FAST = ("--heartbeat-timeout-s", "1", "--kill-grace-s", "0.5", "--tick-interval-ms", "50")
+# The kill decision at the verdict (no hang patience): these tests are about whom it may hit.
+FAST += ("--hang-patience-s", "0")
 TOKEN = "impostor-test-token"
 
 

@@ -31,6 +31,10 @@ def test_restarted_sidecar_has_its_hooks_back_fast_and_kills_a_hang_from_its_dow
         "1",
         "--tick-interval-ms",
         "50",
+        # The kill at the verdict: this measures detection across a restart, not
+        # the patience an ambiguous hang gets by default (tests/test_patience*).
+        "--hang-patience-s",
+        "0",
     ).start()
     hang_at = 60
     with Workers(

@@ -50,10 +50,16 @@ class EvidenceGatherer:
     """Samples ranks round after round; one instance per watched episode."""
 
     def __init__(
-        self, stacks: StackCollector | None, clock: Callable[[], float] = time.monotonic
+        self,
+        stacks: StackCollector | None,
+        clock: Callable[[], float] = time.monotonic,
+        signals: bool = False,
     ) -> None:
         self.stacks = stacks
         self._clock = clock
+        #: Whether a stack read may send the hook's stack signal: only when the
+        #: episode's action may act at all (not a dry run, not observe).
+        self.signals = signals
         self._procs: dict[int, deque[ProcSample]] = {}
         self._frames: dict[int, deque[StackSample]] = {}
         #: The latest stack record per rank (what the incident shows).
@@ -115,10 +121,8 @@ class EvidenceGatherer:
         t0 = self._clock()
         records = await asyncio.gather(
             *(
-                # Evidence rounds never send the stack signal: they run before any
-                # action is decided (py-spy and the hook itself still answer).
                 self.stacks.collect(  # type: ignore[union-attr]
-                    w, signals=False, flight_recorder=w.hello.rank in culprits
+                    w, signals=self.signals, flight_recorder=w.hello.rank in culprits
                 )
                 for w in readable
             ),

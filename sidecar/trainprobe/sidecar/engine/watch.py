@@ -75,7 +75,11 @@ class HangWatch:
         self.round_s = round_s
 
     async def watch(self, incident: Incident, ep: Episode) -> None:
-        gatherer = EvidenceGatherer(self.stacks, self._clock)
+        # The stack signal only where the action could act (issue 13: a dry run
+        # or an observe verdict signals nothing at all).
+        planned = self.policy.for_verdict(incident.verdict)
+        signals = not self.policy.dry_run and is_destructive(planned)
+        gatherer = EvidenceGatherer(self.stacks, self._clock, signals)
         episodes = self.hangs.episodes
         published = False
         rounds = 0

@@ -52,7 +52,10 @@ def prepare_unix_socket(path: Path) -> None:
     if problem is not None and _tighten(path.parent):
         problem = socket_dir_problem(path.parent)
     if problem is not None:
-        raise ListenError(f"refusing to listen on {path}: {problem}")
+        raise ListenError(
+            f"refusing to listen on unix://{path}: {problem}; choose another --listen "
+            "unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
+        )
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
