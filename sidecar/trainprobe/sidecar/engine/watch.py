@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from trainprobe.sidecar.act.evidence import EvidenceGatherer
 from trainprobe.sidecar.act.incident_log import IncidentLog
@@ -115,6 +116,11 @@ class HangWatch:
         diag = diag.with_where(where)
         patience_s, basis = self.patience.patience_s(ep.job_id)
         j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
+        action = self.policy.for_verdict(incident.verdict)
+        if not j.act and not is_destructive(action):
+            # The patience guards kills only: a dump or an observation costs nothing.
+            why = f"on_{incident.verdict.value.lower()}={action} kills nothing: done at the verdict"
+            j = replace(j, act=True, rule="not_destructive", why=why)
         ep.diagnosis, ep.where = diag, {**ep.where, **where}
         ep.decision = j.to_record()
         ep.suspect = suspect_line(diag, evidence, j, now)
@@ -177,7 +183,18 @@ class HangWatch:
         incident.action_reason += f"; decided by {j.rule}: {j.why}"
         episodes = self.hangs.episodes
         destructive = is_destructive(incident.action) and not incident.dry_run
-        episodes.arm_sweep(ep, incident.action if destructive else Action.OBSERVE, now)
+        sweep = incident.action if destructive else Action.OBSERVE
+        wanted = self.policy.for_verdict(incident.verdict)
+        if (
+            not self.policy.dry_run
+            and ep.diagnosis.conclusive
+            and not incident.targets
+            and is_destructive(wanted)
+        ):
+            # The culprits live on another sidecar, which kills them: the ranks
+            # here are swept after the grace all the same (as before issue 12).
+            sweep = wanted
+        episodes.arm_sweep(ep, sweep, now)
         for rank in incident.targets if destructive else ():
             w = self.hangs.registry.get(WorkerKey(ep.job_id, rank))
             if w is not None:
