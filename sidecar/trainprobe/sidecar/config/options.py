@@ -207,10 +207,11 @@ OPTIONS: tuple[Option, ...] = (
         "hang_patience_s",
         v.auto_or_seconds(0, 604800),
         "How long a hang whose evidence is ambiguous (the culprit sleeps, reads, waits on a "
-        "lock, computes, or is silent) is watched before its action; the verdict, culprit and "
-        "diagnosis come at once. Definitive evidence (a stopped, zombie or vanished culprit, "
-        "mismatched collectives) acts at once. 'auto' = max(90 s, 2 x the longest stall of "
-        "the job that ended by itself); 0 = act at the verdict.",
+        "lock, computes, or is silent) is watched before a kill or restart; the verdict, "
+        "culprit, diagnosis and a dump or observe action come at once. Definitive evidence "
+        "(a stopped, zombie or vanished culprit, mismatched collectives) acts at once. "
+        "'auto' = max(90 s, 2 x the longest stall of the job that ended by itself); "
+        "0 = act at the verdict.",
         _A,
         default_text="auto",
     ),

@@ -76,7 +76,8 @@ class Episode:
     where: dict[int, str] = field(default_factory=dict)
     #: When the stall began (the incident's onset): the patience counts from here.
     onset_at: float = 0.0
-    #: Set once the decision to act was taken (definitive evidence or patience).
+    #: Set once its incident was published, and once the decision to act was taken.
+    published: bool = False
     acted: bool = False
     #: The latest judgement and one-line state while watched (``trainprobe status``).
     decision: dict[str, object] = field(default_factory=dict)

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from trainprobe.sidecar.act.evidence import EvidenceGatherer
 from trainprobe.sidecar.act.incident_log import IncidentLog
@@ -75,49 +76,71 @@ class HangWatch:
         self.round_s = round_s
 
     async def watch(self, incident: Incident, ep: Episode) -> None:
+        """Watch ``ep`` until it acts or closes. A failed round is logged and the
+        next one runs: a watch that died would leave a real hang unkilled."""
         # The stack signal only where the action could act (issue 13: a dry run
         # or an observe verdict signals nothing at all).
         planned = self.policy.for_verdict(incident.verdict)
         signals = not self.policy.dry_run and is_destructive(planned)
         gatherer = EvidenceGatherer(self.stacks, self._clock, signals)
-        episodes = self.hangs.episodes
-        published = False
         rounds = 0
-        while episodes.get(ep.job_id) is ep and not ep.acted:
-            states = self._states(ep)
-            # Stacks every round at first (the culprit, then "same frames?"), then
-            # every STACK_EVERY rounds: each read costs the rank's reporter a dump.
-            stacks = rounds < 3 or rounds % STACK_EVERY == 0
+        while self.hangs.episodes.get(ep.job_id) is ep and not ep.acted:
+            try:
+                if await self._round(incident, ep, gatherer, rounds):
+                    return
+            except Exception:
+                log.exception(
+                    "incident %s: evidence round failed; next round in %gs",
+                    incident.id,
+                    self.round_s,
+                )
             rounds += 1
-            # A conclusive analysis of collectives needs only the culprits' stacks
-            # (where they are); otherwise every rank's decides who waits.
-            diag0 = ep.diagnosis
-            only = set(diag0.culprits) if diag0.conclusive and diag0.kind != ALL_IN_FLIGHT else None
-            evidence = await gatherer.round(states, stacks, only, set(diag0.culprits))
-            now = self._clock()
-            if episodes.get(ep.job_id) is not ep:
-                break  # the job stepped again while we sampled
-            diag = refine(analyze_job(self.hangs.summaries(ep.job_id, now)), evidence)
-            where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
-            diag = diag.with_where(where)
-            patience_s, basis = self.patience.patience_s(ep.job_id)
-            j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
-            ep.diagnosis, ep.where = diag, {**ep.where, **where}
-            ep.decision = j.to_record()
-            ep.suspect = suspect_line(diag, evidence, j, now)
-            first = diag.culprits[0] if diag.culprits else None
-            ep.activity = evidence[first].label if first in evidence else ""
-            if not published or j.act:
-                self._fill(incident, diag, j, gatherer, states)
-            if not published:
-                published = True
-                if not j.act:
-                    log.warning("incident %s: %s", incident.id, ep.suspect)
-                self.publish(incident)
-            if j.act:
-                await self._act(incident, ep, j, now)
-                return
             await asyncio.sleep(self.round_s)
+
+    async def _round(
+        self, incident: Incident, ep: Episode, gatherer: EvidenceGatherer, rounds: int
+    ) -> bool:
+        """One evidence round; True once it acted (or the episode closed)."""
+        episodes = self.hangs.episodes
+        published = ep.published
+        states = self._states(ep)
+        # Stacks every round at first (the culprit, then "same frames?"), then
+        # every STACK_EVERY rounds: each read costs the rank's reporter a dump.
+        stacks = rounds < 3 or rounds % STACK_EVERY == 0
+        # A conclusive analysis of collectives needs only the culprits' stacks
+        # (where they are); otherwise every rank's decides who waits.
+        diag0 = ep.diagnosis
+        only = set(diag0.culprits) if diag0.conclusive and diag0.kind != ALL_IN_FLIGHT else None
+        evidence = await gatherer.round(states, stacks, only, set(diag0.culprits))
+        now = self._clock()
+        if episodes.get(ep.job_id) is not ep:
+            return True  # the job stepped again while we sampled
+        diag = refine(analyze_job(self.hangs.summaries(ep.job_id, now)), evidence)
+        where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
+        diag = diag.with_where(where)
+        patience_s, basis = self.patience.patience_s(ep.job_id)
+        j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
+        action = self.policy.for_verdict(incident.verdict)
+        if not j.act and not is_destructive(action):
+            # The patience guards kills only: a dump or an observation costs nothing.
+            why = f"on_{incident.verdict.value.lower()}={action} kills nothing: done at the verdict"
+            j = replace(j, act=True, rule="not_destructive", why=why)
+        ep.diagnosis, ep.where = diag, {**ep.where, **where}
+        ep.decision = j.to_record()
+        ep.suspect = suspect_line(diag, evidence, j, now)
+        first = diag.culprits[0] if diag.culprits else None
+        ep.activity = evidence[first].label if first in evidence else ""
+        if not published or j.act:
+            self._fill(incident, diag, j, gatherer, states)
+        if not published:
+            ep.published = True
+            if not j.act:
+                log.warning("incident %s: %s", incident.id, ep.suspect)
+            self.publish(incident)
+        if j.act:
+            await self._act(incident, ep, j, now)
+            return True
+        return False
 
     def _states(self, ep: Episode) -> list[WorkerState]:
         """The job's ranks this sidecar serves: culprits first, at most MAX_INSPECTED."""
@@ -164,7 +187,18 @@ class HangWatch:
         incident.action_reason += f"; decided by {j.rule}: {j.why}"
         episodes = self.hangs.episodes
         destructive = is_destructive(incident.action) and not incident.dry_run
-        episodes.arm_sweep(ep, incident.action if destructive else Action.OBSERVE, now)
+        sweep = incident.action if destructive else Action.OBSERVE
+        wanted = self.policy.for_verdict(incident.verdict)
+        if (
+            not self.policy.dry_run
+            and ep.diagnosis.conclusive
+            and not incident.targets
+            and is_destructive(wanted)
+        ):
+            # The culprits live on another sidecar, which kills them: the ranks
+            # here are swept after the grace all the same (as before issue 12).
+            sweep = wanted
+        episodes.arm_sweep(ep, sweep, now)
         for rank in incident.targets if destructive else ():
             w = self.hangs.registry.get(WorkerKey(ep.job_id, rank))
             if w is not None:
