@@ -2,6 +2,7 @@
 
 trainprobe status [--target ADDR] [--job J] [--json]
 trainprobe diagnose --job J [--target ADDR] [--json]
+trainprobe diagnose --ray [--dot] [--target ADDR] [--json]
 """
 
 from __future__ import annotations
@@ -77,7 +78,29 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
         )
     if not reply.workers:
         lines.append("(no workers have reported)")
+    if reply.HasField("ray_watch"):
+        lines += format_ray_watch(reply.ray_watch)
     return "\n".join(lines)
+
+
+def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
+    """The Ray watcher's part of ``trainprobe status``: one line, then one per finding."""
+    age = f"{rw.last_snapshot_age_s:.1f}s ago" if rw.last_snapshot_age_s >= 0 else "none yet"
+    head = (
+        f"RAY WATCHER: {rw.snapshots} snapshots (last {age}), {rw.cpu_s:.2f} CPU s, "
+        f"{len(rw.findings)} findings"
+    )
+    lines = ["", head]
+    if rw.truncated:
+        lines.append(
+            f"  lists cut at their limit (edges may be missing): {', '.join(rw.truncated)}"
+        )
+    lines += [f"  error: {e}" for e in rw.errors]
+    for f in rw.findings:
+        lines.append(
+            f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
+        )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,10 +116,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"sidecar address (default ${DEFAULT_TARGET_ENV} or the per-user socket)",
         )
         p.add_argument("--token", help="bearer token for TCP sidecars (default $TRAINPROBE_TOKEN)")
-        p.add_argument("--job", default="", required=name == "diagnose", help="job id")
+        p.add_argument("--job", default="", help="job id (diagnose: needed unless --ray)")
         p.add_argument("--json", action="store_true", help="print JSON")
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
+        if name == "diagnose":
+            p.add_argument(
+                "--ray", action="store_true", help="the Ray watcher's current wait graph"
+            )
+            p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
     args = parser.parse_args(argv)
+    if args.command == "diagnose" and not args.ray and not args.job:
+        parser.error("diagnose needs --job J (or --ray)")
+    if args.command == "diagnose" and args.dot and not args.ray:
+        parser.error("--dot goes with --ray")
     try:
         stub, metadata, channel = _stub(args)
     except EndpointError as err:
@@ -117,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(format_status(reply))
         else:
             diag = stub.Diagnose(
-                probe_pb2.DiagnoseRequest(job_id=args.job),
+                probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),
                 timeout=args.timeout_s,
                 metadata=metadata,
             )
