@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -146,3 +147,45 @@ def test_kill_ends_both_actors_of_a_wait_cycle(local_ray: SimpleNamespace) -> No
             for a in (alpha, beta):
                 with contextlib.suppress(Exception):
                     ray.kill(a)
+
+
+def train_func(config: dict) -> None:  # never runs: the group never starts
+    pass
+
+
+def test_kill_ends_a_torch_trainer_that_can_never_start(local_ray: SimpleNamespace) -> None:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    ray = local_ray.ray
+    env = {**WATCH, "TRAINPROBE_ON_RAY_FINDING": "kill"}
+    trainer = TorchTrainer(
+        train_func,
+        scaling_config=ScalingConfig(num_workers=4, use_gpu=False),  # 4 CPUs, the cluster has 2
+        run_config=RunConfig(name="too-big", storage_path=str(short_tmpdir("tpwatch-"))),
+    )
+    ended: list[BaseException] = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as err:
+            ended.append(err)
+
+    with SidecarProcess(short_tmpdir(), "--ray-address", local_ray.gcs, env=env) as sc:
+        _joined(sc)
+        start = time.time()
+        thread = threading.Thread(target=fit, daemon=True)
+        thread.start()
+        inc = sc.wait_incident(lambda r: r["rule"] == "placement_group", timeout_s=60)
+        assert inc["action"] == "kill" and inc["evidence"]["ray"]["kind"] == "infeasible"
+        assert "a Ray Train worker group waits on it" in inc["diagnosis"]["text"]
+        action = wait_for(lambda: sc.incidents("action"), 60, what="action record")[0]
+        (outcome,) = action["outcomes"].values()
+        assert outcome["class_name"] == "TrainController" and outcome["method"] == "signal"
+        thread.join(60)
+        took = time.time() - start
+        print(f"\ninfeasible TorchTrainer: fit() ended {took:.1f} s after it began: {ended!r}")
+        assert ended and isinstance(ended[0], ray.exceptions.RayActorError)
+        # Before Ray Train's own 60 s start timeout would even have retried.
+        assert took < 60.0
