@@ -88,8 +88,8 @@ def ray_targets(finding: RayFinding) -> list[str]:
         }
         return sorted(i for i in ids if i)
     if finding.rule == "placement_group" and ev.get("kind") == "infeasible":
-        ids = ev.get("waiter_actor_ids", [])
-        return sorted(str(i) for i in ids if i) if isinstance(ids, list) else []
+        waiting = ev.get("waiter_actor_ids", [])
+        return sorted(str(i) for i in waiting if i) if isinstance(waiting, list) else []
     return []
 
 

@@ -15,10 +15,11 @@ import asyncio
 import collections
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.act.actions import ActionListener
 from trainprobe.sidecar.core.actions import Action, action_record
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.ray_incident import decide_ray, ray_incident
@@ -31,8 +32,6 @@ __all__ = ["RayFindingResponder"]
 KEPT = 100
 #: At most this many errors of the last snapshot go into a status reply.
 STATUS_ERRORS = 10
-
-ActionListener = Callable[[Incident, Mapping[str, object]], None]
 
 
 class RayFindingResponder:
