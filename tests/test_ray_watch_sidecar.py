@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.otel_support import OtlpReceiver
 from tests.ray_support import init_local_ray, pid_running, ray_environment
-from tests.support import SidecarProcess, short_tmpdir, wait_for
+from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
 from tests.test_auth_and_status import ctl
+from tests.test_otel_export import FAST_EXPORT, samples_of, scrape
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -47,7 +49,16 @@ def test_infeasible_group_is_an_incident_and_shows_in_status(local_ray: SimpleNa
 
     ray = local_ray.ray
     job = ray.get_runtime_context().get_job_id()
-    with SidecarProcess(short_tmpdir(), "--ray-address", local_ray.gcs, env=WATCH) as sc:
+    port = free_port()
+    metrics = ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+    with (
+        OtlpReceiver() as rcv,
+        SidecarProcess(
+            short_tmpdir(),
+            *("--ray-address", local_ray.gcs, "--otlp-endpoint", rcv.endpoint, *metrics),
+            env={**WATCH, **FAST_EXPORT},
+        ) as sc,
+    ):
         _joined(sc)
         wait_for(lambda: sc.status().ray_watch.snapshots >= 1, 60, what="first snapshot")
         assert sc.status().ray_watch.findings == []  # a healthy cluster: nothing
@@ -66,7 +77,7 @@ def test_infeasible_group_is_an_incident_and_shows_in_status(local_ray: SimpleNa
 
             table = ctl("status", "--target", sc.target)
             assert table.returncode == 0, table.stderr
-            assert "RAY WATCHER:" in table.stdout and "1 findings" in table.stdout
+            assert "RAY WATCHER:" in table.stdout and "1 finding\n" in table.stdout
             assert (
                 f"placement_group job {job} incident {inc['id']} action observe: "
                 "placement group too-big" in table.stdout
@@ -80,6 +91,29 @@ def test_infeasible_group_is_an_incident_and_shows_in_status(local_ray: SimpleNa
             assert "no waits among" in text.stdout  # no task waits on another here
             dot = ctl("diagnose", "--ray", "--dot", "--target", sc.target)
             assert dot.returncode == 0 and dot.stdout.startswith("digraph ray_waits {")
+
+            # OTel: the same incident span and verdict count as any incident.
+            (span,) = wait_for(
+                lambda: [s for s in rcv.spans() if s.name == "incident HUNG placement_group"],
+                15,
+                what="incident span",
+            )
+            a = span.attributes
+            assert a["trainprobe.incident.id"] == inc["id"] and a["trainprobe.job_id"] == job
+            assert a["trainprobe.evidence.ray.kind"] == "infeasible"
+            assert span.status_code == 2  # ERROR
+            fams = wait_for(
+                lambda: (f := scrape(port)) and samples_of(f, "trainprobe_verdicts") and f,
+                10,
+                what="verdict count on the scrape",
+            )
+            (verdicts,) = samples_of(
+                fams,
+                "trainprobe_verdicts",
+                trainprobe_verdict="HUNG",
+                trainprobe_rule="placement_group",
+            )
+            assert verdicts.value == 1
         finally:
             remove_placement_group(group)
         time.sleep(3)  # three more snapshots: the removed group raises nothing new

@@ -88,7 +88,7 @@ def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
     age = f"{rw.last_snapshot_age_s:.1f}s ago" if rw.last_snapshot_age_s >= 0 else "none yet"
     head = (
         f"RAY WATCHER: {rw.snapshots} snapshots (last {age}), {rw.cpu_s:.2f} CPU s, "
-        f"{len(rw.findings)} findings"
+        f"{len(rw.findings)} finding{'' if len(rw.findings) == 1 else 's'}"
     )
     lines = ["", head]
     if rw.truncated:
