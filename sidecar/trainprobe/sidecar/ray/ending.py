@@ -7,8 +7,9 @@ so there are two ways:
 - a **named** actor: ``ray.get_actor(name, namespace)`` gives a handle, then
   ``ray.kill(handle, no_restart=...)`` through the GCS, on any node;
 - an **unnamed** actor on *this* host (Ray Train's controller is unnamed):
-  SIGKILL to its worker pid, after ``/proc/<pid>/cmdline`` shows a Ray worker
-  (``ray::...``), so a pid Ray reported stale is never a stranger's process.
+  SIGKILL to its worker pid, after ``/proc/<pid>/cmdline`` shows that actor's
+  Ray worker (``ray::<Class>...``), so a pid Ray reported stale is never a
+  stranger's process.
   Ray then sees the actor die and restarts it only if it has ``max_restarts``
   left. An unnamed actor on another host is not ended (its record says why).
 """
@@ -28,12 +29,18 @@ __all__ = ["end_actors", "is_ray_worker"]
 SETTLE_S = 5.0
 
 
-def is_ray_worker(pid: int) -> bool:
-    """The kernel's word that ``pid`` is a Ray worker process (its title is ``ray::...``)."""
+def is_ray_worker(pid: int, class_name: str = "") -> bool:
+    """The kernel's word that ``pid`` is a Ray worker of actor class ``class_name``.
+
+    Ray titles an actor's process ``ray::<Class>`` (``ray::<Class>.<method>``
+    while it runs one), so a pid reused by another process, or by another
+    actor's worker, does not match.
+    """
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+    return title.startswith(f"ray::{class_name}".encode())
 
 
 def _end_one(actor_id: str, no_restart: bool, address: str | None, timeout_s: int) -> dict:
@@ -56,7 +63,7 @@ def _end_one(actor_id: str, no_restart: bool, address: str | None, timeout_s: in
         handle = ray.get_actor(row.name, namespace=getattr(row, "ray_namespace", None))
         ray.kill(handle, no_restart=no_restart)
         out.update(method="ray.kill", no_restart=no_restart)
-    elif out["pid"] and row.node_id == local and is_ray_worker(int(row.pid)):
+    elif out["pid"] and row.node_id == local and is_ray_worker(int(row.pid), row.class_name or ""):
         os.kill(int(row.pid), signal.SIGKILL)
         out.update(method="signal", signal="SIGKILL")
     else:
