@@ -57,6 +57,9 @@ def init_local_ray(num_cpus: int = 2) -> Any:
     import ray
 
     ray.init(
+        # "local": a new cluster even when /tmp/ray/ray_current_cluster names another
+        # engineer's (address=None would join it on a shared machine).
+        address="local",
         num_cpus=num_cpus,
         include_dashboard=True,
         dashboard_port=free_port(),

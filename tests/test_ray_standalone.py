@@ -88,6 +88,10 @@ def test_standalone_sidecar_kills_a_hung_actor_through_ray(local_ray: SimpleName
             assert not pid_running(ids["pid"])
             with pytest.raises(ray.exceptions.ActorDiedError):
                 ray.get(run, timeout=30)
+            # The Ray watcher ran all along (ray_watch is on by default): a healthy
+            # cluster and a stalled rank are none of its business.
+            assert sc.status().ray_watch.snapshots >= 1
+            assert [r["rule"] for r in sc.incidents()] == ["stall"]
         finally:
             with contextlib.suppress(Exception):
                 ray.kill(actor)

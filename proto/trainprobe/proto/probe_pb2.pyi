@@ -343,22 +343,62 @@ class ArrivalLag(_message.Message):
     def __init__(self, count: _Optional[int] = ..., last_s: _Optional[float] = ..., p50_s: _Optional[float] = ..., p99_s: _Optional[float] = ..., max_s: _Optional[float] = ..., missed: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("workers", "sidecar_version", "node", "omitted")
+    __slots__ = ("workers", "sidecar_version", "node", "omitted", "ray_watch")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     OMITTED_FIELD_NUMBER: _ClassVar[int]
+    RAY_WATCH_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     sidecar_version: str
     node: str
     omitted: int
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ...) -> None: ...
+    ray_watch: RayWatchStatus
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ...) -> None: ...
+
+class RayWatchStatus(_message.Message):
+    __slots__ = ("snapshots", "last_snapshot_age_s", "truncated", "errors", "findings", "cpu_s")
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    CPU_S_FIELD_NUMBER: _ClassVar[int]
+    snapshots: int
+    last_snapshot_age_s: float
+    truncated: _containers.RepeatedScalarFieldContainer[str]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    findings: _containers.RepeatedCompositeFieldContainer[RayFindingStatus]
+    cpu_s: float
+    def __init__(self, snapshots: _Optional[int] = ..., last_snapshot_age_s: _Optional[float] = ..., truncated: _Optional[_Iterable[str]] = ..., errors: _Optional[_Iterable[str]] = ..., findings: _Optional[_Iterable[_Union[RayFindingStatus, _Mapping]]] = ..., cpu_s: _Optional[float] = ...) -> None: ...
+
+class RayFindingStatus(_message.Message):
+    __slots__ = ("rule", "key", "job_id", "text", "at", "incident_id", "action")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    INCIDENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    rule: str
+    key: str
+    job_id: str
+    text: str
+    at: float
+    incident_id: str
+    action: str
+    def __init__(self, rule: _Optional[str] = ..., key: _Optional[str] = ..., job_id: _Optional[str] = ..., text: _Optional[str] = ..., at: _Optional[float] = ..., incident_id: _Optional[str] = ..., action: _Optional[str] = ...) -> None: ...
 
 class DiagnoseRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "ray", "dot")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RAY_FIELD_NUMBER: _ClassVar[int]
+    DOT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    ray: bool
+    dot: bool
+    def __init__(self, job_id: _Optional[str] = ..., ray: bool = ..., dot: bool = ...) -> None: ...
 
 class DiagnoseReply(_message.Message):
     __slots__ = ("job_id", "text", "json", "truncated_chars")

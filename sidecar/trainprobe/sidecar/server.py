@@ -190,6 +190,7 @@ class Sidecar:
             self.diagnose,
             clock=clock,
             tickets=self.tickets,
+            diagnose_ray=self.diagnose_ray,
         )
         #: The standard gRPC health service, for kubelet probes.
         checks = EngineHealth(self.engine, self.registry, settings.engine_stall_s, clock=clock)
@@ -203,8 +204,9 @@ class Sidecar:
         self._engine_task: asyncio.Task[None] | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
-        #: The RayWatcher, once started (``ray_watch`` and ``ray_address``).
-        self.ray_watcher: Any = None
+        #: The Ray watcher's findings as incidents (a RayFindingResponder; its
+        #: ``watcher`` once joined), when ``ray_watch`` and ``ray_address`` are set.
+        self.ray_responder: Any = None
         self._unix_paths: list[Path] = []
         self.telemetry: Telemetry | None = None
 
@@ -230,12 +232,23 @@ class Sidecar:
                 omitted += 1
                 continue
             rows.append(row)
-        return probe_pb2.StatusReply(
+        reply = probe_pb2.StatusReply(
             workers=rows,
             sidecar_version=SIDECAR_VERSION,
             node=socket.gethostname(),
             omitted=omitted,
         )
+        if self.ray_responder is not None:
+            reply.ray_watch.CopyFrom(self.ray_responder.status())
+        return reply
+
+    async def diagnose_ray(self, dot: bool) -> probe_pb2.DiagnoseReply:
+        """``diagnose --ray``: the Ray watcher's last wait graph (rendered off the loop)."""
+        if self.ray_responder is None:
+            raise RuntimeError(
+                "this sidecar runs no Ray watcher (it runs with --ray-address and ray_watch on)"
+            )
+        return await asyncio.to_thread(self.ray_responder.diagnose, dot)
 
     async def diagnose(self, job_id: str) -> probe_pb2.DiagnoseReply:
         """The current culprit analysis of a job (LookupError if none of it reported here).
@@ -297,40 +310,17 @@ class Sidecar:
         if self.job_sync is not None:
             self._sync_task = asyncio.ensure_future(self.job_sync.run(self._stop))
         if self.settings.ray_watch and self.killer.link is not None and self.settings.ray_address:
-            self._watch_task = asyncio.ensure_future(self._watch_ray())
+            from trainprobe.sidecar.ray.responder import RayFindingResponder
+
+            self.ray_responder = RayFindingResponder(
+                self.engine, self.settings, self.actions.listeners, self.clock
+            )
+            self._watch_task = asyncio.ensure_future(
+                self.ray_responder.run(self.killer.link, self._stop)
+            )
         log.info(
             "trainprobe sidecar %s listening on %s", SIDECAR_VERSION, ", ".join(self.addresses)
         )
-
-    async def _watch_ray(self) -> None:
-        """The Ray watcher (one per cluster: the sidecar given ``--ray-address``), observe only.
-
-        It starts once the killer's link has joined Ray; each finding is an
-        incident in the log (rule ``placement_group`` or ``wait_cycle``).
-        """
-        from trainprobe.sidecar.ray.watcher import RayWatcher
-
-        link = self.killer.link
-        if link is None:  # started only when the killer goes through Ray
-            return
-        while not link.ready:
-            await asyncio.sleep(0.5)
-            if self._stop.is_set():
-                return
-        self.ray_watcher = RayWatcher(pending_limit_s=self.settings.placement_pending_limit_s)
-
-        def on_finding(finding: Any) -> None:
-            log.warning("ray watcher: %s", finding.text)
-            self.incident_log.write(
-                {
-                    "type": "incident",
-                    "verdict": "RAY",
-                    "action": self.settings.on_ray_finding,
-                    **finding.to_record(),
-                }
-            )
-
-        await self.ray_watcher.run(self._stop, on_finding, self.settings.ray_watch_interval_s)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()

@@ -2,6 +2,7 @@
 
 trainprobe status [--target ADDR] [--job J] [--json]
 trainprobe diagnose [--job J] [--target ADDR] [--json]
+trainprobe diagnose --ray [--dot] [--target ADDR] [--json]
 trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
 
 Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
@@ -121,7 +122,29 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             f"({reply.omitted} more workers not shown: the reply is size-bounded; "
             "narrow it with --job)"
         )
+    if reply.HasField("ray_watch"):
+        lines += format_ray_watch(reply.ray_watch)
     return "\n".join(lines)
+
+
+def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
+    """The Ray watcher's part of ``trainprobe status``: one line, then one per finding."""
+    age = f"{rw.last_snapshot_age_s:.1f}s ago" if rw.last_snapshot_age_s >= 0 else "none yet"
+    head = (
+        f"RAY WATCHER: {rw.snapshots} snapshots (last {age}), {rw.cpu_s:.2f} CPU s, "
+        f"{len(rw.findings)} finding{'' if len(rw.findings) == 1 else 's'}"
+    )
+    lines = ["", head]
+    if rw.truncated:
+        lines.append(
+            f"  lists cut at their limit (edges may be missing): {', '.join(rw.truncated)}"
+        )
+    lines += [f"  error: {e}" for e in rw.errors]
+    for f in rw.findings:
+        lines.append(
+            f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
+        )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,7 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--once", action="store_true", help="print one frame and exit")
         else:
             p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "diagnose":
+            p.add_argument(
+                "--ray", action="store_true", help="the Ray watcher's current wait graph"
+            )
+            p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
     args = parser.parse_args(argv)
+    if args.command == "diagnose" and args.dot and not args.ray:
+        parser.error("--dot goes with --ray")
     try:
         stub, metadata, channel = _stub(args)
     except EndpointError as err:
@@ -180,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(format_status(reply))
         else:
             diag = stub.Diagnose(
-                probe_pb2.DiagnoseRequest(job_id=args.job),
+                probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),
                 timeout=args.timeout_s,
                 metadata=metadata,
             )

@@ -14,6 +14,7 @@ from typing import Any
 from trainprobe.sidecar.config import parsers as v
 from trainprobe.sidecar.core.actions import ACTIONS, DEGRADED_ACTIONS
 from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
+from trainprobe.sidecar.core.ray_incident import RAY_FINDING_ACTIONS
 
 ENV_PREFIX = "TRAINPROBE_"
 
@@ -263,8 +264,17 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "on_ray_finding",
-        v.choice("observe"),
-        "What the Ray watcher's findings do: observe (an incident; nothing is killed).",
+        v.choice(*RAY_FINDING_ACTIONS),
+        "What the Ray watcher's findings do. observe: an incident (log, span, metric, "
+        "status), nothing is ended. kill: also ray.kill (no restart) the actors whose methods "
+        "wait in a wait cycle, and, for a placement group that can never be placed, the "
+        "job's Ray Train controller and the actors waiting to be placed in it, so the "
+        "driver fails now instead of waiting forever. A group that fits but waits for "
+        "resources others hold is never acted on; plain tasks are not ended (Ray cancels "
+        "a task only through its ObjectRef); they fail once the actor they wait on is gone. "
+        "restart: the same ray.kill, letting Ray restart actors that have max_restarts "
+        "left (an infeasible group's controller then waits again). Counts against "
+        "max_kills_per_hour; dry_run logs it only.",
         _I,
     ),
     Option(

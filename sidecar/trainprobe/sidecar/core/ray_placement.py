@@ -158,6 +158,19 @@ def waiters(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
     return out
 
 
+def waiter_actor_ids(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
+    """The actors ``on_ray_finding=kill`` ends for ``pg``: the job's Ray Train
+    controller, and actors that wait to be placed in the group."""
+    return sorted(
+        {
+            a.actor_id
+            for a in snap.actors
+            if (a.class_name in TRAIN_CONTROLLERS and a.state == "ALIVE" and a.job_id == pg.job_id)
+            or (a.placement_group_id == pg.pg_id and a.state != "ALIVE")
+        }
+    )
+
+
 def _holders(pg: PlacementGroupInfo, snap: RaySnapshot) -> list[str]:
     """The created groups that hold resources this one asks for (the biggest first)."""
     asked = set(_total(b.resources for b in pg.bundles))
@@ -227,7 +240,9 @@ def judge_placement(
         who = waiters(pg, snap)
         if who:
             text += "; " + "; ".join(who)
-        evidence.update(kind=kind, reasons=reasons, waiters=who)
+        evidence.update(
+            kind=kind, reasons=reasons, waiters=who, waiter_actor_ids=waiter_actor_ids(pg, snap)
+        )
         history.reported.add(pg.pg_id)
         findings.append(RayFinding(RULE, f"pg:{pg.pg_id}", pg.job_id, text, now, evidence))
     return findings

@@ -236,6 +236,8 @@ def edge_record(graph: WaitGraph, e: WaitEdge) -> dict[str, object]:
         "waiter_pid": (src.pid if src else 0),
         "waits_on_task_id": e.dst,
         "waits_on_pid": (dst.pid if dst else 0),
+        # What on_ray_finding=kill/restart ray.kills ("" for a plain task).
+        "waiter_actor_id": (src.actor_id if src else ""),
     }
 
 

@@ -282,6 +282,13 @@ class Engine:
             except Exception:
                 log.exception("incident sink %r failed", sink)
 
+    def publish_external(self, incident: Incident, act: Awaitable[None] | None = None) -> None:
+        """Publish an incident found outside the tick (the Ray watcher) like any other,
+        and run its action, if any, under the same guard and drain."""
+        self._publish(incident)
+        if act is not None:
+            self._spawn(act, incident)
+
     def _spawn(self, coro: Awaitable[None], incident: Incident | None) -> None:
         self._tasks.spawn(self._guard(coro, incident))
 

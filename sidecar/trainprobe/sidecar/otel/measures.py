@@ -113,7 +113,8 @@ def sync_observations(report: ReportData) -> list[tuple[float, str, str]]:
 
 
 def verdict_count(incident: Incident) -> tuple[int, dict[str, AttrValue]]:
-    return len(incident.ranks), {
+    # A Ray watcher incident names no ranks (Ray's tasks are not workers): it counts once.
+    return len(incident.ranks) or 1, {
         "trainprobe.job_id": incident.job_id,
         "trainprobe.verdict": incident.verdict.value,
         "trainprobe.rule": incident.rule,

@@ -9,6 +9,10 @@ Public API:
   (``info``, ``status``, ``incidents``, ``shutdown``).
 - :class:`RayKiller`: kills a worker's actor by id through Ray and falls back
   to signalling its pid; :class:`RayLink` is its line to Ray.
+- :class:`RayWatcher`: snapshots placement groups, tasks and actors and judges
+  rules ``placement_group`` and ``wait_cycle``; :class:`RayFindingResponder`
+  makes its findings incidents and ends actors (:func:`end_actors`) per
+  ``on_ray_finding``.
 
 Nothing here imports Ray until it is used.
 """
@@ -20,10 +24,13 @@ __all__ = [
     "HandleStore",
     "NodeSidecar",
     "NodeSidecarInfo",
+    "RayFindingResponder",
     "RayKiller",
     "RayLink",
     "RayUnavailable",
+    "RayWatcher",
     "alive_node_ids",
+    "end_actors",
     "list_sidecars",
     "node_sidecar",
     "settings_for_node",
@@ -38,10 +45,13 @@ __getattr__, __dir__ = lazy_exports(
         "HandleStore": "handles",
         "NodeSidecar": "node_actor",
         "NodeSidecarInfo": "placement",
+        "RayFindingResponder": "responder",
         "RayKiller": "killer",
         "RayLink": "link",
         "RayUnavailable": "link",
+        "RayWatcher": "watcher",
         "alive_node_ids": "placement",
+        "end_actors": "ending",
         "list_sidecars": "placement",
         "node_sidecar": "placement",
         "settings_for_node": "naming",

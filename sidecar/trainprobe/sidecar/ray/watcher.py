@@ -39,10 +39,7 @@ from typing import Any
 from trainprobe.sidecar.act.stacks import find_py_spy
 from trainprobe.sidecar.core.ray_placement import PlacementHistory, PlacementLimits, judge_placement
 from trainprobe.sidecar.core.ray_snapshot import (
-    ActorInfo,
-    Bundle,
     NodeInfo,
-    PlacementGroupInfo,
     RayFinding,
     RaySnapshot,
     TaskInfo,
@@ -58,6 +55,14 @@ from trainprobe.sidecar.core.ray_wait import (
     render_text,
 )
 from trainprobe.sidecar.core.stackframes import parse_stacks
+from trainprobe.sidecar.ray.rows import (
+    actor_info,
+    node_info,
+    pg_info,
+    task_info,
+    wait_record,
+    with_strategy,
+)
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -120,19 +125,7 @@ class RayWatcher:
         truncated: list[str] = []
         errors: list[str] = []
         taken_at = time.time()
-        nodes = tuple(
-            NodeInfo(
-                n["NodeID"],
-                bool(n["Alive"]),
-                {
-                    k: float(v)
-                    for k, v in n.get("Resources", {}).items()
-                    if not k.startswith("node:")
-                },
-                n.get("NodeManagerAddress", ""),
-            )
-            for n in ray.nodes()
-        )
+        nodes = tuple(node_info(n) for n in ray.nodes())
         raw_pgs = list_placement_groups(detail=True, **kw)
         raw_actors = list_actors(filters=[("state", "!=", "DEAD")], **kw)
         raw_tasks = list_tasks(
@@ -145,20 +138,20 @@ class RayWatcher:
         ):
             if len(got) >= lim:
                 truncated.append(name)
-        pgs = tuple(_pg(p) for p in raw_pgs)
-        actors = [_actor(a) for a in raw_actors]
+        pgs = tuple(pg_info(p) for p in raw_pgs)
+        actors = [actor_info(a) for a in raw_actors]
         pending = [p for p in pgs if p.state in ("PENDING", "RESCHEDULING")]
         if pending:
             table = ray.util.placement_group_table()
             pgs = tuple(
-                _with_strategy(p, table.get(p.pg_id, {}).get("strategy", "PACK")) for p in pgs
+                with_strategy(p, table.get(p.pg_id, {}).get("strategy", "PACK")) for p in pgs
             )
             for p in pending:  # actors scheduled into it (a detail column): few, only now
                 for a in list_actors(
                     filters=[("placement_group_id", "=", p.pg_id)], detail=True, **kw
                 ):
-                    actors.append(_actor(a))
-        tasks = tuple(_task(t) for t in raw_tasks)
+                    actors.append(actor_info(a))
+        tasks = tuple(task_info(t) for t in raw_tasks)
         waits = self._wrapper_waits(tasks, taken_at, errors) + self._stack_waits(
             tasks, nodes, errors
         )
@@ -189,16 +182,7 @@ class RayWatcher:
                         key, namespace=KV_NAMESPACE
                     )  # its process died mid-wait
                     continue
-                out.append(
-                    WaitRecord(
-                        rec["task_id"],
-                        rec.get("call_site", ""),
-                        "wrapper",
-                        tuple(rec.get("objects", ())),
-                        int(rec.get("pid", 0)),
-                        float(rec.get("since", 0)),
-                    )
-                )
+                out.append(wait_record(rec))
         except Exception as err:
             errors.append(f"wait records: {type(err).__name__}: {err}")
         return tuple(out)
@@ -313,62 +297,3 @@ class RayWatcher:
                     await asyncio.sleep(left)
         finally:
             pool.shutdown(wait=False)
-
-
-# -- State API rows -> core data --------------------------------------------------------
-
-
-def _pg(p: Any) -> PlacementGroupInfo:
-    stats = p.get("stats") or {}
-    created_ns = int(stats.get("creation_request_received_ns") or 0)
-    return PlacementGroupInfo(
-        pg_id=p["placement_group_id"],
-        name=p.get("name") or "",
-        job_id=p.get("creator_job_id") or "",
-        state=p.get("state") or "",
-        scheduling_state=stats.get("scheduling_state") or "",
-        attempts=int(stats.get("scheduling_attempt") or 0),
-        bundles=tuple(
-            Bundle(
-                int((b.get("bundle_id") or {}).get("bundle_index", i)),
-                {k: float(v) for k, v in (b.get("unit_resources") or {}).items()},
-                b.get("node_id") or "",
-            )
-            for i, b in enumerate(p.get("bundles") or ())
-        ),
-        created_at=created_ns / 1e9,
-    )
-
-
-def _with_strategy(p: PlacementGroupInfo, strategy: str) -> PlacementGroupInfo:
-    import dataclasses
-
-    return dataclasses.replace(p, strategy=strategy)
-
-
-def _actor(a: Any) -> ActorInfo:
-    return ActorInfo(
-        a["actor_id"],
-        a.get("name") or "",
-        a.get("class_name") or "",
-        a.get("state") or "",
-        int(a.get("pid") or 0),
-        a.get("node_id") or "",
-        a.get("job_id") or "",
-        a.get("placement_group_id") or "",
-    )
-
-
-def _task(t: Any) -> TaskInfo:
-    return TaskInfo(
-        t["task_id"],
-        t.get("name") or "",
-        t.get("state") or "",
-        t.get("type") or "",
-        t.get("job_id") or "",
-        t.get("actor_id") or "",
-        t.get("parent_task_id") or "",
-        int(t.get("worker_pid") or 0),
-        t.get("node_id") or "",
-        t.get("placement_group_id") or "",
-    )

@@ -82,6 +82,7 @@ class SidecarServicer:
         diagnose: Callable[[str], Awaitable[probe_pb2.DiagnoseReply]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         tickets: TicketDesk | None = None,
+        diagnose_ray: Callable[[bool], Awaitable[probe_pb2.DiagnoseReply]] | None = None,
     ) -> None:
         self.registry = registry
         #: Redeems the identity tickets of Hellos (None: every session unverified).
@@ -89,6 +90,8 @@ class SidecarServicer:
         self.commander = commander
         self._status = status
         self._diagnose = diagnose
+        #: ``diagnose --ray``: RuntimeError = no Ray watcher here, LookupError = no snapshot yet.
+        self._diagnose_ray = diagnose_ray
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
         self._closing = TaskSet()
@@ -141,6 +144,8 @@ class SidecarServicer:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"malformed DiagnoseRequest: {request.error}",
             )
+        if request.ray:
+            return await self._ray_graph(request.dot, context)
         if self._diagnose is None:
             await self._reject(context, grpc.StatusCode.UNIMPLEMENTED, "diagnosis is not enabled")
         try:
@@ -148,6 +153,17 @@ class SidecarServicer:
         except LookupError as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err.args[0] if err.args else err))
             raise
+
+    async def _ray_graph(self, dot: bool, context: Any) -> probe_pb2.DiagnoseReply:
+        try:
+            if self._diagnose_ray is None:
+                raise RuntimeError("this sidecar runs no Ray watcher")
+            return await self._diagnose_ray(dot)
+        except RuntimeError as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        except LookupError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        raise AssertionError("context.abort returns only by raising")
 
     async def Connect(self, request_iterator: Any, context: Any) -> None:
         state: WorkerState | None = None
