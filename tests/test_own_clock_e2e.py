@@ -20,7 +20,7 @@ WORKER_ARGS = ["--steps", "100000", "--step-s", "0.1", "--interval-ms", "100"]
 
 
 def hung_incidents(sc: SidecarProcess) -> list[dict]:
-    return [r for r in sc.incidents() if r.get("verdict") in ("HUNG", "UNRESPONSIVE")]
+    return [r for r in sc.incidents() if r.get("verdict") in ("HUNG", "UNRESPONSIVE", "DEAD")]
 
 
 def run_with_sidecar_paused(pause: object) -> None:
@@ -28,7 +28,7 @@ def run_with_sidecar_paused(pause: object) -> None:
     both must still be alive and stepping, with no hang verdict."""
     workdir = short_tmpdir()
     with SidecarProcess(workdir, *FLAGS) as sc, Workers(2, sc.target, workdir, WORKER_ARGS) as w:
-        wait_for(lambda: w.max_step(0) >= 40 and w.max_step(1) >= 40, 120, what="warm-up")
+        wait_for(lambda: w.max_step(0) >= 40 and w.max_step(1) >= 40, 240, what="warm-up")
         assert hung_incidents(sc) == []
         pause(sc.proc.pid)
         resumed_at_step = min(w.max_step(0), w.max_step(1))

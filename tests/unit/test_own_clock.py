@@ -68,6 +68,21 @@ def test_after_a_freeze_silence_counts_from_the_resume() -> None:
     assert 3.0 < found[0].evidence["report_age_s"] < 3.2
 
 
+def test_a_stream_broken_by_our_freeze_is_not_a_death() -> None:
+    reg = Registry()
+    stepping(reg, 2, T0 + 5)
+    resumed = T0 + 35
+    reg.hold_until_fresh(resumed)
+    w0, w1 = list(reg)
+    # Both hooks' writes timed out during the freeze; rank 0 still runs, rank
+    # 1's process is gone (the kernel says so): only rank 1 is DEAD.
+    reg.close(w0, w0.generation, "vanished", resumed + 0.01, pid_alive=True)
+    reg.close(w1, w1.generation, "vanished", resumed + 0.01, pid_alive=False)
+    assert rules(evaluate(reg, CFG, resumed + 0.1)) == {(1, "exit")}
+    # Rank 0 never comes back: unresponsive, counted from the resume.
+    assert rules(evaluate(reg, CFG, resumed + 3.2)) == {(0, "heartbeat"), (1, "exit")}
+
+
 def test_ages_come_from_the_send_time_when_the_sidecar_lags() -> None:
     reg = Registry()
     stepping(reg, 1, T0 + 5)

@@ -141,7 +141,10 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     if w.killed_by_us or w.ended == "goodbye":
         return []
     out: list[Finding] = []
-    if w.ended == "vanished":
+    # A stream that broke across our own freeze (the hook's write timed out)
+    # while its process lives is our doing: wait for the reconnect, or the
+    # heartbeat counted from the resume.
+    if w.ended == "vanished" and not (w.fresh_after and w.pid_alive_at_end):
         out.append(
             _finding(
                 w,
