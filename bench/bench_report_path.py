@@ -29,8 +29,9 @@ add_repo_to_path()
 from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
-from trainprobe.sidecar.act.actions import Actions, SignalKiller  # noqa: E402
+from trainprobe.sidecar.act.actions import Actions  # noqa: E402
 from trainprobe.sidecar.act.incident_log import IncidentLog  # noqa: E402
+from trainprobe.sidecar.act.killers import SignalKiller  # noqa: E402
 from trainprobe.sidecar.core.policy import ActionPolicy  # noqa: E402
 from trainprobe.sidecar.core.registry import Registry  # noqa: E402
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
