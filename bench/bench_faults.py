@@ -24,10 +24,16 @@ Per case: time from onset to a verdict and to a verdict naming the culprit
 (trainprobe), to the culprit's death and the whole job's, whether the
 culprit was right (first to die and, for trainprobe, named), false kills.
 
-Length: a job takes about 20-90 s plus start-up. ``--quick`` is 1 trial of
-every case with 2 ranks for all four tools (62 jobs). The default full run
-is 10 trials of each case with 2 and 4 ranks for trainprobe (with and
-without watch_ddp) and ``--baseline-trials`` for NVRx and torchrun.
+Length: the case lengths are the issue's (stalls of 8, 30 and 60 s, a 60 s
+warm-up, a 30 s freeze; eval and checkpoints of 40 s, past the 30 s stall
+floor) and each job steps only ~3 s before and after its event, so a job's
+wall time is mostly its event, its detection and its ranks' start-up (torch
+import). ``--quick`` is 1 trial of every case with 2 ranks for all four tools:
+62 jobs, 934 s at ``--parallel 6`` on the shared 2-core development machine
+(load average 59). The default full run (10 trials per case for trainprobe
+with and without watch_ddp, 2 and 4 ranks; 3 for NVRx and torchrun) is 820
+jobs: about 3.5 h at that pace, so it does not fit in an hour on 2 cores.
+``--trials 3 --baseline-trials 1`` (252 jobs) is about one hour there.
 """
 
 from __future__ import annotations
