@@ -72,6 +72,8 @@ def job_specs(args: argparse.Namespace, rng: random.Random) -> list[FaultSpec]:
                     steps = 100000
                     if healthy:
                         steps = at + (100 if case == "slow2x" else 30)
+                    if case == "sidecar_frozen":  # still stepping 15 s after the thaw
+                        steps = at + 30 + int((FREEZE_S + 15) / 0.1)
                     specs.append(
                         FaultSpec(
                             tool=tool,
@@ -215,6 +217,7 @@ def summarize_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             for f in ("verdict_s", "named_s", "culprit_dead_s", "all_dead_s"):
                 g[f] = summarize([t[f] for t in trials if t.get(f) is not None])
             g["culprit_right"] = sum(1 for t in trials if t["culprit_right"])
+            g["where"] = sum(1 for t in trials if t.get("where"))
             g["not_killed"] = sum(1 for t in trials if t["all_dead_s"] is None)
         out[key] = g
     healthy = [r for r in results if r["healthy"]]

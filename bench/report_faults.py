@@ -41,6 +41,12 @@ def _groups(r: dict[str, Any], healthy: bool) -> list[dict[str, Any]]:
     return sorted(gs, key=lambda g: (order.get(g["case"], 99), g["ranks"], tools.get(g["tool"], 9)))
 
 
+def _where(g: dict[str, Any]) -> str:
+    """Trials whose naming incident also said where the culprit is stuck (none
+    shown for results from before this count was kept)."""
+    return f"{g['where']}/{g['n']}" if "where" in g else s(None)
+
+
 def _definitive_done_s(t: dict[str, Any]) -> float:
     """When a definitive fault was dealt with: the culprit dead, or for a rank
     that died by itself (kill -9) its blocked peers dead too."""
@@ -94,7 +100,8 @@ def faults_section(r: dict[str, Any]) -> list[str]:
         "`hook.watch_ddp(model)`. NVRx and torchrun as in the detection benchmark below.",
         "Onset = the faulty rank's log line just before the fault. *named* = the first",
         "trainprobe incident whose diagnosis names the culprit (and it alone); *right* = the",
-        "culprit is the first rank to die and, for trainprobe, was named. A fault job is cut",
+        "culprit is the first rank to die and, for trainprobe, was named; *where named* = that",
+        "incident also says where the culprit is stuck (its stacks). A fault job is cut",
         f"{p['cap_s']:g} s after onset (*not killed*). With 2 ranks a mismatch has no",
         "majority: its culprit (the rank that all-gathers while the other all-reduces) is a",
         "convention there, not something a tool could tell. A rank killed -9 dies by itself:",
@@ -112,16 +119,20 @@ def faults_section(r: dict[str, Any]) -> list[str]:
             "→ culprit dead, median / max",
             "→ job dead (median)",
             "right",
+            "where named",
             "not killed",
         ),
     ]
     for g in _groups(r, healthy=False):
         k = g["culprit_dead_s"]
-        named = s(g["named_s"]["median"]) if g["tool"] in ("tp", "tp_watch") else "n/a"
+        tp = g["tool"] in ("tp", "tp_watch")
+        named = s(g["named_s"]["median"]) if tp else "n/a"
+        where = _where(g) if tp else "n/a"
         out.append(
             f"| {CASES.get(g['case'], g['case'])} | {g['ranks']} | {TOOLS[g['tool']]} | {g['n']} | "
             f"{s(g['verdict_s']['median'])} | {named} | {s(k['median'])} / {s(k['max'])} | "
-            f"{s(g['all_dead_s']['median'])} | {g['culprit_right']}/{g['n']} | {g['not_killed']} |"
+            f"{s(g['all_dead_s']['median'])} | {g['culprit_right']}/{g['n']} | {where} | "
+            f"{g['not_killed']} |"
         )
     out += [
         "",
