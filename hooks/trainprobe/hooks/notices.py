@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -42,8 +43,9 @@ class KillNotice:
         self.killed_ranks = killed_ranks[:64]
         self.received_mono = time.monotonic()
         ranks = ", ".join(str(r) for r in self.killed_ranks) or "?"
+        which = "ranks" if len(self.killed_ranks) > 1 else "rank"
         why = f"{verdict} ({rule})" if rule else verdict
-        text = f"trainprobe killed rank {ranks} of job {self.job_id}: {why}"
+        text = f"trainprobe killed {which} {ranks} of job {self.job_id}: {why}"
         if reason:
             text += f": {reason}"
         self.line = f"{text[:_MAX_TEXT]} [incident {self.incident_id}]"
@@ -61,18 +63,9 @@ def receive(notice: KillNotice) -> None:
     log.warning("%s; collectives with that rank will now fail on this rank", notice.line)
 
 
-def receive_pb(n: object) -> None:
+def receive_pb(n: Any) -> None:
     """:func:`receive` a ``probe_pb2.Notice``."""
-    receive(
-        KillNotice(
-            n.incident_id,
-            n.job_id,
-            list(n.killed_ranks),
-            n.verdict,
-            n.rule,
-            n.reason,  # type: ignore[attr-defined]
-        )
-    )
+    receive(KillNotice(n.incident_id, n.job_id, list(n.killed_ranks), n.verdict, n.rule, n.reason))
 
 
 def latest() -> KillNotice | None:
