@@ -157,7 +157,6 @@ class FaultJob(Job):
             "verdict_s": since(self.verdict_at),
             **{k: v for k, v in self.extra.items() if k not in ("named_at", "wave")},
         }
-        deaths = sorted(self.dead_at.items(), key=lambda kv: kv[1])
         if s.healthy:
             out["clean"] = self.clean
             # A false kill: any rank gone without finishing (the tool killed it,
@@ -168,11 +167,13 @@ class FaultJob(Job):
         out["named_s"] = since(self.extra.get("named_at"))
         out["culprit_dead_s"] = since(self.dead_at.get(s.hang_rank))
         out["all_dead_s"] = since(max(self.dead_at.values())) if self.all_dead else None
-        first = deaths[0][0] if deaths else None
-        # Right: the culprit is the first rank to go (kill9: it went by itself
-        # first, so the first rank the tool killed must then not matter) and,
-        # for trainprobe, a verdict named it and it alone.
+        out["deaths_s"] = {str(r): since(t) for r, t in sorted(self.dead_at.items())}
+        # Right: the culprit is the first rank to go (deaths seen in the same
+        # 50 ms poll tie, and a tie is no wrong kill) and, for trainprobe, a
+        # verdict named it and it alone.
+        mine = self.dead_at.get(s.hang_rank)
+        first = mine is not None and all(mine <= t for t in self.dead_at.values())
         named_ok = s.tool not in TP or self.extra.get("named_at") is not None
-        out["culprit_right"] = first == s.hang_rank and named_ok
+        out["culprit_right"] = first and named_ok
         out["false_kill"] = any(t < (self.onset or float("inf")) for t in self.dead_at.values())
         return out
