@@ -71,7 +71,9 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 
 # Every benchmark, then docs/PERFORMANCE.md and docs/perf/*.png rewritten from
 # the results: about 40 minutes on a quiet 2-core machine, the detection
-# benchmark most of it (it took 56 minutes on the loaded development machine).
+# benchmark most of it (it took 56 minutes on the loaded development machine),
+# plus the fault matrix (bench/bench_faults.py: 820 jobs, about 3.5 hours on
+# the loaded 2-core development machine; see its docstring for shorter runs).
 bench: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import REPO, RESULTS
+from report_faults import faults_plot, faults_section
 from report_relay import relay_goal, relay_section
 from report_sections import (
     cost_section,
@@ -46,6 +47,7 @@ def render(results: Path, plots_dir: Path) -> str:
     path = load(results, "report_path")
     relay = load(results, "scale_relay")
     relay_200 = load(results, "scale_relay_200ms")
+    faults = load(results, "faults")
     plots_dir.mkdir(parents=True, exist_ok=True)
     lines = [
         BEGIN,
@@ -71,6 +73,7 @@ def render(results: Path, plots_dir: Path) -> str:
             "scale",
         ),
         (mem, memory_section, plots.hook_memory_plot, "hook_memory"),
+        (faults, faults_section, faults_plot, "faults"),
     ):
         if res is None:
             lines += [f"*{name}: no result file yet; run `make bench`.*", ""]

@@ -10,7 +10,7 @@ command that produced it); bench/report.py then renders the tables and plots.
 The benchmarks whose sections of docs/PERFORMANCE.md are written by hand
 (``EXTRA``) run too, and only print their tables.
 The order puts the CPU-sensitive scale and cost measurements first, while the
-machine is quietest, and the long detection benchmark last.
+machine is quietest, and the long detection and fault-matrix benchmarks last.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ BENCHES = (
     "cost",
     "hook_memory",
     "detection",
+    "faults",
 )
 SCRIPTS = {
     "report_path": "bench_report_path.py",
@@ -72,6 +73,7 @@ SCRIPTS = {
     "cost": "bench_cost.py",
     "hook_memory": "bench_hook.py",
     "detection": "bench_detection.py",
+    "faults": "bench_faults.py",
 }
 
 

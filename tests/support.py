@@ -177,7 +177,7 @@ class SidecarProcess:
 
 
 class Workers:
-    """``n`` gloo ranks of examples/ddp_worker.py.
+    """``n`` gloo ranks of examples/ddp_worker.py (or of ``script``).
 
     ``rank_env`` adds (or overrides) variables for single ranks, e.g. another
     ``TRAINPROBE_TARGET`` for ranks that report over TCP.
@@ -192,6 +192,7 @@ class Workers:
         job_id: str = "",
         env: dict[str, str] | None = None,
         rank_env: dict[int, dict[str, str]] | None = None,
+        script: Path = DDP_WORKER,
     ) -> None:
         self.n = n
         self.progress = workdir / f"progress-{time.monotonic_ns()}.jsonl"
@@ -214,7 +215,7 @@ class Workers:
             with open(self.logs[rank], "wb") as log:
                 self.procs.append(
                     subprocess.Popen(
-                        [PYTHON, str(DDP_WORKER), "--progress", str(self.progress), *args],
+                        [PYTHON, str(script), "--progress", str(self.progress), *args],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=e,

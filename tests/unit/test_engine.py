@@ -89,6 +89,9 @@ def build(
         job_view=job_view,
         patience=PatienceBook(setting_s=patience_s),
     )
+    # This fake clock jumps seconds between ticks, which the engine would take
+    # for its own loop freezing (tests/unit/test_own_clock.py covers that).
+    engine.freeze_after_s = float("inf")
     return engine, reg, killer, clock, log
 
 

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-from trainprobe.hooks import ddp
+from trainprobe.hooks import ddp, notices
 from trainprobe.hooks.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
 from trainprobe.hooks.gpu import GpuMonitor
 from trainprobe.hooks.sync import (
@@ -54,8 +54,10 @@ class Collective:
             self._rec = None
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         ddp.record_end(self._rec)
+        if isinstance(exc, Exception):
+            notices.explain(exc)  # a peer trainprobe killed: the error says so
 
 
 class CollectiveMethods:

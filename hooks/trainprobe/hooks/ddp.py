@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainprobe.hooks import notices
 from trainprobe.hooks.cuda_events import EventPools
 from trainprobe.hooks.sync import END_NS, EVENTS, GroupLedger, Record, SyncLedger
 
@@ -85,7 +86,11 @@ def default_allreduce_hook(
 
         def done(fut, rec=rec):  # type: ignore[no-untyped-def]
             rec[END_NS] = mono()
-            return fut.value()[0]
+            try:
+                return fut.value()[0]
+            except Exception as err:  # a peer gone: say who killed it, if we did
+                notices.explain(err)
+                raise
 
         return all_reduce(buf, group=state, async_op=True).get_future().then(done)
 
@@ -101,7 +106,11 @@ def default_allreduce_hook(
 
         def done(fut, rec=rec):  # type: ignore[no-untyped-def]
             record_end(rec)
-            return fut.value()[0]
+            try:
+                return fut.value()[0]
+            except Exception as err:
+                notices.explain(err)
+                raise
 
         return all_reduce(buf, group=state, async_op=True).get_future().then(done)
 
@@ -141,7 +150,11 @@ def wrap_comm_hook(ledger: GroupLedger, inner: CommHook, pools: EventPools | Non
 
         def done(f, rec=rec):  # type: ignore[no-untyped-def]
             record_end(rec)
-            return f.value()
+            try:
+                return f.value()
+            except Exception as err:
+                notices.explain(err)
+                raise
 
         return fut.then(done)
 

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from trainprobe.hooks import notices
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
@@ -311,6 +312,9 @@ class LivenessProbeHook(CollectiveMethods):
                 flight_recorder_json=fr,
                 method="in-process",
             )
+        if kind == "notice":
+            notices.receive_pb(command.notice)
+            return probe_pb2.CommandResult(command_id=command.id, ok=True, method="logged")
         if kind == "abort":
             self._abort(command.abort.reason, command.abort.grace_s)
             return probe_pb2.CommandResult(command_id=command.id, ok=True, method="sigterm")

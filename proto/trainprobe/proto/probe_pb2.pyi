@@ -250,15 +250,33 @@ class Abort(_message.Message):
     grace_s: float
     def __init__(self, reason: _Optional[str] = ..., grace_s: _Optional[float] = ...) -> None: ...
 
+class Notice(_message.Message):
+    __slots__ = ("incident_id", "job_id", "killed_ranks", "verdict", "rule", "reason")
+    INCIDENT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KILLED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    incident_id: str
+    job_id: str
+    killed_ranks: _containers.RepeatedScalarFieldContainer[int]
+    verdict: str
+    rule: str
+    reason: str
+    def __init__(self, incident_id: _Optional[str] = ..., job_id: _Optional[str] = ..., killed_ranks: _Optional[_Iterable[int]] = ..., verdict: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class Command(_message.Message):
-    __slots__ = ("id", "dump_stacks", "abort")
+    __slots__ = ("id", "dump_stacks", "abort", "notice")
     ID_FIELD_NUMBER: _ClassVar[int]
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     ABORT_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     id: int
     dump_stacks: DumpStacks
     abort: Abort
-    def __init__(self, id: _Optional[int] = ..., dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ...) -> None: ...
+    notice: Notice
+    def __init__(self, id: _Optional[int] = ..., dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -25,6 +25,9 @@ from trainprobe.sidecar.transport.commander import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
 
+#: How long a kill waits for the job's other ranks to take note of it.
+NOTICE_TIMEOUT_S = 0.25
+
 #: Hears each action record after it is logged (exporters: action spans, counts).
 ActionListener = Callable[[Incident, dict[str, object]], None]
 
@@ -139,6 +142,7 @@ class Actions:
         return stacks
 
     async def kill(self, incident: Incident, targets: list[WorkerState], restart: bool) -> None:
+        await self._notify_peers(incident, targets)
         records, ok = await self._kill_all(incident.id, targets, restart)
         log.warning(
             "incident %s: %s ranks %s -> %s",
@@ -148,6 +152,35 @@ class Actions:
             "done" if ok else records,
         )
         self._record(incident, ok=ok, outcomes=records)
+
+    async def _notify_peers(self, incident: Incident, targets: list[WorkerState]) -> None:
+        """Tell the job's other connected ranks whom we kill and why, before we do.
+
+        Their next collective fails because the peer is gone; with the notice
+        their error names the kill and the incident. Acknowledged within
+        NOTICE_TIMEOUT_S (a healthy reporter thread answers in milliseconds),
+        so the notice is there before the error; the kill waits no longer.
+        """
+        killed = {t.key for t in targets}
+        peers = [
+            w
+            for w in self.registry.jobs().get(incident.job_id, [])
+            if w.key not in killed and w.connected and self.commander.connected(w.key)
+        ]
+        if not peers or not targets:
+            return
+        text = str((incident.diagnosis or {}).get("text") or "")
+        notice = probe_pb2.Notice(
+            incident_id=incident.id,
+            job_id=incident.job_id,
+            killed_ranks=sorted(t.hello.rank for t in targets),
+            verdict=incident.verdict.value,
+            rule=incident.rule,
+            reason=text.splitlines()[0][:300] if text else "",
+        )
+        await asyncio.gather(
+            *(self.commander.request(w.key, NOTICE_TIMEOUT_S, notice=notice) for w in peers)
+        )
 
     async def sweep(
         self,

@@ -225,6 +225,14 @@ class WorkerState:
     ended_at: float = 0.0
     pid_alive_at_end: bool | None = None
     last_report_at: float = 0.0
+    #: The last report's send time, mapped onto the sidecar's clock, and how
+    #: long it took to reach the rules (``last_report_at - last_sent_at``):
+    #: when the sidecar lags, ages are judged as of the send, not the arrival.
+    last_sent_at: float = 0.0
+    ingest_lag_s: float = 0.0
+    #: Set (to the sidecar time its loop resumed) after the sidecar's own loop
+    #: froze: no clock-based verdict until a report sent after it arrives.
+    fresh_after: float = 0.0
     last_report: ReportData | None = None
     reports: int = 0
     has_step: bool = False

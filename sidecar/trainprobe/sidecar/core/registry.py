@@ -167,7 +167,13 @@ class Registry:
         GPU) cost a test, not a new empty list or dict.
         """
         validate_report(report)
-        state.note_offset(now - report.mono_ns / 1e9)
+        sent_s = report.mono_ns / 1e9
+        state.note_offset(now - sent_s)
+        sent_at = sent_s + state.offset_s
+        state.last_sent_at = sent_at
+        state.ingest_lag_s = now - sent_at
+        if state.fresh_after and sent_at >= state.fresh_after:
+            state.fresh_after = 0.0
         state.last_report_at = now
         state.last_report = report
         state.reports += 1
@@ -228,6 +234,13 @@ class Registry:
         while len(self._ended) > self.max_ended:
             self._evict_oldest_ended()
         return True
+
+    def hold_until_fresh(self, resumed_at: float) -> None:
+        """After the sidecar's own loop froze: judge no live session from its
+        old reports; each must first send one after ``resumed_at``."""
+        for w in self._workers.values():
+            if w.connected:
+                w.fresh_after = resumed_at
 
     def forget_stale(self, now: float) -> list[WorkerState]:
         """Drop ended sessions older than ``forget_after_s``."""

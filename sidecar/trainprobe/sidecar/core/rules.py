@@ -11,6 +11,11 @@
 | sync_inflight | HUNG         | the oldest in-flight collective is older than sync_timeout_s |
 | sync_latency  | DEGRADED     | a window's slowest gradient sync exceeded sync_latency_s     |
 | gpu_memory    | DEGRADED     | device memory used/total >= ratio in N NVML samples in a row |
+
+The sidecar's own clock is suspect too: ages are judged as of each worker's
+last send (``ingest_lag_s``), not its arrival, and after the sidecar's loop
+froze a worker is judged only once a report sent after the freeze arrives
+(``fresh_after``; its silence counts from the resume).
 """
 
 from __future__ import annotations
@@ -113,7 +118,9 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
             and not w.ended
             and (threshold_s := stall_s[job]) is not None
             and (w.last_report is None or w.last_report.sync is None)
-            and now - max(w.last_step_at, contexts[job].last_phase_end_at) <= threshold_s
+            and w.ingest_lag_s <= heartbeat_s
+            and now - w.ingest_lag_s - max(w.last_step_at, contexts[job].last_phase_end_at)
+            <= threshold_s
         ):
             continue
         found = evaluate_worker(w, cfg, contexts[job], now)
@@ -135,7 +142,10 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     if w.killed_by_us or w.ended == "goodbye":
         return []
     out: list[Finding] = []
-    if w.ended == "vanished":
+    # A stream that broke across our own freeze (the hook's write timed out)
+    # while its process lives is our doing: wait for the reconnect, or the
+    # heartbeat counted from the resume.
+    if w.ended == "vanished" and not (w.fresh_after and w.pid_alive_at_end):
         out.append(
             _finding(
                 w,
@@ -148,7 +158,8 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
         )
         if not w.pid_alive_at_end:
             return out
-    report_age = now - w.last_report_at
+    # After a freeze of the sidecar's own loop, silence counts from the resume.
+    report_age = now - max(w.last_report_at, w.fresh_after)
     limit = heartbeat_limit_s(w, cfg)
     if report_age > limit:
         out.append(
@@ -161,8 +172,11 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
             )
         )
         return out  # every other rule needs fresh reports
-    if not w.connected:
-        return out
+    if not w.connected or w.fresh_after:
+        return out  # fresh_after: its reports predate our freeze; wait for a new one
+    # Ages as of the last report's send: what reached us late (the sidecar lagged)
+    # is not the worker's fault. Bounded, so no clock a client sends hides a hang.
+    now -= min(w.ingest_lag_s, limit)
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(_degraded(w, cfg))
     if w.active_phases:

@@ -43,6 +43,13 @@ __all__ = ["ActionRunner", "Engine", "IncidentSink"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
+#: A gap between ticks of more than this many intervals (and FREEZE_MIN_S) is
+#: a freeze of our own loop. Not lower: a loop that is merely slow, tick after
+#: tick, would be gated forever and judge nobody; shorter lags are covered by
+#: judging ages as of each report's send (rules.py).
+FREEZE_TICKS = 10
+FREEZE_MIN_S = 1.0
+
 
 class IncidentSink(Protocol):
     """Something that hears about incidents and findings (exporters)."""
@@ -124,11 +131,17 @@ class Engine:
         #: of the decision (before stacks are read and the kill starts): the
         #: health service's ``trainprobe.workers`` answer.
         self.kill_decided: dict[WorkerKey, WorkerState] = {}
+        #: A tick gap beyond this means our loop was frozen or starved (SIGSTOP,
+        #: a CPU hog, a stalled VM); run() derives it from the tick interval.
+        self.freeze_after_s = FREEZE_MIN_S
+        self.freezes = 0
+        self._last_tick_at: float | None = None
 
     def tick(self) -> list[Incident]:
         """One evaluation pass; returns the incidents it opened."""
         now = self._clock()
         self.ticks += 1
+        self._watch_own_clock(now)
         gone = self.registry.forget_stale(now)
         self.registry.arrivals.sweep(now)
         workers = self.registry.workers()
@@ -185,6 +198,21 @@ class Engine:
         left = {w.hello.job_id for w in workers}
         for job_id in {w.hello.job_id for w in gone} - left:
             self.hangs.forget_job(job_id)
+
+    def _watch_own_clock(self, now: float) -> None:
+        last, self._last_tick_at = self._last_tick_at, now
+        if last is None or now - last <= self.freeze_after_s:
+            return
+        # Every report we hold predates the gap, and those sent during it are
+        # still queued: judging now would blame workers for our own pause.
+        self.freezes += 1
+        self.registry.hold_until_fresh(now)
+        log.warning(
+            "sidecar loop was frozen or starved for %.2fs (ticks every %.2fs at most): "
+            "no verdict on any worker until it reports again",
+            now - last,
+            self.freeze_after_s,
+        )
 
     def _kill_late_stalled(self, incident: Incident, states: dict[WorkerKey, WorkerState]) -> None:
         ep = self.hangs.episodes.get(incident.job_id)
@@ -312,6 +340,7 @@ class Engine:
         """Tick every ``interval_s`` until ``stop`` is set, the first after ``settle_s``."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), settle_s)
+        self.freeze_after_s = max(FREEZE_MIN_S, FREEZE_TICKS * interval_s)
         while not stop.is_set():
             try:
                 self.tick()
