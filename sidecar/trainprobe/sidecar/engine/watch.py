@@ -111,7 +111,10 @@ class HangWatch:
         # (where they are); otherwise every rank's decides who waits.
         diag0 = ep.diagnosis
         only = set(diag0.culprits) if diag0.conclusive and diag0.kind != ALL_IN_FLIGHT else None
-        evidence = await gatherer.round(states, stacks, only, set(diag0.culprits))
+        # The Flight Recorder of the culprits; of every rank when none is named
+        # (all in flight: the collective itself is the suspect).
+        fr_ranks = set(diag0.culprits) or {w.hello.rank for w in states}
+        evidence = await gatherer.round(states, stacks, only, fr_ranks)
         now = self._clock()
         if episodes.get(ep.job_id) is not ep:
             return True  # the job stepped again while we sampled
