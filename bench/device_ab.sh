@@ -7,7 +7,8 @@
 #
 # Each tree runs from its own source (PYTHONPATH=proto:hooks:sidecar) with the
 # machine's python3 (torch, grpcio, protobuf preinstalled; telemetry off, as
-# OpenTelemetry is not there). Results: OUT_DIR/<side>-<bench>-<round>.json;
+# OpenTelemetry is not there). Results: OUT_DIR/<side>-<bench>-<round>.json
+# (their output in OUT_DIR/runs.log);
 # bench/ab_report.py turns them into medians and new/old ratios.
 set -u
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd); out=$(mkdir -p "$3" && cd "$3" && pwd)
@@ -20,8 +21,10 @@ if [[ $quick == --quick ]]; then
 fi
 run() {  # side tree name args...
   local side=$1 tree=$2 name=$3; shift 3
-  (cd "$tree" && PYTHONPATH=proto:hooks:sidecar timeout 300 python3 "bench/bench_$name.py" \
-      "$@" --json "$out/$side-$name-$round.json" > "$out/$side-$name-$round.log" 2>&1) \
+  # Extra packages the machine lacks may come in on PYTHONPATH (kept after the tree's).
+  (cd "$tree" && PYTHONPATH=proto:hooks:sidecar${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
+      python3 "bench/bench_$name.py" "$@" --json "$out/$side-$name-$round.json" \
+      >> "$out/runs.log" 2>&1) \
     || echo "$side $name round $round: exit $?" | tee -a "$out/failures.txt"
 }
 for round in $(seq 1 "$rounds"); do

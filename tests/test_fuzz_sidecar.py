@@ -93,9 +93,15 @@ def test_fuzzed_streams_never_crash_the_sidecar_or_touch_the_real_worker(run: Ru
     # Never signalled: no incident and no action ever named the worker.
     for record in run.sc.incidents("incident") + run.sc.incidents("action"):
         assert record.get("job_id") != VICTIM_JOB, record
-    assert str(run.worker.pids[0]) not in run.sc.log_text().replace(
-        f"pid {run.worker.pids[0]} on", ""
-    )
+    # Its pid may be named (a refused impostor is told who holds the rank), but
+    # never in a line about signals or kills.
+    pid = str(run.worker.pids[0])
+    acted = [
+        line
+        for line in run.sc.log_text().splitlines()
+        if pid in line and any(w in line.lower() for w in ("signal", "sigterm", "sigkill", "kill"))
+    ]
+    assert not acted, acted
     # Every kind of refusal was exercised, not only one.
     assert {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OK"} <= set(run.codes)
     assert Path(f"/proc/{run.worker.pids[0]}").exists()

@@ -179,6 +179,8 @@ def test_every_panel_query_returns_data_from_a_real_prometheus() -> None:
         "3",
         "--stall-floor-s",
         "3",
+        "--hang-patience-s",  # the kill at the verdict: its annotation is a panel
+        "0",
     ) as sc:
         prom = Prometheus(tmp, metrics_port)
         try:

@@ -191,7 +191,15 @@ def test_relay_node_serves_health_for_the_kills_it_carries_out() -> None:
     """In relay mode the upstream decides and the node kills: the node's
     trainprobe.workers is NOT_SERVING from the kill order until the process is gone."""
     port = free_port()
-    up = SidecarProcess(short_tmpdir("tpup-"), "--stall-timeout-s", "2", "--kill-grace-s", "3")
+    up = SidecarProcess(
+        short_tmpdir("tpup-"),
+        "--stall-timeout-s",
+        "2",
+        "--kill-grace-s",
+        "3",
+        "--hang-patience-s",
+        "0",
+    )
     node = SidecarProcess(
         short_tmpdir("tpnode-"),
         "--relay-to",

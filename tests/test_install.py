@@ -102,6 +102,8 @@ def test_sidecar_only_install_judges_a_worker_without_torch_or_ray() -> None:
                 str(state),
                 "--stall-timeout-s",
                 "2",
+                "--hang-patience-s",
+                "0",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -48,7 +48,7 @@ def lightning_job(target: str, job_id: str, *args: str) -> Iterator[tuple[subpro
 def test_a_hung_rank_is_named_and_killed_alone_without_waiting_for_lightning() -> None:
     """Rank 1 sleeps in training_step 15 (before its backward); rank 0 waits in the allreduce."""
     with (
-        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8") as sc,
+        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8", "--hang-patience-s", "0") as sc,
         lightning_job(sc.target, "pl-hang", "--hang-rank", "1", "--hang-at", "15") as (proc, _),
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "pl-hang", timeout_s=90)

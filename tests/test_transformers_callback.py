@@ -62,7 +62,7 @@ def torchrun_job(target: str, job_id: str, *args: str) -> Iterator[tuple[subproc
 def test_a_hung_rank_is_named_and_killed_alone() -> None:
     """Rank 1 sleeps in training_step 15 (before its backward); rank 0 waits in the allreduce."""
     with (
-        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8") as sc,
+        sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8", "--hang-patience-s", "0") as sc,
         torchrun_job(sc.target, "hf-hang", "--hang-rank", "1", "--hang-at", "15") as (proc, _),
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "hf-hang", timeout_s=100)

@@ -180,9 +180,13 @@ class HangWatch:
         }
         incident.decision = j.to_record()
         action = self.policy.for_verdict(incident.verdict)
-        incident.action = action
         when = "now" if j.act else f"after {j.patience_s:.0f}s patience unless the job resumes"
-        incident.action_reason = f"on_{incident.verdict.value.lower()}={action} {when}; {why}"
+        reason = f"on_{incident.verdict.value.lower()}={action} {when}; {why}"
+        if is_destructive(action) and not targets:
+            # The culprits live on another sidecar, which kills them: as decide() says.
+            action, reason = Action.OBSERVE, f"{reason}; no rank of this sidecar is a target"
+        incident.action = action
+        incident.action_reason = reason
         incident.dry_run = self.policy.dry_run
 
     async def _act(self, incident: Incident, ep: Episode, j: Judgement, now: float) -> None:
