@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -45,6 +46,10 @@ import grpc
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc
 
 STREAMS_PER_CHANNEL = 50
+#: What a probe answers when the sidecar asks for its stacks.
+PROBE_STACKS = (
+    'Thread 0x1 "MainThread" (most recent call last):\n  File "loadgen.py", line 1, in probe\n'
+)
 
 
 class Sim:
@@ -136,8 +141,10 @@ async def run_sim(
     probe_sends: list[float] | None,
 ) -> None:
     call = stub.Connect()
+    lock = asyncio.Lock()  # one write at a time on the stream
     await call.write(probe_pb2.WorkerMessage(hello=sim.hello))
     await call.write(sim.report())
+    answers = asyncio.ensure_future(answer_commands(call, lock)) if probe_sends else None
     run.first_sent += 1
     if run.first_sent == run.workers:
         run.all_first.set()
@@ -151,13 +158,30 @@ async def run_sim(
         first = probe_sends is not None and run.all_first.is_set() and wall - cycle >= 1.0
         if first:
             cycle = wall
-        await call.write(sim.report(overrun=probe_sends is not None and wall - cycle < 0.3))
+        async with lock:
+            await call.write(sim.report(overrun=probe_sends is not None and wall - cycle < 0.3))
         if first:
             probe_sends.append(wall)  # type: ignore[union-attr]
         run.count(wall)
-    await call.write(probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="loadgen done")))
+    if answers is not None:
+        answers.cancel()
+    async with lock:
+        await call.write(probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="loadgen done")))
     await call.done_writing()
     call.cancel()
+
+
+async def answer_commands(call: Any, lock: asyncio.Lock) -> None:
+    """Answer the sidecar's stack requests as a live hook does, within
+    milliseconds: its hang path reads a probe's stacks before it publishes."""
+    with contextlib.suppress(Exception):
+        async for command in call:
+            if command.HasField("dump_stacks"):
+                result = probe_pb2.CommandResult(
+                    command_id=command.id, ok=True, python_stacks=PROBE_STACKS
+                )
+                async with lock:
+                    await call.write(probe_pb2.WorkerMessage(command_result=result))
 
 
 async def watch(run: Run, ready: Path, stop: Path) -> None:

@@ -117,7 +117,16 @@ class HangWatch:
         evidence = await gatherer.round(states, stacks, only, fr_ranks)
         now = self._clock()
         if episodes.get(ep.job_id) is not ep:
-            return True  # the job stepped again while we sampled
+            # The job stepped again while we sampled. The verdict still happened:
+            # publish it (once), so a short hang is seen too, not silently lost.
+            if not published:
+                patience_s, basis = self.patience.patience_s(ep.job_id)
+                why = "the job stepped again before the first evidence round ended"
+                j = Judgement(False, "resumed", why, False, patience_s, basis, ep.onset_at, now)
+                self._fill(incident, ep.diagnosis, j, gatherer, states)
+                ep.published = True
+                self.publish(incident)
+            return True
         diag = refine(analyze_job(self.hangs.summaries(ep.job_id, now)), evidence)
         where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
         diag = diag.with_where(where)
