@@ -44,6 +44,9 @@ def test_kill_goes_through_ray_only_for_ray_actors_when_configured() -> None:
     assert plan_ray_kill(actor, restart=False, ray_configured=True).no_restart is True
     assert plan_ray_kill(actor, restart=True, ray_configured=True).no_restart is False
     assert plan_ray_kill(actor, restart=True, ray_configured=False).route == "signal"
+    # An actor id from an unverified session is a claim: never aimed at with ray.kill.
+    unverified = plan_ray_kill(actor, restart=False, ray_configured=True, verified=False)
+    assert unverified.route == "signal" and "not verified" in unverified.reason
     driver = RayInfo(job_id="01000000", node_id=NODE)  # a Ray driver, not an actor
     plan = plan_ray_kill(driver, restart=False, ray_configured=True)
     assert (plan.route, plan.reason) == ("signal", "worker is not a Ray actor")

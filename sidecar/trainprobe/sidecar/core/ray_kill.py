@@ -37,12 +37,22 @@ class RayKillPlan:
     reason: str = ""
 
 
-def plan_ray_kill(ray: RayInfo, restart: bool, ray_configured: bool) -> RayKillPlan:
-    """Go through Ray when the worker is a Ray actor and Ray is configured."""
+def plan_ray_kill(
+    ray: RayInfo, restart: bool, ray_configured: bool, verified: bool = True
+) -> RayKillPlan:
+    """Go through Ray when the worker is a Ray actor, Ray is configured, and the
+    session's pid was verified by the kernel.
+
+    The actor id is the client's word: an unverified session naming another
+    worker's actor would otherwise aim ``ray.kill`` at it. Such a session gets
+    the fallback (which asks an unverified worker to abort over its own stream).
+    """
     if not ray_configured:
         return RayKillPlan("signal", reason="no ray_address configured")
     if not ray.actor_id:
         return RayKillPlan("signal", reason="worker is not a Ray actor")
+    if not verified:
+        return RayKillPlan("signal", reason="session not verified: its actor id is not trusted")
     return RayKillPlan("ray", actor_id=ray.actor_id, no_restart=not restart)
 
 

@@ -57,7 +57,7 @@ class RayKiller:
         )
 
     async def kill(self, state: WorkerState, grace_s: float, restart: bool) -> dict[str, object]:
-        plan = plan_ray_kill(state.hello.ray, restart, ray_configured=True)
+        plan = plan_ray_kill(state.hello.ray, restart, ray_configured=True, verified=state.verified)
         if plan.route != "ray":
             routed = await self.fallback.kill(state, grace_s, restart)
             routed["route"] = plan.reason
