@@ -16,7 +16,7 @@ from tests.unit.test_engine import FakeKiller
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.actions import Actions
 from trainprobe.sidecar.act.incident_log import IncidentLog, read_incident_log
-from trainprobe.sidecar.core import Action, Incident, Registry, Verdict
+from trainprobe.sidecar.core import Action, Incident, Registry, Verdict, WorkerKey
 from trainprobe.sidecar.relay.upstream import RELAY_KILL_MARGIN_S, NodeStream, RelayRoute
 from trainprobe.sidecar.transport.commander import Commander
 
@@ -24,13 +24,14 @@ from trainprobe.sidecar.transport.commander import Commander
 class Worker:
     """A session's command sink that answers DumpStacks like a live hook would."""
 
-    def __init__(self, commander: Commander, stacks: str) -> None:
+    def __init__(self, commander: Commander, stacks: str, key: WorkerKey) -> None:
         self.commander = commander
         self.stacks = stacks
+        self.key = key  # the session whose stream carries the answer
 
     def put_nowait(self, command: probe_pb2.Command) -> None:
         result = probe_pb2.CommandResult(command_id=command.id, ok=True, python_stacks=self.stacks)
-        asyncio.get_running_loop().call_soon(self.commander.resolve, result)
+        asyncio.get_running_loop().call_soon(self.commander.resolve, result, self.key)
 
 
 def incident(action: str, targets: list[int], dry_run: bool = False) -> Incident:
@@ -65,7 +66,7 @@ def test_each_action_does_what_it_says(tmp_path: Path) -> None:
     async def run() -> None:
         for rank in (0, 1):
             w = connected(reg, rank)
-            commander.attach(w.key, w.generation, Worker(commander, f"stack of {rank}"))
+            commander.attach(w.key, w.generation, Worker(commander, f"stack of {rank}", w.key))
         await actions.execute(incident(Action.OBSERVE, [0]))
         await actions.execute(incident(Action.DUMP, [0, 1]))
         await actions.execute(incident(Action.KILL, [1], dry_run=True))
@@ -109,5 +110,37 @@ def test_a_relayed_kill_order_goes_down_and_its_outcome_comes_back() -> None:
         record = await asyncio.wait_for(route.kill(pid=4244, grace_s=1.0), 1.0)
         assert "cannot be reached" in str(record["error"])
         assert RELAY_KILL_MARGIN_S > 1.0
+
+    asyncio.run(run())
+
+
+def test_a_session_cannot_answer_another_sessions_command() -> None:
+    """Command ids are global; a result counts only from the session asked."""
+
+    async def run() -> None:
+        commander = Commander()
+        victim, forger = WorkerKey("job", 0), WorkerKey("job", 1)
+        sent: list[probe_pb2.Command] = []
+
+        class Silent:
+            def put_nowait(self, command: probe_pb2.Command) -> None:
+                sent.append(command)
+
+        commander.attach(victim, 1, Silent())
+        asked = asyncio.ensure_future(
+            commander.request(victim, 0.5, dump_stacks=probe_pb2.DumpStacks())
+        )
+        await asyncio.sleep(0.05)
+        forged = probe_pb2.CommandResult(command_id=sent[0].id, ok=True, python_stacks="fake")
+        commander.resolve(forged, forger)
+        assert await asked is None  # timed out: the forged answer was ignored
+        asked = asyncio.ensure_future(
+            commander.request(victim, 1.0, dump_stacks=probe_pb2.DumpStacks())
+        )
+        await asyncio.sleep(0.05)
+        real = probe_pb2.CommandResult(command_id=sent[1].id, ok=True, python_stacks="real")
+        commander.resolve(real, victim)
+        result = await asked
+        assert result is not None and result.python_stacks == "real"
 
     asyncio.run(run())

@@ -25,7 +25,8 @@ class Commander:
 
     def __init__(self) -> None:
         self._queues: dict[WorkerKey, tuple[int, CommandSink]] = {}
-        self._pending: dict[int, asyncio.Future[probe_pb2.CommandResult]] = {}
+        #: Command id -> (the session it was sent to, its result).
+        self._pending: dict[int, tuple[WorkerKey, asyncio.Future[probe_pb2.CommandResult]]] = {}
         self._ids = itertools.count(1)
 
     def attach(self, key: WorkerKey, generation: int, sink: CommandSink | None = None) -> Any:
@@ -55,7 +56,7 @@ class Commander:
             return None
         cid = next(self._ids)
         fut: asyncio.Future[probe_pb2.CommandResult] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = fut
+        self._pending[cid] = (key, fut)
         entry[1].put_nowait(probe_pb2.Command(id=cid, **kind))
         try:
             return await asyncio.wait_for(fut, timeout_s)
@@ -64,7 +65,12 @@ class Commander:
         finally:
             self._pending.pop(cid, None)
 
-    def resolve(self, result: probe_pb2.CommandResult) -> None:
-        fut = self._pending.get(result.command_id)
-        if fut is not None and not fut.done():
+    def resolve(self, result: probe_pb2.CommandResult, key: WorkerKey) -> None:
+        """A result from session ``key``: it answers only a command sent to that
+        session (another session cannot forge a rank's stacks or its abort)."""
+        entry = self._pending.get(result.command_id)
+        if entry is None or entry[0] != key:
+            return
+        fut = entry[1]
+        if not fut.done():
             fut.set_result(result)

@@ -319,7 +319,7 @@ class SidecarServicer:
                 except Exception:
                     log.exception("report listener %r failed", listener)
         elif kind == "command_result":
-            self.commander.resolve(msg.command_result)
+            self.commander.resolve(msg.command_result, state.key)
         elif kind == "goodbye":
             return "goodbye", None
         elif kind == "hello":
