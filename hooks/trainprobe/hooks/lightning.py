@@ -23,13 +23,13 @@ boundary, which a hung rank never reaches; the sidecar sees the handler
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from trainprobe.hooks.framework_phases import OpenPhases
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
@@ -79,7 +79,7 @@ class LivenessProbeCallback(pl.Callback):
         self.hook_kwargs = hook_kwargs
         #: The hook of the fit in progress (None outside ``trainer.fit``).
         self.hook: LivenessProbeHook | None = None
-        self._phases: dict[str, contextlib.AbstractContextManager[Any]] = {}
+        self._phases = OpenPhases()
         self._last_step = -1
         self._patched: Any = None
         self._warned = False
@@ -121,7 +121,7 @@ class LivenessProbeCallback(pl.Callback):
         self._finish(trainer)
 
     def _finish(self, trainer: pl.Trainer) -> None:
-        self._close_phases()
+        self._phases.close_all()
         if self._patched is not None and trainer.__dict__.get("save_checkpoint") is self._patched:
             del trainer.save_checkpoint
         self._patched = None
@@ -153,36 +153,20 @@ class LivenessProbeCallback(pl.Callback):
 
     @_guarded
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._open("sanity_check")
+        self._phases.open(self.hook, "sanity_check")
 
     @_guarded
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._close("sanity_check")
+        self._phases.close("sanity_check")
 
     @_guarded
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._open("validation")
+            self._phases.open(self.hook, "validation")
 
     @_guarded
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._close("validation")
-
-    def _open(self, name: str) -> None:
-        if self.hook is None or name in self._phases:
-            return
-        phase = self.hook.phase(name)
-        phase.__enter__()
-        self._phases[name] = phase
-
-    def _close(self, name: str) -> None:
-        phase = self._phases.pop(name, None)
-        if phase is not None:
-            phase.__exit__(None, None, None)
-
-    def _close_phases(self) -> None:
-        for name in list(self._phases):
-            self._close(name)
+        self._phases.close("validation")
 
     def _wrap_save_checkpoint(self, trainer: pl.Trainer) -> None:
         """Make ``trainer.save_checkpoint`` a phase, on this trainer instance only.

@@ -23,7 +23,6 @@ trainer that called it on the stack, once per ``train()``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sys
@@ -33,6 +32,7 @@ from typing import Any, TypeVar
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from trainprobe.hooks.framework_phases import OpenPhases
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 log = logging.getLogger("trainprobe.hooks")
@@ -89,7 +89,7 @@ class LivenessProbeCallback(TrainerCallback):
         self.hook_kwargs = hook_kwargs
         #: The hook of the train() in progress (None outside it).
         self.hook: LivenessProbeHook | None = None
-        self._phases: dict[str, contextlib.AbstractContextManager[Any]] = {}
+        self._phases = OpenPhases()
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -126,7 +126,7 @@ class LivenessProbeCallback(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._close_phases()
+        self._phases.close_all()
         if self.hook is not None:
             # A clean Goodbye: what the script does after train() is not a stall.
             self.hook.close()
@@ -152,7 +152,7 @@ class LivenessProbeCallback(TrainerCallback):
     ) -> None:
         # Whatever ran between two steps is over; a phase left open would hide a hang.
         if self._phases:
-            self._close_phases()
+            self._phases.close_all()
 
     @_guarded
     def on_epoch_end(
@@ -164,44 +164,28 @@ class LivenessProbeCallback(TrainerCallback):
 
     def _open_flagged(self, args: TrainingArguments, control: TrainerControl) -> None:
         if control.should_evaluate:
-            self._open("evaluation")
+            self._phases.open(self.hook, "evaluation")
         if control.should_save:
-            self._open("checkpoint")
+            self._phases.open(self.hook, "checkpoint")
 
     @_guarded
     def on_prediction_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         if "evaluation" not in self._phases:
-            self._open("evaluation")
+            self._phases.open(self.hook, "evaluation")
 
     @_guarded
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._close("evaluation")
+        self._phases.close("evaluation")
         if str(getattr(args, "save_strategy", "")).endswith("best"):
             # Whether to save is decided only now, after this callback.
-            self._open("checkpoint")
+            self._phases.open(self.hook, "checkpoint")
 
     @_guarded
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._close("checkpoint")
-
-    def _open(self, name: str) -> None:
-        if self.hook is None or name in self._phases:
-            return
-        phase = self.hook.phase(name)
-        phase.__enter__()
-        self._phases[name] = phase
-
-    def _close(self, name: str) -> None:
-        phase = self._phases.pop(name, None)
-        if phase is not None:
-            phase.__exit__(None, None, None)
-
-    def _close_phases(self) -> None:
-        for name in list(self._phases):
-            self._close(name)
+        self._phases.close("checkpoint")
