@@ -85,9 +85,26 @@ def test_torch_trainer_asking_more_cpus_than_the_cluster_has(ray: Any) -> None:
             trainer.fit()
 
     fit = threading.Thread(target=fit_until_shutdown, daemon=True)
-    with Watching(RayWatcher()) as w:
-        fit.start()
-        at, f = w.wait("placement_group", 30)
+    try:
+        with Watching(RayWatcher()) as w:
+            fit.start()
+            at, f = w.wait("placement_group", 30)
+    finally:
+        # End the waiting controller so fit() returns before ray.shutdown: a fit
+        # still running when the cluster goes can make Ray exit this process
+        # (the driver), and pytest with it, during the next test.
+        from ray.util.state import list_actors
+
+        from trainprobe.sidecar.ray.ending import end_actors
+
+        address = ray.get_runtime_context().gcs_address
+        ids = [
+            a.actor_id
+            for a in list_actors(address=address, filters=[("class_name", "=", "TrainController")])
+        ]
+        end_actors(ids, no_restart=True, address=address)
+        fit.join(60)
+    assert not fit.is_alive(), "fit() still runs: ray.shutdown could take the driver down"
     created = at - float(f.evidence["pending_s"]) - (at - f.at)
     latency = at - created
     print(f"\ninfeasible TorchTrainer group: finding {latency:.2f} s after creation: {f.text}")
