@@ -82,9 +82,11 @@ def test_oversized_labels_and_ray_ids_are_refused_and_memory_stays_bounded(
                 assert f"{field} is 3900000 characters; at most {limit}" in err.details()
             time.sleep(0.5)  # the collection that follows refusals (0.2 s)
             grown.append(rss_mb(sc.proc.pid) - before)
-        # 8 messages in flight at once make a high-water mark of ~100 MB; what
-        # must not happen is growth per message (it was +200 MB per 50, linear).
-        assert grown[-1] < 150 and grown[-1] - grown[0] < 40, f"RSS grew {grown} MB"
+        # 8 messages in flight at once make a high-water mark of ~100 MB, reached
+        # in the first round or the second (CI saw 31 then 103). What must not
+        # happen is growth per message (it was +200 MB per 50, linear): the last
+        # round may not climb past the rounds before it.
+        assert grown[-1] < 150 and grown[-1] < max(grown[:-1]) + 40, f"RSS grew {grown} MB"
         reply = sc.status()
         assert [w.job_id for w in reply.workers] == ["loop"]
         assert reply.workers[0].state == "connected" and reply.workers[0].verdict == "OK"
