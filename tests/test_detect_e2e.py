@@ -101,7 +101,7 @@ def test_rank_killed_by_sigkill_while_its_peers_block_is_the_culprit_and_decided
     """Rank 1 is SIGKILLed; ranks 0 and 2 see the error and stay (as NCCL ranks would)."""
     args = [*PLAIN, "--after-error", "sleep"]
     with (
-        sidecar("--job-kill-grace-s", "5") as sc,
+        sidecar() as sc,  # shipped defaults: job_kill_grace_s 10
         Workers(3, sc.target, short_tmpdir(), job_id="gone3", args=args) as w,
     ):
         wait_for(lambda: w.max_step(1) >= 40, 180, what="step 40")
@@ -117,12 +117,16 @@ def test_rank_killed_by_sigkill_while_its_peers_block_is_the_culprit_and_decided
         hung = next(r for r in records(sc, "gone3", "incident") if r["verdict"] != "DEAD")
         assert hung["diagnosis"]["culprits"] == [1] and hung["targets"] == [1]
         first = wait_for(lambda: records(sc, "gone3", "action"), 30, what="action")[0]
+        first_seen = time.monotonic()
         assert list(first["outcomes"]) == ["1"]  # the culprit alone, at first
-        # Its blocked peers are what the job-kill grace is for.
+        # Its blocked peers can never finish their collective: they are ended at
+        # once, not after the 10 s job-kill grace, so the job can restart.
         sweep = wait_for(
             lambda: [a for a in records(sc, "gone3", "action") if a.get("phase")], 60, what="sweep"
         )[0]
-        assert sorted(sweep["outcomes"]) == ["0", "2"]
+        assert sweep["phase"] == "peers_of_gone" and sorted(sweep["outcomes"]) == ["0", "2"]
+        assert time.monotonic() - first_seen < 7.0  # the grace alone would be 10 s
+        assert "ended now" in dec["action_reason"]
         assert all(c is not None for c in w.wait(30))
 
 

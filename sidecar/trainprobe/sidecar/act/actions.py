@@ -194,7 +194,9 @@ class Actions:
         """Kill ranks of a hung job's episode after its first action.
 
         ``phase`` says why: ``job_kill_grace`` (what is left once the grace is
-        over) or ``stalled_later`` (a rank that joined an inconclusive stall).
+        over), ``peers_of_gone`` (the culprit is already over: its peers can never
+        finish their collective) or ``stalled_later`` (a rank that joined an
+        inconclusive stall).
         ``incident`` is the one that opened the episode here, if any: listeners
         (exporters) then hear of the sweep as one of its actions.
         """

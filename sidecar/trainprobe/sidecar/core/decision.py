@@ -27,7 +27,7 @@ from trainprobe.sidecar.core.culprit import (
 )
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
 
-__all__ = ["Judgement", "judge", "refine", "suspect_line"]
+__all__ = ["ORPHANING_RULES", "Judgement", "judge", "refine", "suspect_line"]
 
 #: What each definitive reason means, for the incident.
 _DEFINITIVE_WHY = {
@@ -37,6 +37,12 @@ _DEFINITIVE_WHY = {
     "collective",
     "gone": "its process no longer exists: its peers can never complete a collective with it",
 }
+
+
+#: Definitive rules whose culprit is already over: killing it does nothing, and
+#: its peers wait on a collective that can never complete, so the job's other
+#: ranks are ended at once (no ``job_kill_grace_s``) and the job can restart.
+ORPHANING_RULES = frozenset({"zombie", "gone"})
 
 
 def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:

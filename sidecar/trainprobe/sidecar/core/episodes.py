@@ -69,6 +69,8 @@ class Episode:
     action: str = Action.OBSERVE
     sweep_at: float | None = None
     swept: bool = False
+    #: Why the sweep runs: ``job_kill_grace``, or ``peers_of_gone`` (at once).
+    sweep_phase: str = "job_kill_grace"
     #: The coordinator's episode this follows ("" when opened here).
     remote_id: str = ""
     updates: int = 0
@@ -242,12 +244,21 @@ class JobEpisodes:
             self._followed.add(remote_id)
         return ep
 
-    def arm_sweep(self, ep: Episode, action: str, now: float) -> None:
-        """The episode acted: a destructive action sweeps the job's rest after the grace."""
+    def arm_sweep(self, ep: Episode, action: str, now: float, grace_s: float | None = None) -> None:
+        """The episode acted: a destructive action sweeps the job's rest after the grace.
+
+        ``grace_s`` shortens ``job_kill_grace_s`` (to 0 when the culprit is
+        already gone: its peers can never finish their collective).
+        """
         ep.acted = True
         ep.action = action
-        if is_destructive(action) and ep.sweep_at is None:
-            ep.sweep_at = now + self.policy.job_kill_grace_s
+        if not is_destructive(action):
+            return
+        due = now + (self.policy.job_kill_grace_s if grace_s is None else grace_s)
+        if ep.sweep_at is None or (grace_s is not None and due < ep.sweep_at and not ep.swept):
+            ep.sweep_at = due
+            if grace_s == 0:
+                ep.sweep_phase = "peers_of_gone"
 
     def should_follow(self, remote_id: str, job_id: str) -> bool:
         """Whether a coordinator's episode is new to this sidecar."""

@@ -173,14 +173,16 @@ class Engine:
             opened.append(incident)
         for ep, ranks in self.hangs.due_sweeps(workers, now):
             log.warning(
-                "job %s: ranks %s still there %gs into hang episode %s: %s",
+                "job %s: ranks %s still there in hang episode %s (%s): %s",
                 ep.job_id,
                 ranks,
-                self.hangs.episodes.policy.job_kill_grace_s,
                 ep.id,
+                ep.sweep_phase,
                 ep.action,
             )
-            sweep = self.actions.sweep(ep.id, ep.job_id, ranks, ep.action, ep.incident)
+            sweep = self.actions.sweep(
+                ep.id, ep.job_id, ranks, ep.action, ep.incident, phase=ep.sweep_phase
+            )
             self._decided(ep.job_id, ranks, ep.action)
             self._spawn(sweep, ep.incident)
         for ep in self.hangs.settle(workers):

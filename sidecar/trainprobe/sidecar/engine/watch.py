@@ -30,7 +30,13 @@ from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, Diagnosis
-from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
+from trainprobe.sidecar.core.decision import (
+    ORPHANING_RULES,
+    Judgement,
+    judge,
+    refine,
+    suspect_line,
+)
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
@@ -214,7 +220,14 @@ class HangWatch:
             # The culprits live on another sidecar, which kills them: the ranks
             # here are swept after the grace all the same (as before issue 12).
             sweep = wanted
-        episodes.arm_sweep(ep, sweep, now)
+        grace_s = None
+        if j.rule in ORPHANING_RULES and is_destructive(sweep):
+            grace_s = 0.0
+            incident.action_reason += (
+                "; the culprit is already over: its peers wait on a collective that can never "
+                "complete, so the job's other ranks are ended now (no job_kill_grace_s)"
+            )
+        episodes.arm_sweep(ep, sweep, now, grace_s)
         for rank in incident.targets if destructive else ():
             w = self.hangs.registry.get(WorkerKey(ep.job_id, rank))
             if w is not None:
