@@ -228,6 +228,9 @@ def summarize_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         "healthy_false_kills": sum(1 for r in healthy if r["false_kill"]),
         "fault_jobs": len(faults),
         "culprit_right": sum(1 for r in faults if r["culprit_right"]),
+        # Without the ties no tool can break (2-rank mismatch: see fault_jobs.py).
+        "nameable_fault_jobs": sum(1 for r in faults if not r.get("tie")),
+        "culprit_right_nameable": sum(1 for r in faults if r["culprit_right"] and not r.get("tie")),
     }
 
 

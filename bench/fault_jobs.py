@@ -175,5 +175,11 @@ class FaultJob(Job):
         first = mine is not None and all(mine <= t for t in self.dead_at.values())
         named_ok = s.tool not in TP or self.extra.get("named_at") is not None
         out["culprit_right"] = first and named_ok
-        out["false_kill"] = any(t < (self.onset or float("inf")) for t in self.dead_at.values())
+        # A 2-rank mismatch is a tie: each rank waits on the other's collective, and
+        # no majority says which one is wrong. Counted apart (``tie``), never right.
+        out["tie"] = s.kind == "mismatch" and s.ranks == 2
+        # A rank gone before onset, other than the case rank (kill9 ends itself).
+        out["false_kill"] = any(
+            t < (self.onset or float("inf")) for r, t in self.dead_at.items() if r != s.hang_rank
+        )
         return out

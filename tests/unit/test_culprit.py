@@ -87,7 +87,13 @@ def test_different_op_at_the_same_sequence_is_a_mismatch() -> None:
 def test_an_even_split_names_no_culprit() -> None:
     d = analyze([waiting(0), waiting(1), waiting(2, seq=43), waiting(3, seq=43)])
     assert d.kind == MISMATCH and d.culprits == () and not d.conclusive
-    assert d.confidence < 0.5
+    assert d.confidence < 0.5 and d.evidence["same_seq"] is False
+
+
+def test_two_ranks_with_different_ops_at_one_sequence_are_a_tie_at_the_same_seq() -> None:
+    d = analyze([waiting(0, world=2), waiting(1, world=2, op="all_gather")])
+    assert d.kind == MISMATCH and d.culprits == () and d.evidence["same_seq"] is True
+    assert "rank 1: all_gather #42" in d.summary
 
 
 def test_everyone_in_the_same_collective_points_at_the_network() -> None:

@@ -145,6 +145,20 @@ def test_sweep_after_the_grace_hits_only_the_episodes_processes_still_stuck() ->
     assert eps.settle({"job": {**states, 0: fresh}}) == [ep] and eps.get("job") is None
 
 
+def test_when_the_culprit_is_already_gone_its_peers_are_swept_at_once() -> None:
+    eps = JobEpisodes(CulpritPolicy(job_kill_grace_s=10))
+    ep = eps.open("job", "e-3", STRAGGLING_2, {r: 1000 + r for r in range(4)}, "kill", T0 + 4)
+    assert ep.sweep_at == T0 + 14 and ep.sweep_phase == "job_kill_grace"
+    eps.arm_sweep(ep, "kill", T0 + 5)  # an ordinary act keeps the grace
+    assert ep.sweep_at == T0 + 14
+    eps.arm_sweep(ep, "kill", T0 + 5, grace_s=0.0)
+    assert ep.sweep_phase == "peers_of_gone"
+    assert eps.due_sweeps(T0 + 4.9) == [] and eps.due_sweeps(T0 + 5) == [ep]
+    observing = eps.open("other", "e-4", STRAGGLING_2, {0: 2000}, "observe", T0)
+    eps.arm_sweep(observing, "observe", T0, grace_s=0.0)
+    assert observing.sweep_at is None  # nothing destructive: nothing swept
+
+
 def test_an_observing_episode_never_sweeps_and_stays_while_ranks_hang() -> None:
     reg, _ = hung_job(2)
     eps = JobEpisodes(CulpritPolicy(job_kill_grace_s=0))

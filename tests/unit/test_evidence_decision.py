@@ -201,6 +201,18 @@ def test_definitive_evidence_kills_at_once() -> None:
     assert rec["stalled_s"] == 2.0 and rec["rule"] == "mismatch" and rec["definitive"] is True
 
 
+def test_a_mismatch_tie_is_ended_at_once_but_a_split_over_sequences_waits() -> None:
+    """Two ranks issued collective #42 as all_reduce and all_gather: never matching.
+    Ranks at different sequence numbers may only be seen at different moments."""
+    tie = Diagnosis(MISMATCH, (), (0, 1), 0.3, "different collectives", {"same_seq": True})
+    j = judge(tie, {}, 100.0, 90.0, "x", 103.0)
+    assert j.act and j.rule == "mismatch" and j.definitive and "ranks [0, 1]" in j.why
+    split = Diagnosis(MISMATCH, (), (0, 1), 0.3, "different collectives", {"same_seq": False})
+    j = judge(split, {}, 100.0, 90.0, "x", 103.0)
+    assert not j.act and not j.definitive
+    assert judge(split, {}, 100.0, 90.0, "x", 190.0).rule == "patience"
+
+
 def test_ambiguous_evidence_waits_for_the_patience_then_acts() -> None:
     sleeping = RankEvidence(1, "sleeping", 0.0, activity="sleep", where="loader.py:88 in read")
     ev = {0: waiting_ev(0), 1: sleeping}

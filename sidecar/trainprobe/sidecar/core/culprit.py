@@ -265,7 +265,14 @@ def _mismatch(
         tuple(sorted(inflight)),
         0.85 if culprits else 0.3,
         summary,
-        {"group": group, "majority": {"seq": seq, "op": op}, "odd": sorted(odd)},
+        {
+            "group": group,
+            "majority": {"seq": seq, "op": op},
+            "odd": sorted(odd),
+            # Every rank issued the same collective number as a different operation:
+            # they can never match, whoever is wrong (decision.py ends a tie at once).
+            "same_seq": len({g.inflight_seq for g in inflight.values() if g is not None}) == 1,
+        },
     )
 
 

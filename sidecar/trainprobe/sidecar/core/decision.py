@@ -151,6 +151,15 @@ def judge(
             "peers in the same group: the collectives can never match"
         )
         return Judgement(True, "mismatch", why, True, **common)  # type: ignore[arg-type]
+    if diag.kind == MISMATCH and diag.evidence.get("same_seq"):
+        # A tie (2 ranks, or an even split): no majority says who is wrong, but
+        # the job can never go on. Its ranks are ended together (on_inconclusive).
+        why = (
+            f"definitive: ranks {list(diag.waiting)} issued the same collective of one group "
+            "as different operations: they can never match, and no majority names one rank, "
+            "so the ranks in it are ended together"
+        )
+        return Judgement(True, "mismatch", why, True, **common)  # type: ignore[arg-type]
     stalled = now - onset_at
     seen = "; ".join(
         f"rank {r} {evidence[r].label} at {evidence[r].where or '?'}"
