@@ -27,6 +27,8 @@ from trainprobe.sidecar.config.options import (
 )
 from trainprobe.sidecar.core.actions import Action
 from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
+from trainprobe.sidecar.core.rules import RuleConfig
+from trainprobe.sidecar.core.thresholds import StallPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,6 +52,10 @@ class SettingsError(ValueError):
     """A configuration value that is missing, unknown or out of range."""
 
 
+_RULES = RuleConfig()
+_STALL = StallPolicy()
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every sidecar setting, typed; build it with :func:`load_settings`."""
@@ -65,18 +71,18 @@ class Settings:
     tick_interval_ms: int = 100
     settle_s: float = 1.0
     engine_stall_s: float = 5.0
-    # rules
-    heartbeat_timeout_s: float = 10.0
-    stall_timeout_s: float | None = None
-    stall_floor_s: float = 3.0
-    stall_p99_factor: float = 10.0
-    stall_warmup_steps: int = 20
-    startup_timeout_s: float = 600.0
-    phase_timeout_s: float = 3600.0
-    gpu_memory_ratio: float = 0.95
-    gpu_memory_reports: int = 3
-    sync_latency_s: float = 5.0
-    sync_timeout_s: float = 3.0
+    # rules: the defaults are the core's (one source: core/rules.py, core/thresholds.py)
+    heartbeat_timeout_s: float = _RULES.heartbeat_timeout_s
+    stall_timeout_s: float | None = _STALL.timeout_s
+    stall_floor_s: float = _STALL.floor_s
+    stall_p99_factor: float = _STALL.p99_factor
+    stall_warmup_steps: int = _STALL.warmup_steps
+    startup_timeout_s: float = _STALL.startup_timeout_s
+    phase_timeout_s: float = _RULES.phase_timeout_s
+    gpu_memory_ratio: float = _RULES.gpu_memory_ratio
+    gpu_memory_reports: int = _RULES.gpu_memory_reports
+    sync_latency_s: float = _RULES.sync_latency_s
+    sync_timeout_s: float = _RULES.sync_timeout_s
     # actions
     on_hung: str = Action.KILL.value
     on_unresponsive: str = Action.KILL.value

@@ -36,7 +36,7 @@ class RuleConfig:
     gpu_memory_ratio: float = 0.95
     gpu_memory_reports: int = 3
     sync_latency_s: float = 5.0
-    sync_timeout_s: float = 5.0
+    sync_timeout_s: float = 3.0
 
 
 @dataclass(frozen=True)

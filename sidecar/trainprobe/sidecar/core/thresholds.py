@@ -90,7 +90,9 @@ class StallPolicy:
     """How the stall threshold is chosen. ``timeout_s=None`` means auto."""
 
     timeout_s: float | None = None
-    floor_s: float = 30.0
+    #: The shipped default (config.Settings reads it from here): the rules give a
+    #: verdict from 3 s; a kill waits for evidence or the patience (decision.py).
+    floor_s: float = 3.0
     p99_factor: float = 10.0
     warmup_steps: int = 20
     startup_timeout_s: float = 600.0
