@@ -20,22 +20,23 @@ from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
 STALL_S = 3.0
 
 
+#: The kill at the verdict: measures detection and the kill across a restart,
+#: not the patience an ambiguous hang (a sleep) gets by default.
+AT_THE_VERDICT = (
+    *("--stall-timeout-s", str(STALL_S), "--kill-grace-s", "1", "--tick-interval-ms", "50"),
+    *("--hang-patience-s", "0"),
+)
+
+
 @pytest.mark.slow
-def test_restarted_sidecar_has_its_hooks_back_fast_and_kills_a_hang_from_its_downtime() -> None:
+@pytest.mark.parametrize("flags", [AT_THE_VERDICT, ()], ids=["kill_at_verdict", "shipped"])
+def test_restarted_sidecar_has_its_hooks_back_fast_and_kills_a_hang_from_its_downtime(
+    flags: tuple[str, ...],
+) -> None:
+    """Shipped defaults (auto stall threshold, 3 s floor): the verdict comes as fast,
+    and the patience counts the downtime."""
     workdir = short_tmpdir()
-    sc = SidecarProcess(
-        workdir,
-        "--stall-timeout-s",
-        str(STALL_S),
-        "--kill-grace-s",
-        "1",
-        "--tick-interval-ms",
-        "50",
-        # The kill at the verdict: this measures detection across a restart, not
-        # the patience an ambiguous hang gets by default (tests/test_patience*).
-        "--hang-patience-s",
-        "0",
-    ).start()
+    sc = SidecarProcess(workdir, *flags).start()
     hang_at = 60
     with Workers(
         2,
@@ -83,6 +84,17 @@ def test_restarted_sidecar_has_its_hooks_back_fast_and_kills_a_hang_from_its_dow
             assert reconnected < 2.0, f"hooks back {reconnected:.2f} s after the restart"
             inc = sc.wait_incident(lambda r: r.get("rule") == "stall", 20)
             detected = time.monotonic() - restarted
+            assert inc["verdict"] == "HUNG" and inc["diagnosis"]["culprits"] == [1]
+            if not flags:
+                # A sleep is ambiguous: named now, killed after the 90 s patience,
+                # which counts from the hang's onset, downtime included.
+                dec = inc["decision"]
+                assert dec["act"] is False and dec["patience_s"] == 90.0, dec
+                assert dec["stalled_s"] > 5.0, dec
+                assert detected < 2 * (STALL_S + 2.0), f"HUNG {detected:.2f} s after the restart"
+                assert w.procs[1].poll() is None
+                print(f"\nshipped defaults: reconnect {reconnected:.3f} s, HUNG {detected:.3f} s")
+                return
             wait_for(lambda: w.procs[1].poll() is not None, 20, interval_s=0.02, what="the kill")
             killed = time.monotonic() - restarted
             print(
