@@ -114,6 +114,10 @@ def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
         exported = json.loads(attrs["trainprobe.diagnosis"])
         assert exported["culprits"] == [2] and exported["text"] == d["text"]
         assert exported["stacks"]["2"]["where"] == stacks["where"]
+        # ...and the decision: what decided, and whether it acted at once.
+        assert attrs["trainprobe.decision.rule"] == inc["decision"]["rule"]
+        assert attrs["trainprobe.decision.act"] is inc["decision"]["act"]
+        assert json.loads(attrs["trainprobe.decision"]) == inc["decision"]
 
 
 def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -> None:

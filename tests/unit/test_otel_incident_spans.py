@@ -200,3 +200,20 @@ def test_phase_overrun_links_an_open_phase_span() -> None:
     phase = next(s for s in spans if s.name == "phase checkpoint")
     assert phase.attributes["trainprobe.phase.complete"] is False and phase.error
     assert phase.span_id in {link.span_id for link in spans[-1].links}
+
+
+def test_the_incident_span_carries_the_decision_to_kill_now_or_wait() -> None:
+    tb = TraceBuilder()
+    tracer = IncidentTracer(tb)
+    reg, (inc,) = hung_job(tb)
+    inc.decision = {"act": False, "rule": "", "definitive": False, "why": "ambiguous: sleep"}
+    inc.decision |= {"patience_s": 90.0, "patience_basis": "floor", "evidence": {"1": {}}}
+    span = next(
+        s
+        for s in tracer.on_incident(inc, {w.key: w for w in reg}, WMM)
+        if s.name.startswith("incident")
+    )
+    a = span.attributes
+    assert a["trainprobe.decision.act"] is False and a["trainprobe.decision.patience_s"] == 90.0
+    assert a["trainprobe.decision.why"] == "ambiguous: sleep"
+    assert json.loads(str(a["trainprobe.decision"]))["evidence"] == {"1": {}}

@@ -314,6 +314,13 @@ def incident_attributes(incident: Incident, step: int) -> dict[str, AttrValue]:
                 attrs[f"trainprobe.evidence.{rank}.{key}"] = v
     if incident.diagnosis is not None:
         attrs["trainprobe.diagnosis"] = _json(incident.diagnosis)
+    if incident.decision:
+        # Kill now or wait (issue 12): searchable without parsing the JSON.
+        for key in ("act", "rule", "definitive", "why", "patience_s", "patience_basis"):
+            v = _scalar(incident.decision.get(key))
+            if v is not None:
+                attrs[f"trainprobe.decision.{key}"] = v
+        attrs["trainprobe.decision"] = _json(incident.decision)
     return attrs
 
 
