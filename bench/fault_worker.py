@@ -111,10 +111,14 @@ def fault(case: str, model: nn.Module, loss: torch.Tensor, rank: int, world: int
 
 
 def evaluate(model: nn.Module, seconds: float) -> None:
-    """An undeclared evaluation: forward passes and metric all-reduces, no step."""
-    end = time.monotonic() + seconds
+    """An undeclared evaluation: forward passes and metric all-reduces, no step.
+
+    A fixed number of batches, as an eval set has: a loop on each rank's own
+    clock ran a different number of all-reduces per rank under load, a real
+    collective mismatch that gloo ended (a healthy case must be healthy).
+    """
     with torch.no_grad():
-        while time.monotonic() < end:
+        for _ in range(round(seconds / 0.2)):
             metric = model(torch.randn(16, 32)).mean()
             dist.all_reduce(metric)
             time.sleep(0.2)
