@@ -127,7 +127,10 @@ class FaultJob(Job):
             if r.get("job_id") != self.job_id or r.get("verdict") in NOT_VERDICTS:
                 continue
             diagnosis = r.get("diagnosis") or {}
-            named = sorted(diagnosis.get("culprits") or r.get("ranks") or [])
+            # The diagnosis's culprits (none for a tie); the incident's ranks only
+            # where there is no diagnosis (a DEAD rank's exit).
+            has = "culprits" in diagnosis
+            named = sorted((diagnosis["culprits"] or []) if has else r.get("ranks") or [])
             if self.verdict_at is None:
                 self.verdict_at = float(r["time"])
                 self.extra.update(rule=r["rule"], first_named=named, incident=r["id"])

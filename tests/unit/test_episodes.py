@@ -116,6 +116,15 @@ def test_inconclusive_falls_back_to_the_setting() -> None:
     assert targets == [] and "on_inconclusive=observe" in why
 
 
+def test_a_mismatch_tie_targets_every_rank_in_it_not_only_the_first_stalled() -> None:
+    tie = Diagnosis("mismatch", (), (0, 1), 0.3, "", {"same_seq": True})
+    kill = CulpritPolicy(on_inconclusive="kill_stalled")
+    assert plan_targets(tie, [0, 1], [1], kill)[0] == [0, 1]
+    split = Diagnosis("mismatch", (), (0, 1), 0.3, "", {"same_seq": False})
+    assert plan_targets(split, [0, 1], [1], kill)[0] == [1]
+    assert plan_targets(tie, [0, 1], [1], CulpritPolicy(on_inconclusive="observe"))[0] == []
+
+
 def test_no_target_means_observe_and_no_kill_spent() -> None:
     reg, cfg = hung_job(2)
     (inc, *_) = incidents_at(reg, cfg, FindingEdges(), T0 + 4.1)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.actions import Action, is_destructive
-from trainprobe.sidecar.core.culprit import Diagnosis
+from trainprobe.sidecar.core.culprit import MISMATCH, Diagnosis
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import Verdict, WorkerState
 
@@ -143,7 +143,12 @@ def plan_targets(
     fallback = policy.on_inconclusive
     why = f"diagnosis {diagnosis.kind}: no culprit named; on_inconclusive={fallback}"
     if fallback == "kill_stalled":
-        return sorted(set(stalled) & served), why
+        ranks = set(stalled)
+        if diagnosis.kind == MISMATCH and diagnosis.evidence.get("same_seq"):
+            # A tie: every rank in it is as much a suspect as the one whose stall
+            # crossed the threshold first (ended together, not one now and one later).
+            ranks |= set(diagnosis.waiting)
+        return sorted(ranks & served), why
     return [], why
 
 
