@@ -49,38 +49,52 @@ def _where(g: dict[str, Any]) -> str:
 
 def _definitive_done_s(t: dict[str, Any]) -> float:
     """When a definitive fault was dealt with: the culprit dead, or for a rank
-    that died by itself (kill -9) its blocked peers dead too."""
-    x = t.get("all_dead_s") if t["case"] == "kill9" else t.get("culprit_dead_s")
+    that died by itself (kill -9) its blocked peers dead too, and for a
+    mismatch tie both ranks."""
+    whole = t["case"] == "kill9" or t.get("tie")
+    x = t.get("all_dead_s") if whole else t.get("culprit_dead_s")
     return 1e9 if x is None else x
+
+
+def _definitive_ok(t: dict[str, Any]) -> bool:
+    return _definitive_done_s(t) <= 5 and (t["culprit_right"] or bool(t.get("tie")))
 
 
 def faults_goals(r: dict[str, Any]) -> list[str]:
     """Issue 12's goals, each with the measured figure (trainprobe rows only)."""
     tp = [t for t in r["trials"] if t["tool"] in ("tp", "tp_watch")]
-    faults = [t for t in tp if not t["healthy"]]
+    all_faults = [t for t in tp if not t["healthy"]]
+    # A 2-rank mismatch is a tie: no tool can say which rank is wrong (fault_jobs.py).
+    faults = [t for t in all_faults if not t.get("tie")]
+    ties = [t for t in all_faults if t.get("tie")]
     named = sorted(t["named_s"] for t in faults if t.get("named_s") is not None)
     median = named[len(named) // 2] if named else None
-    defin = [t for t in faults if t["case"] in DEFINITIVE]
-    defin_ok = [t for t in defin if _definitive_done_s(t) <= 5 and t["culprit_right"]]
-    killed = [t for t in faults if t.get("culprit_dead_s") is not None]
+    defin = [t for t in all_faults if t["case"] in DEFINITIVE]
+    defin_ok = [t for t in defin if _definitive_ok(t)]
+    killed = [t for t in all_faults if t.get("culprit_dead_s") is not None]
     late = [t for t in killed if t["culprit_dead_s"] > 120]
     healthy = [t for t in tp if t["healthy"]]
     false = sum(t["false_kill"] for t in healthy)
     right = sum(t["culprit_right"] for t in faults)
     pct = right / len(faults) if faults else 0.0
+    tie_note = (
+        f" ({len(ties)} 2-rank mismatch ties left out: named as a tie, both ranks ended)"
+        if ties
+        else ""
+    )
     return [
         *table_head("goal (issue 12, shipped defaults, trainprobe)", "measured", "status"),
         f"| verdict naming the culprit ≤ 5 s after onset (median) | {s(median)} over "
-        f"{len(named)} of {len(faults)} fault trials that got one | "
+        f"{len(named)} of {len(faults)} fault trials that got one{tie_note} | "
         f"{yes(median is not None and median <= 5 and len(named) == len(faults))} |",
         "| definitive faults killed ≤ 5 s, the culprit alone (stop, mismatch: the culprit "
         f"dead; kill -9: its blocked peers too) | "
         f"{len(defin_ok)} of {len(defin)} | {yes(len(defin_ok) == len(defin))} |",
-        f"| every fault killed, within 120 s | {len(killed) - len(late)} of {len(faults)} | "
-        f"{yes(len(killed) - len(late) == len(faults))} |",
+        f"| every fault killed, within 120 s | {len(killed) - len(late)} of {len(all_faults)} | "
+        f"{yes(len(killed) - len(late) == len(all_faults))} |",
         f"| 0 false kills in healthy cases | {false} in {len(healthy)} jobs | {yes(false == 0)} |",
-        f"| culprit right in ≥ 95 % of fault trials | {right} of {len(faults)} ({pct:.0%}) | "
-        f"{yes(pct >= 0.95)} |",
+        f"| culprit right in ≥ 95 % of fault trials | {right} of {len(faults)} "
+        f"({pct:.0%}){tie_note} | {yes(pct >= 0.95)} |",
     ]
 
 
@@ -102,10 +116,12 @@ def faults_section(r: dict[str, Any]) -> list[str]:
         "trainprobe incident whose diagnosis names the culprit (and it alone); *right* = the",
         "culprit is the first rank to die and, for trainprobe, was named; *where named* = that",
         "incident also says where the culprit is stuck (its stacks). A fault job is cut",
-        f"{p['cap_s']:g} s after onset (*not killed*). With 2 ranks a mismatch has no",
-        "majority: its culprit (the rank that all-gathers while the other all-reduces) is a",
-        "convention there, not something a tool could tell. A rank killed -9 dies by itself:",
-        "what counts for it is the verdict and the end of its blocked peers (*job dead*).",
+        f"{p['cap_s']:g} s after onset (*not killed*). With 2 ranks a mismatch is a tie:",
+        "its culprit (the rank that all-gathers while the other all-reduces) is a",
+        "convention there, not something a tool could tell; trainprobe names it a tie and",
+        "ends both ranks at once (*job dead*), and it is never counted *right*. A rank killed",
+        "-9 dies by itself: what counts for it is the verdict and the end of its blocked",
+        "peers (*job dead*).",
         "",
         "### Faults",
         "",
