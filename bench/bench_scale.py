@@ -123,6 +123,11 @@ def profile_summary(raw: Path) -> dict[str, Any]:
         "Engine.tick",
         "Telemetry.on_report",
         "BatchProcessor.worker",
+        "TraceBuilder.on_report",
+        "Histogram.record",
+        "FoldedHistogram.record",
+        "ArrivalTracker.observe",
+        "ArrivalTracker.sweep",
     )
     return {
         "samples": total,
@@ -131,13 +136,28 @@ def profile_summary(raw: Path) -> dict[str, Any]:
     }
 
 
+def sidecar_env(src: str) -> dict[str, str]:
+    """Run the sidecar from another checkout's ``sidecar/`` (A/B in one run); the wire
+    (proto) and the hooks stay this checkout's."""
+    if not src:
+        return {}
+    roots = [str(Path(src) / "sidecar"), str(REPO / "proto"), str(REPO / "hooks")]
+    return {"PYTHONPATH": os.pathsep.join(roots)}
+
+
 def run_level(
-    n: int, args: argparse.Namespace, gen_cpus: set[int], profile: Path | None = None
+    n: int,
+    args: argparse.Namespace,
+    gen_cpus: set[int],
+    profile: Path | None = None,
+    src: str = "",
 ) -> dict[str, Any]:
     workdir = short_tmpdir("tps-")
     flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
     flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
-    sc = SidecarProcess(workdir, *flags, "--heartbeat-timeout-s", "30", cpus={0}).start()
+    sc = SidecarProcess(
+        workdir, *flags, "--heartbeat-timeout-s", "30", env=sidecar_env(src), cpus={0}
+    ).start()
     try:
         time.sleep(1.0)
         rss_idle = rss_bytes(sc.proc.pid)
@@ -161,7 +181,7 @@ def run_level(
                 *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop)),
                 *("--probes", str(args.probes), "--steps-per-report", str(STEPS_PER_REPORT)),
                 *("--out", str(out)),
-                *(("--issue-times", str(args.issue_times)) if args.issue_times and not k else ()),
+                *(("--issue-times", str(args.issue_times)) if args.issue_times else ()),
             ]
             offset += count
             gens.append(
@@ -290,7 +310,13 @@ def main() -> int:
         "--issue-times",
         type=int,
         default=0,
-        help="direct mode: collective issue times per report (arrival-lag comparisons)",
+        help="collective issue times per report (arrival-lag comparisons)",
+    )
+    p.add_argument(
+        "--before-src",
+        default="",
+        help="A/B: also run, before each level of this checkout, the sidecar of this other "
+        "checkout (e.g. `git worktree add /tmp/before main`)",
     )
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
@@ -303,9 +329,10 @@ def main() -> int:
     started = time.monotonic()
     rows = []
     failed: list[dict[str, Any]] = []
-    for n in levels:
+    variants = [("before", args.before_src), ("after", "")] if args.before_src else [("", "")]
+    for n, (variant, src) in ((n, v) for n in levels for v in variants):
         try:
-            row = run_level(n, args, gen_cpus)
+            row = {"variant": variant, **run_level(n, args, gen_cpus, src=src)}
         except (RuntimeError, grpc.RpcError, subprocess.TimeoutExpired) as err:
             # A level the sidecar cannot even take on: no point going higher.
             print(f"N={n:5}: {err}", flush=True)
@@ -313,7 +340,8 @@ def main() -> int:
             break
         rows.append(row)
         print(
-            f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
+            f"{variant}{' ' if variant else ''}N={n:5}: sent {row['sent_per_s']:8.0f}/s "
+            f"processed {row['processed_per_s']:8.0f}/s "
             f"sidecar cpu {row['sidecar_cpu']:.2f} "
             f"({row['sidecar_cpu_us_per_report']:.1f} µs/report) "
             f"lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
@@ -328,10 +356,13 @@ def main() -> int:
             flush=True,
         )
     profile = None
-    if args.profile_workers:
+    profiles = {}
+    for variant, src in variants if args.profile_workers else ():
         raw = Path(short_tmpdir("tpspy-")) / "sidecar.txt"
-        row = run_level(args.profile_workers, args, gen_cpus, profile=raw)
+        row = run_level(args.profile_workers, args, gen_cpus, profile=raw, src=src)
         profile = {"workers": args.profile_workers, "level": row, **profile_summary(raw)}
+        profiles[variant] = profile
+        print(f"profile {variant}:", {k: f"{v:.1%}" for k, v in profile["inclusive"].items()})
         for item in profile["self_top"][:8]:
             print(f"  {item['share']:6.1%} {item['frame']}")
     ok = [r for r in rows if r["sustained"]]
@@ -344,6 +375,7 @@ def main() -> int:
         "levels": rows,
         "failed_levels": failed,
         "profile": profile,
+        "profiles": profiles,
         "telemetry": args.telemetry,
         "mode": "relay" if args.relay_workers_per_node else "direct",
         "relay_workers_per_node": args.relay_workers_per_node,
