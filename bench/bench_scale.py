@@ -3,8 +3,14 @@
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
         [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 100]
-        [--issue-times K]
+        [--issue-times K] [--before-src DIR]
         [--quick] [--json OUT]
+
+What the sidecar costs per report, telemetry on, at job scale (issue 15):
+
+    python bench/bench_scale.py --telemetry on --relay-workers-per-node 8 \
+        --relay-interval-ms 200 --workers 1000 --issue-times 8 --duration 8 \
+        --warmup 2 --profile-workers 0 --before-src /tmp/before
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
@@ -41,6 +47,24 @@ node's batching delay, 0 to one interval, which is not the upstream's doing).
 A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
 the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
 
+The sidecar's CPU per report (``sidecar_cpu_us_per_report``; its inverse,
+``reports_per_cpu_s``) is utime+stime of the sidecar's pid from
+/proc/<pid>/stat over the window, divided by the reports the sidecar itself
+ingested in it (its ``GetStatus`` step counts, above), so it does not matter
+how many reports the generators managed to send. For the telemetry figure use
+the relayed mode (``--relay-workers-per-node``): one generator process
+simulates many node sidecars, each sending one ``RelayBatch`` per interval
+for its workers, which is both how a job-scale sidecar receives reports (as a
+relay upstream) and cheap enough to send that 2 generator processes on the
+second core reach 10,000+ reports/s; with direct streams (one gRPC message
+per report) they managed about 3,800 of 6,000 reports/s at 600 workers.
+``--issue-times K`` makes every simulated rank report K collective issue
+times per report (as ``watch_ddp`` does), so arrival-lag comparisons run.
+
+``--before-src DIR`` runs, for each level, the sidecar of another checkout
+(its ``sidecar/`` first on the path; wire and generators from this one)
+right before this checkout's: a before/after pair in one run.
+
 Then one more run at ``--profile-workers`` records the sidecar with py-spy
 (100 samples/s, non-blocking) over the window: where its one core goes.
 """
@@ -76,7 +100,7 @@ def step_sum(sc: SidecarProcess) -> int:
     """The sum of every simulated worker's last step, as the sidecar knows it."""
     with grpc.insecure_channel(sc.target) as ch:
         reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
-            probe_pb2.StatusRequest(job_id="load"), timeout=60
+            probe_pb2.StatusRequest(job_id="load"), timeout=120
         )
     return sum(w.step for w in reply.workers)
 
@@ -157,7 +181,7 @@ def run_level(
     flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
     sc = SidecarProcess(
         workdir, *flags, "--heartbeat-timeout-s", "30", env=sidecar_env(src), cpus={0}
-    ).start()
+    ).start(timeout_s=120)  # on a loaded machine its imports alone can take 30 s
     try:
         time.sleep(1.0)
         rss_idle = rss_bytes(sc.proc.pid)
@@ -231,8 +255,18 @@ def run_level(
             outs.append(json.loads(out.read_text()))
         time.sleep(0.5)
         incidents = sc.incidents()
+        s_end = step_sum(sc)
     finally:
         sc.stop()
+    # Trace volume: spans the sidecar exported (OTLP-JSON lines, flushed at its stop)
+    # per report it took over the whole run.
+    traces = sc.state_dir / "traces.otlp.jsonl"
+    spans = sum(
+        len(ss.get("spans", ()))
+        for line in (traces.read_text().splitlines() if traces.exists() else ())
+        for rs in json.loads(line).get("resourceSpans", ())
+        for ss in rs.get("scopeSpans", ())
+    )
     b0, b1 = int(t0 * 10), int(t1 * 10)
     sent = sum(v for o in outs for k, v in o["buckets"].items() if b0 <= int(k) < b1)
     sends: dict[str, list[float]] = {}
@@ -279,6 +313,8 @@ def run_level(
         "rss_idle_bytes": rss_idle,
         "bytes_per_worker": (rss - rss_idle) / n,
         "generator_errors": sum(o["n_errors"] for o in outs),
+        "spans_exported": spans,
+        "spans_per_report": spans / max(s_end / STEPS_PER_REPORT, 1),
         "sustained": processed_rate >= 0.97 * load_sent_rate and lag_p99 <= LAG_GOAL_S,
     }
 
@@ -334,10 +370,13 @@ def main() -> int:
         try:
             row = {"variant": variant, **run_level(n, args, gen_cpus, src=src)}
         except (RuntimeError, grpc.RpcError, subprocess.TimeoutExpired) as err:
-            # A level the sidecar cannot even take on: no point going higher.
-            print(f"N={n:5}: {err}", flush=True)
-            failed.append({"workers": n, "error": str(err)})
-            break
+            # A level the sidecar cannot even take on: no point going higher
+            # (with --before-src, the other tree still gets its try).
+            print(f"{variant} N={n:5}: {err}", flush=True)
+            failed.append({"workers": n, "variant": variant, "error": str(err)})
+            if not args.before_src:
+                break
+            continue
         rows.append(row)
         print(
             f"{variant}{' ' if variant else ''}N={n:5}: sent {row['sent_per_s']:8.0f}/s "
