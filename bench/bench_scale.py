@@ -96,13 +96,24 @@ LAG_GOAL_S = 0.2
 RATE_GOAL = 20_000
 
 
-def step_sum(sc: SidecarProcess) -> int:
+def step_sum(sc: SidecarProcess, attempts: int = 3) -> int:
     """The sum of every simulated worker's last step, as the sidecar knows it."""
-    with grpc.insecure_channel(sc.target) as ch:
-        reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
-            probe_pb2.StatusRequest(job_id="load"), timeout=120
-        )
-    return sum(w.step for w in reply.workers)
+    for attempt in range(attempts):
+        try:
+            with grpc.insecure_channel(sc.target) as ch:
+                reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
+                    probe_pb2.StatusRequest(job_id="load"), timeout=120
+                )
+            return sum(w.step for w in reply.workers)
+        except grpc.RpcError as err:
+            # A sidecar starved for many seconds (a loaded machine) can miss the
+            # connection's setup: CANCELLED. Ask again; its counts are not lost.
+            if attempt + 1 == attempts or err.code() not in (
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNAVAILABLE,
+            ):
+                raise
+    raise AssertionError("unreachable")
 
 
 def probe_lags(sends: dict[str, list[float]], incidents: list[dict]) -> list[float]:

@@ -99,7 +99,11 @@ class FoldedHistogram:
         self.names = tuple(names)
         self.limit = limit
         self._clock_ns = clock_ns
+        #: Guards the window; held by readers only to swap it out, so a collection
+        #: (which can take milliseconds and be descheduled) never holds up a report.
         self._lock = threading.Lock()
+        #: Guards the readers' rows (taken first when both are).
+        self._readers_lock = threading.Lock()
         self._window: dict[Hashable, Row] = {}
         self._readers: dict[object, _Reader] = {}
 
@@ -137,7 +141,7 @@ class FoldedHistogram:
 
     def add_reader(self, reader: object, delta: bool = False) -> None:
         """Register a reader: it gets every value recorded from now on."""
-        with self._lock:
+        with self._readers_lock:
             self._fold()
             self._readers[reader] = _Reader(delta, self._clock_ns())
 
@@ -147,7 +151,7 @@ class FoldedHistogram:
     def collect(self, reader: object) -> list[HistPoint]:
         """The reader's points now: since it started (cumulative) or since its last
         collection (delta); no point for an attribute set without values."""
-        with self._lock:
+        with self._readers_lock:
             self._fold()
             state = self._readers[reader]
             now = self._clock_ns()
@@ -171,11 +175,11 @@ class FoldedHistogram:
         return points
 
     def _fold(self) -> None:
-        """Hand the window to every reader (called with the lock held)."""
-        window = self._window
+        """Hand the window to every reader (called with the readers' lock held)."""
+        with self._lock:
+            window, self._window = self._window, {}
         if not window:
             return
-        self._window = {}
         for state in self._readers.values():
             rows = state.rows
             for key, row in window.items():
