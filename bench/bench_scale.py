@@ -56,8 +56,9 @@ the relayed mode (``--relay-workers-per-node``): one generator process
 simulates many node sidecars, each sending one ``RelayBatch`` per interval
 for its workers, which is both how a job-scale sidecar receives reports (as a
 relay upstream) and cheap enough to send that 2 generator processes on the
-second core reach 10,000+ reports/s; with direct streams (one gRPC message
-per report) they managed about 3,800 of 6,000 reports/s at 600 workers.
+second core sent 20,000-25,000 reports/s (bench/results/scale_relay_200ms.json);
+with direct streams (one gRPC message per report) they managed about 3,800 of
+6,000 reports/s at 600 workers (issue 15).
 ``--issue-times K`` makes every simulated rank report K collective issue
 times per report (as ``watch_ddp`` does), so arrival-lag comparisons run.
 
