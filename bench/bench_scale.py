@@ -194,11 +194,11 @@ def run_level(
     sc = SidecarProcess(
         workdir, *flags, "--heartbeat-timeout-s", "30", env=sidecar_env(src), cpus={0}
     ).start(timeout_s=120)  # on a loaded machine its imports alone can take 30 s
+    gens: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
         time.sleep(1.0)
         rss_idle = rss_bytes(sc.proc.pid)
         stop = workdir / "stop"
-        gens = []
         per = [n // args.generators + (i < n % args.generators) for i in range(args.generators)]
         offset = 0
         for g, count in enumerate(per):
@@ -269,6 +269,12 @@ def run_level(
         incidents = sc.incidents()
         s_end = step_sum(sc)
     finally:
+        # A level that failed must not leave its generators running (they wait
+        # for the stop file, which it never wrote).
+        for proc, _ in gens:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         sc.stop()
     # Trace volume: spans the sidecar exported (OTLP-JSON lines, flushed at its stop)
     # per report it took over the whole run.

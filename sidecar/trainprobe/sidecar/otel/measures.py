@@ -2,7 +2,8 @@
 
 Pure: the OpenTelemetry adapter creates one instrument per
 :class:`InstrumentSpec` and feeds it what the functions here compute.
-Histograms and counters are recorded as reports and incidents arrive;
+Histograms are folded as reports arrive (:mod:`.histograms`, keyed by their
+``attributes`` in order) and counters recorded as incidents arrive;
 gauges are read from a :class:`GaugeSnapshot` of the registry when a reader
 (the OTLP export timer or a Prometheus scrape) collects.
 """

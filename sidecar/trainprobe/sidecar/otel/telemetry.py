@@ -2,7 +2,8 @@
 listener that feed the OpenTelemetry pipeline.
 
 Everything here runs on the sidecar's loop and only computes and enqueues:
-span descriptions go to the SDK's bounded batch queue, measurements into the
+span descriptions go to the SDK's bounded batch queue, histogram values into
+the folded histograms (plain Python, :mod:`.histograms`), counts into the
 SDK's in-memory aggregation. Exports happen on the SDK's threads, so a slow
 or dead collector never delays a tick, a kill or the incident log.
 """
