@@ -3,8 +3,14 @@
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
         [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 100]
-        [--issue-times K]
+        [--issue-times K] [--before-src DIR]
         [--quick] [--json OUT]
+
+What the sidecar costs per report, telemetry on, at job scale (issue 15):
+
+    python bench/bench_scale.py --telemetry on --relay-workers-per-node 8 \
+        --relay-interval-ms 200 --workers 1000 --issue-times 8 --duration 8 \
+        --warmup 2 --profile-workers 0 --before-src /tmp/before
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
@@ -41,6 +47,25 @@ node's batching delay, 0 to one interval, which is not the upstream's doing).
 A level is *sustained* when the sidecar processed ≥ 97% of what was sent and
 the probes' p99 lag is ≤ 200 ms, with no probe left without a verdict.
 
+The sidecar's CPU per report (``sidecar_cpu_us_per_report``; its inverse,
+``reports_per_cpu_s``) is utime+stime of the sidecar's pid from
+/proc/<pid>/stat over the window, divided by the reports the sidecar itself
+ingested in it (its ``GetStatus`` step counts, above), so it does not matter
+how many reports the generators managed to send. For the telemetry figure use
+the relayed mode (``--relay-workers-per-node``): one generator process
+simulates many node sidecars, each sending one ``RelayBatch`` per interval
+for its workers, which is both how a job-scale sidecar receives reports (as a
+relay upstream) and cheap enough to send that 2 generator processes on the
+second core sent 20,000-25,000 reports/s (bench/results/scale_relay_200ms.json);
+with direct streams (one gRPC message per report) they managed about 3,800 of
+6,000 reports/s at 600 workers (issue 15).
+``--issue-times K`` makes every simulated rank report K collective issue
+times per report (as ``watch_ddp`` does), so arrival-lag comparisons run.
+
+``--before-src DIR`` runs, for each level, the sidecar of another checkout
+(its ``sidecar/`` first on the path; wire and generators from this one)
+right before this checkout's: a before/after pair in one run.
+
 Then one more run at ``--profile-workers`` records the sidecar with py-spy
 (100 samples/s, non-blocking) over the window: where its one core goes.
 """
@@ -72,13 +97,24 @@ LAG_GOAL_S = 0.2
 RATE_GOAL = 20_000
 
 
-def step_sum(sc: SidecarProcess) -> int:
+def step_sum(sc: SidecarProcess, attempts: int = 3) -> int:
     """The sum of every simulated worker's last step, as the sidecar knows it."""
-    with grpc.insecure_channel(sc.target) as ch:
-        reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
-            probe_pb2.StatusRequest(job_id="load"), timeout=60
-        )
-    return sum(w.step for w in reply.workers)
+    for attempt in range(attempts):
+        try:
+            with grpc.insecure_channel(sc.target) as ch:
+                reply = probe_pb2_grpc.SidecarStub(ch).GetStatus(
+                    probe_pb2.StatusRequest(job_id="load"), timeout=120
+                )
+            return sum(w.step for w in reply.workers)
+        except grpc.RpcError as err:
+            # A sidecar starved for many seconds (a loaded machine) can miss the
+            # connection's setup: CANCELLED. Ask again; its counts are not lost.
+            if attempt + 1 == attempts or err.code() not in (
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNAVAILABLE,
+            ):
+                raise
+    raise AssertionError("unreachable")
 
 
 def probe_lags(sends: dict[str, list[float]], incidents: list[dict]) -> list[float]:
@@ -123,6 +159,11 @@ def profile_summary(raw: Path) -> dict[str, Any]:
         "Engine.tick",
         "Telemetry.on_report",
         "BatchProcessor.worker",
+        "TraceBuilder.on_report",
+        "Histogram.record",
+        "FoldedHistogram.record",
+        "ArrivalTracker.observe",
+        "ArrivalTracker.sweep",
     )
     return {
         "samples": total,
@@ -131,18 +172,33 @@ def profile_summary(raw: Path) -> dict[str, Any]:
     }
 
 
+def sidecar_env(src: str) -> dict[str, str]:
+    """Run the sidecar from another checkout's ``sidecar/`` (A/B in one run); the wire
+    (proto) and the hooks stay this checkout's."""
+    if not src:
+        return {}
+    roots = [str(Path(src) / "sidecar"), str(REPO / "proto"), str(REPO / "hooks")]
+    return {"PYTHONPATH": os.pathsep.join(roots)}
+
+
 def run_level(
-    n: int, args: argparse.Namespace, gen_cpus: set[int], profile: Path | None = None
+    n: int,
+    args: argparse.Namespace,
+    gen_cpus: set[int],
+    profile: Path | None = None,
+    src: str = "",
 ) -> dict[str, Any]:
     workdir = short_tmpdir("tps-")
     flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
     flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
-    sc = SidecarProcess(workdir, *flags, "--heartbeat-timeout-s", "30", cpus={0}).start()
+    sc = SidecarProcess(
+        workdir, *flags, "--heartbeat-timeout-s", "30", env=sidecar_env(src), cpus={0}
+    ).start(timeout_s=120)  # on a loaded machine its imports alone can take 30 s
+    gens: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
         time.sleep(1.0)
         rss_idle = rss_bytes(sc.proc.pid)
         stop = workdir / "stop"
-        gens = []
         per = [n // args.generators + (i < n % args.generators) for i in range(args.generators)]
         offset = 0
         for g, count in enumerate(per):
@@ -161,7 +217,7 @@ def run_level(
                 *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop)),
                 *("--probes", str(args.probes), "--steps-per-report", str(STEPS_PER_REPORT)),
                 *("--out", str(out)),
-                *(("--issue-times", str(args.issue_times)) if args.issue_times and not k else ()),
+                *(("--issue-times", str(args.issue_times)) if args.issue_times else ()),
             ]
             offset += count
             gens.append(
@@ -211,8 +267,24 @@ def run_level(
             outs.append(json.loads(out.read_text()))
         time.sleep(0.5)
         incidents = sc.incidents()
+        s_end = step_sum(sc)
     finally:
+        # A level that failed must not leave its generators running (they wait
+        # for the stop file, which it never wrote).
+        for proc, _ in gens:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         sc.stop()
+    # Trace volume: spans the sidecar exported (OTLP-JSON lines, flushed at its stop)
+    # per report it took over the whole run.
+    traces = sc.state_dir / "traces.otlp.jsonl"
+    spans = sum(
+        len(ss.get("spans", ()))
+        for line in (traces.read_text().splitlines() if traces.exists() else ())
+        for rs in json.loads(line).get("resourceSpans", ())
+        for ss in rs.get("scopeSpans", ())
+    )
     b0, b1 = int(t0 * 10), int(t1 * 10)
     sent = sum(v for o in outs for k, v in o["buckets"].items() if b0 <= int(k) < b1)
     sends: dict[str, list[float]] = {}
@@ -259,6 +331,8 @@ def run_level(
         "rss_idle_bytes": rss_idle,
         "bytes_per_worker": (rss - rss_idle) / n,
         "generator_errors": sum(o["n_errors"] for o in outs),
+        "spans_exported": spans,
+        "spans_per_report": spans / max(s_end / STEPS_PER_REPORT, 1),
         "sustained": processed_rate >= 0.97 * load_sent_rate and lag_p99 <= LAG_GOAL_S,
     }
 
@@ -290,7 +364,13 @@ def main() -> int:
         "--issue-times",
         type=int,
         default=0,
-        help="direct mode: collective issue times per report (arrival-lag comparisons)",
+        help="collective issue times per report (arrival-lag comparisons)",
+    )
+    p.add_argument(
+        "--before-src",
+        default="",
+        help="A/B: also run, before each level of this checkout, the sidecar of this other "
+        "checkout (e.g. `git worktree add /tmp/before main`)",
     )
     p.add_argument("--quick", action="store_true", help="N = 100 and 500, 4 s windows")
     p.add_argument("--json", default="")
@@ -303,17 +383,22 @@ def main() -> int:
     started = time.monotonic()
     rows = []
     failed: list[dict[str, Any]] = []
-    for n in levels:
+    variants = [("before", args.before_src), ("after", "")] if args.before_src else [("", "")]
+    for n, (variant, src) in ((n, v) for n in levels for v in variants):
         try:
-            row = run_level(n, args, gen_cpus)
+            row = {"variant": variant, **run_level(n, args, gen_cpus, src=src)}
         except (RuntimeError, grpc.RpcError, subprocess.TimeoutExpired) as err:
-            # A level the sidecar cannot even take on: no point going higher.
-            print(f"N={n:5}: {err}", flush=True)
-            failed.append({"workers": n, "error": str(err)})
-            break
+            # A level the sidecar cannot even take on: no point going higher
+            # (with --before-src, the other tree still gets its try).
+            print(f"{variant} N={n:5}: {err}", flush=True)
+            failed.append({"workers": n, "variant": variant, "error": str(err)})
+            if not args.before_src:
+                break
+            continue
         rows.append(row)
         print(
-            f"N={n:5}: sent {row['sent_per_s']:8.0f}/s processed {row['processed_per_s']:8.0f}/s "
+            f"{variant}{' ' if variant else ''}N={n:5}: sent {row['sent_per_s']:8.0f}/s "
+            f"processed {row['processed_per_s']:8.0f}/s "
             f"sidecar cpu {row['sidecar_cpu']:.2f} "
             f"({row['sidecar_cpu_us_per_report']:.1f} µs/report) "
             f"lag p50 {row['lag_p50_s'] * 1000:.0f} ms "
@@ -328,10 +413,13 @@ def main() -> int:
             flush=True,
         )
     profile = None
-    if args.profile_workers:
+    profiles = {}
+    for variant, src in variants if args.profile_workers else ():
         raw = Path(short_tmpdir("tpspy-")) / "sidecar.txt"
-        row = run_level(args.profile_workers, args, gen_cpus, profile=raw)
+        row = run_level(args.profile_workers, args, gen_cpus, profile=raw, src=src)
         profile = {"workers": args.profile_workers, "level": row, **profile_summary(raw)}
+        profiles[variant] = profile
+        print(f"profile {variant}:", {k: f"{v:.1%}" for k, v in profile["inclusive"].items()})
         for item in profile["self_top"][:8]:
             print(f"  {item['share']:6.1%} {item['frame']}")
     ok = [r for r in rows if r["sustained"]]
@@ -344,6 +432,7 @@ def main() -> int:
         "levels": rows,
         "failed_levels": failed,
         "profile": profile,
+        "profiles": profiles,
         "telemetry": args.telemetry,
         "mode": "relay" if args.relay_workers_per_node else "direct",
         "relay_workers_per_node": args.relay_workers_per_node,

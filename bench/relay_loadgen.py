@@ -12,7 +12,8 @@ sidecars in relay mode (``--relay-to``) send: each simulated node has one
 ``relay_interval_ms``) the node sends one ``RelayBatch`` carrying every report
 its workers made since its previous batch, oldest first (10 Hz workers at
 200 ms: two reports per worker per batch). The first batch holds every
-worker's Hello and a first report with ``fill`` step times.
+worker's Hello and a first report with ``fill`` step times. ``--issue-times
+K`` adds collective issue times to every report, as bench/loadgen.py does.
 
 To produce 20k+ reports/s from one core, each worker keeps one pre-built
 ``WorkerMessage`` whose few changing fields (seq, clocks, steps) are set in
@@ -50,14 +51,19 @@ NODES_PER_CHANNEL = 8
 class FastSim(Sim):
     """A worker whose reports are one template updated in place."""
 
-    def __init__(self, job: str, rank: int, world: int, k: int, fill: int) -> None:
-        super().__init__(job, rank, world, k, fill)
+    def __init__(
+        self, job: str, rank: int, world: int, k: int, fill: int, issue_times: int = 0
+    ) -> None:
+        super().__init__(job, rank, world, k, fill, issue_times)
         self.hello_bytes = probe_pb2.WorkerMessage(hello=self.hello).SerializeToString()
         self.msg = probe_pb2.WorkerMessage(report=probe_pb2.Report(has_step=True))
         self.dt = 0.05 + random.random() * 0.01
         rep = self.msg.report
         rep.step_stats.count, rep.step_stats.sum_s, rep.step_stats.max_s = k, k * self.dt, self.dt
         rep.recent_step_s.extend([self.dt] * k)
+        if issue_times:
+            rep.sync.count = issue_times
+            rep.sync.groups.add(group="default")
         #: This worker's moment in its node's interval (0..1): when it "sends".
         self.phase = random.random()
 
@@ -73,6 +79,13 @@ class FastSim(Sim):
         dt_ns = int(self.dt * 1e9)
         rep.recent_steps[:] = range(self.step - self.k + 1, self.step + 1)
         rep.recent_step_end_mono_ns[:] = [now_ns - (self.k - 1 - i) * dt_ns for i in range(self.k)]
+        c = self.issue_times
+        if c:  # as Sim.report: the same seqs on every rank, rank 7 enters 20 ms late
+            first = (self.seq - 1) * c + 1
+            grp = rep.sync.groups[0]
+            grp.issued = grp.completed = first + c - 1
+            grp.started_seqs[:] = range(first, first + c)
+            grp.started_mono_ns[:] = [now_ns - (c - i) * 1_000_000 + self.late_ns for i in range(c)]
         return self.msg.SerializeToString()
 
 
@@ -162,7 +175,10 @@ class CountingRun(Run):
 
 async def main_async(args: argparse.Namespace) -> dict:
     k, fill, world = args.steps_per_report, args.fill, args.world_size
-    sims = [FastSim("load", args.rank_offset + i, world, k, fill) for i in range(args.workers)]
+    sims = [
+        FastSim("load", args.rank_offset + i, world, k, fill, args.issue_times)
+        for i in range(args.workers)
+    ]
     nodes = [sims[i : i + args.per_node] for i in range(0, len(sims), args.per_node)]
     probes: dict[str, list[float]] = {}
     made: dict[str, list[float]] = {}

@@ -7,9 +7,11 @@ reports it already receives. Layout:
   (deterministic trace/span ids), :mod:`.spans` (span descriptions),
   :mod:`.trace_builder` (step, collective and phase spans from reports),
   :mod:`.incident_spans` (incident, evidence and action spans),
-  :mod:`.measures` (instruments and values), :mod:`.resource_attrs`,
+  :mod:`.measures` (instruments and values), :mod:`.histograms` (histograms
+  folded per report, read once per collection), :mod:`.resource_attrs`,
   :mod:`.config`, :mod:`.health`;
 - adapters, imported only when exporters start: :mod:`.pipeline` (the SDK),
+  :mod:`.folded_export` (the folded histograms into each reader's collection),
   :mod:`.jsonlines` (OTLP-JSON files); :mod:`.telemetry` wires them to the
   sidecar.
 

@@ -2,7 +2,8 @@
 
 Pure: the OpenTelemetry adapter creates one instrument per
 :class:`InstrumentSpec` and feeds it what the functions here compute.
-Histograms and counters are recorded as reports and incidents arrive;
+Histograms are folded as reports arrive (:mod:`.histograms`, keyed by their
+``attributes`` in order) and counters recorded as incidents arrive;
 gauges are read from a :class:`GaugeSnapshot` of the registry when a reader
 (the OTLP export timer or a Prometheus scrape) collects.
 """
@@ -32,10 +33,23 @@ class InstrumentSpec:
     unit: str
     description: str
     buckets: tuple[float, ...] = ()
+    #: Histograms: the attribute names, in the order of the folded keys.
+    attributes: tuple[str, ...] = ()
 
 
+JOB, RANK = "trainprobe.job_id", "trainprobe.rank"
+GROUP, OP, MISSED = (
+    "trainprobe.collective.group",
+    "trainprobe.collective.op",
+    "trainprobe.collective.missed",
+)
 STEP_DURATION = InstrumentSpec(
-    "trainprobe.step.duration", "histogram", "s", "Training step time", STEP_BUCKETS_S
+    "trainprobe.step.duration",
+    "histogram",
+    "s",
+    "Training step time",
+    STEP_BUCKETS_S,
+    (JOB, RANK),
 )
 SYNC_DURATION = InstrumentSpec(
     "trainprobe.sync.duration",
@@ -43,6 +57,7 @@ SYNC_DURATION = InstrumentSpec(
     "s",
     "Gradient-sync bucket and collective latency (the hook's sampled collectives)",
     SYNC_BUCKETS_S,
+    (JOB, RANK, GROUP, OP),
 )
 ARRIVAL_LAG = InstrumentSpec(
     "trainprobe.collective.arrival_lag",
@@ -51,6 +66,7 @@ ARRIVAL_LAG = InstrumentSpec(
     "How late the rank entered a collective after the first rank of its group entered it "
     "(missed=true: it had not entered when the comparison closed; a lower bound)",
     SYNC_BUCKETS_S,
+    (JOB, RANK, GROUP, MISSED),
 )
 VERDICTS = InstrumentSpec(
     "trainprobe.verdicts", "counter", "{verdict}", "Non-OK verdicts given, one per rank and episode"
@@ -93,7 +109,7 @@ Point = tuple[float, Mapping[str, AttrValue]]
 
 def worker_metric_attributes(hello: HelloData) -> dict[str, AttrValue]:
     """Few attributes on worker metrics: enough to tell series apart, cheap to keep."""
-    return {"trainprobe.job_id": hello.job_id, "trainprobe.rank": hello.rank}
+    return {JOB: hello.job_id, RANK: hello.rank}
 
 
 def step_observations(report: ReportData) -> list[float]:

@@ -24,7 +24,6 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
-    MetricReader,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -34,8 +33,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError
+from trainprobe.sidecar.otel.folded_export import FoldedSet, FoldingReader
 from trainprobe.sidecar.otel.guards import GuardedMetricExporter, GuardedSpanExporter
 from trainprobe.sidecar.otel.health import ExportHealth, QuietSdkLogs
+from trainprobe.sidecar.otel.histograms import FoldedHistogram
 from trainprobe.sidecar.otel.jsonlines import JsonLinesMetricExporter, JsonLinesSpanExporter
 from trainprobe.sidecar.otel.measures import INSTRUMENTS, GaugeSnapshot, InstrumentSpec
 from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc
@@ -44,6 +45,10 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
 #: Gauge callbacks of one collection share one snapshot of the registry.
 _SNAPSHOT_TTL_S = 0.5
+
+
+class _PeriodicReader(FoldingReader, PeriodicExportingMetricReader):
+    pass
 
 
 class OtelPipeline:
@@ -71,6 +76,8 @@ class OtelPipeline:
         self._metric_exporter: MetricExporter | None = None
         self.span_processor: BatchSpanProcessor | None = None
         self.http_server: Any = None
+        #: Histograms are folded here per report and join each reader's collection.
+        self.folded = FoldedSet(INSTRUMENTS, self.resource, self._scope)
         self._quiet.install()
         try:
             # The only step that can fail (a busy port) comes first, before any
@@ -80,6 +87,8 @@ class OtelPipeline:
             self._quiet.remove()
             raise
         readers += self._otlp_readers()
+        for reader in readers:
+            reader.fold_into(self.folded)
         #: Whether anything reads the metrics (recording is skipped otherwise).
         self.metrics = bool(readers)
         self._start_traces()
@@ -87,17 +96,11 @@ class OtelPipeline:
             resource=self.resource, metric_readers=readers, shutdown_on_exit=False
         )
         meter = self.meter_provider.get_meter("trainprobe.sidecar", version)
-        self._histograms: dict[str, Any] = {}
         self._counters: dict[str, Any] = {}
         for spec in INSTRUMENTS:
             if spec.kind == "histogram":
-                self._histograms[spec.name] = meter.create_histogram(
-                    spec.name,
-                    unit=spec.unit,
-                    description=spec.description,
-                    explicit_bucket_boundaries_advisory=list(spec.buckets),
-                )
-            elif spec.kind == "counter":
+                continue  # folded: see FoldedSet
+            if spec.kind == "counter":
                 self._counters[spec.name] = meter.create_counter(
                     spec.name, unit=spec.unit, description=spec.description
                 )
@@ -127,7 +130,7 @@ class OtelPipeline:
             schedule_delay_millis=self.cfg.span_delay_ms,
         )
 
-    def _otlp_readers(self) -> list[MetricReader]:
+    def _otlp_readers(self) -> list[FoldingReader]:
         if not self.cfg.otlp_metrics:
             return []
         if self.cfg.otlp:
@@ -138,17 +141,20 @@ class OtelPipeline:
             exporter = JsonLinesMetricExporter(self.cfg.metrics_file)
         self._metric_exporter = exporter
         return [
-            PeriodicExportingMetricReader(
+            _PeriodicReader(
                 GuardedMetricExporter(exporter, self.health),
                 export_interval_millis=self.cfg.metric_interval_ms,
             )
         ]
 
-    def _prometheus_readers(self) -> list[MetricReader]:
+    def _prometheus_readers(self) -> list[FoldingReader]:
         if self.cfg.prometheus_port is None:
             return []
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, start_http_server
+
+        class PrometheusReader(FoldingReader, PrometheusMetricReader):
+            pass
 
         # A private registry: two sidecars in one process must not collide.
         registry = CollectorRegistry(auto_describe=True)
@@ -159,7 +165,7 @@ class OtelPipeline:
             raise TelemetryError(
                 f"metrics_port: cannot serve metrics on {host}:{port}: {err.strerror or err}"
             ) from None
-        return [PrometheusMetricReader(registry=registry)]
+        return [PrometheusReader(registry=registry)]
 
     @property
     def metrics_port(self) -> int | None:
@@ -197,8 +203,9 @@ class OtelPipeline:
 
     # -- metrics ------------------------------------------------------------------
 
-    def record(self, spec: InstrumentSpec, value: float, attrs: Mapping[str, AttrValue]) -> None:
-        self._histograms[spec.name].record(value, attrs)
+    def histogram(self, spec: InstrumentSpec) -> FoldedHistogram:
+        """Where ``spec``'s values go: ``.record(key, values)``, no SDK call."""
+        return self.folded.by_name[spec.name]
 
     def add(self, spec: InstrumentSpec, value: int, attrs: Mapping[str, AttrValue]) -> None:
         self._counters[spec.name].add(value, attrs)

@@ -2,7 +2,8 @@
 listener that feed the OpenTelemetry pipeline.
 
 Everything here runs on the sidecar's loop and only computes and enqueues:
-span descriptions go to the SDK's bounded batch queue, measurements into the
+span descriptions go to the SDK's bounded batch queue, histogram values into
+the folded histograms (plain Python, :mod:`.histograms`), counts into the
 SDK's in-memory aggregation. Exports happen on the SDK's threads, so a slow
 or dead collector never delays a tick, a kill or the incident log.
 """
@@ -35,7 +36,6 @@ from trainprobe.sidecar.otel.measures import (
     step_observations,
     sync_observations,
     verdict_count,
-    worker_metric_attributes,
 )
 from trainprobe.sidecar.otel.resource_attrs import resource_attributes
 from trainprobe.sidecar.otel.trace_builder import TraceBuilder
@@ -80,6 +80,10 @@ class Telemetry:
         self.incidents = IncidentTracer(self.builder)
         self.failures: dict[str, int] = {}
         self._reports = 0
+        if pipeline.metrics:
+            self._steps = pipeline.histogram(STEP_DURATION)
+            self._syncs = pipeline.histogram(SYNC_DURATION)
+            self._arrival = pipeline.histogram(ARRIVAL_LAG)
 
     def _wall_minus_mono(self) -> float:
         return self._wall() - self._clock()
@@ -99,27 +103,17 @@ class Telemetry:
                 self.pipeline.emit(self.builder.on_report(state, report, self._wall_minus_mono()))
             if not self.pipeline.metrics:
                 return
-            attrs = worker_metric_attributes(state.hello)
-            for seconds in step_observations(report):
-                self.pipeline.record(STEP_DURATION, seconds, attrs)
-            for seconds, group, op in sync_observations(report):
-                self.pipeline.record(
-                    SYNC_DURATION,
-                    seconds,
-                    {**attrs, "trainprobe.collective.group": group, "trainprobe.collective.op": op},
-                )
+            # Keys in the order of each spec's attribute names (measures.py).
+            hello = state.hello
+            job, rank = hello.job_id, hello.rank
+            self._steps.record((job, rank), step_observations(report))
+            if report.sync is not None and report.sync.samples:
+                for seconds, group, op in sync_observations(report):
+                    self._syncs.record((job, rank, group, op), (seconds,))
             lags = self._lags
             while lags:
                 w, group, seconds, missed = lags.popleft()
-                self.pipeline.record(
-                    ARRIVAL_LAG,
-                    seconds,
-                    {
-                        **worker_metric_attributes(w.hello),
-                        "trainprobe.collective.group": group,
-                        "trainprobe.collective.missed": missed,
-                    },
-                )
+                self._arrival.record((w.hello.job_id, w.hello.rank, group, missed), (seconds,))
         except Exception:
             self._failed("report spans and metrics")
 

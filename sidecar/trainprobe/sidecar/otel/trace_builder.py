@@ -48,7 +48,11 @@ RECENT_COLLECTIVES = 512
 TRACED_STEPS = 8
 #: Workers remembered at most (least recently heard from go first); the sidecar
 #: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).
-MAX_WORKERS = 512
+#: Above a job's worker count, reports evict each other round-robin: every report
+#: then rebuilt its worker's state (the cost) and no worker kept the step history
+#: its incident spans need (the harm), so this is sized for job scale (issue 15:
+#: a relay upstream takes thousands of workers).
+MAX_WORKERS = 4096
 #: Incident-made spans remembered per worker.
 OPEN_SPANS = 64
 #: The clock mapping of a worker is kept until the estimate moves this much.
