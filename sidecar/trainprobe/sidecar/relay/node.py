@@ -204,9 +204,8 @@ class RelayNode:
 
     async def _relay_forever(self) -> None:
         backoff = Backoff()
-        # An outage is logged once per kind of failure: an unsafe directory
-        # that appears mid-outage still gets its line.
-        down_logged: type | None = None
+        # An outage is logged once; an unsafe directory met during it gets its own line.
+        down_logged = unsafe_logged = False
         while not self._done.is_set():
             error: Exception | None = None
             try:
@@ -216,14 +215,15 @@ class RelayNode:
             except Exception as err:
                 error = err
             if self.connected:  # a new outage: log it once, retry soon
-                self.connected, down_logged = False, None
+                self.connected, down_logged, unsafe_logged = False, False, False
                 backoff.reset()
-            permanent = isinstance(error, UnsafeSocketDir) or (
+            unsafe = isinstance(error, UnsafeSocketDir)
+            permanent = unsafe or (
                 isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
             )
-            if error is not None and type(error) is not down_logged:
+            if error is not None and not (unsafe_logged if unsafe else down_logged):
                 log.warning("relay to %s is down (%s); retrying", self.upstream, reason(error))
-                down_logged = type(error)
+                down_logged, unsafe_logged = True, unsafe_logged or unsafe
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._done.wait(), backoff.next_delay(permanent))
 
