@@ -255,10 +255,10 @@ class Engine:
                 if registry.get(key) is w:  # not a forgotten or replaced session
                     w.verdict, w.verdict_rule = Verdict.OK, ""
         for key, hit in worst.items():
-            w = registry.get(key)
-            if w is not None:
-                w.verdict, w.verdict_rule = hit.verdict, hit.rule
-                flagged[key] = w
+            state = registry.get(key)
+            if state is not None:
+                state.verdict, state.verdict_rule = hit.verdict, hit.rule
+                flagged[key] = state
 
     def _dispatch(
         self,
