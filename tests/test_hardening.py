@@ -177,7 +177,7 @@ def test_a_runtime_dir_another_user_controls_is_refused_by_the_sidecar() -> None
         env=child_env(TRAINPROBE_RUNTIME_DIR=str(evil)),  # the default socket lives here
         timeout=60,
     )
-    assert out.returncode == 1
+    assert out.returncode == 2  # refused like a bad argument (the CLI and relay node alike)
     lines = _errors(out.stderr)
     assert len(lines) == 1, out.stderr  # one line, no traceback
     assert lines[0].startswith("trainprobe-sidecar: error: refusing to listen on")

@@ -91,6 +91,25 @@ def socket_dir_problem(directory: Path) -> str | None:
     return None
 
 
+class UnsafeSocketDir(Exception):
+    """A Unix socket whose directory another user could write: refused.
+
+    The command-line programs print it as one line and exit with status 2.
+    """
+
+
+def check_socket_dir(ep: Endpoint, doing: str = "not connecting to") -> None:
+    """Raise :class:`UnsafeSocketDir` if ``ep`` is a Unix socket in a directory
+    :func:`socket_dir_problem` refuses. Every client of a sidecar socket (the
+    CLI, a relay node's upstream link) calls this before it connects: one that
+    connects through such a directory may be talking to an impostor."""
+    if ep.kind != "unix":
+        return
+    problem = socket_dir_problem(Path(ep.path).parent)
+    if problem is not None:
+        raise UnsafeSocketDir(f"{doing} {ep}: {problem}")
+
+
 def default_socket_path() -> Path:
     """The socket a stand-alone sidecar listens on when given no ``--listen``."""
     return runtime_dir() / "sidecar.sock"

@@ -23,7 +23,9 @@ from trainprobe.proto import (
     DEFAULT_TARGET_ENV,
     Endpoint,
     EndpointError,
+    UnsafeSocketDir,
     bearer_metadata,
+    check_socket_dir,
     default_socket_path,
     parse_endpoint,
     probe_pb2,
@@ -33,10 +35,6 @@ from trainprobe.proto import (
 
 def _endpoint(text: str | None) -> Endpoint:
     return parse_endpoint(text or os.environ.get(DEFAULT_TARGET_ENV) or str(default_socket_path()))
-
-
-def _target(text: str | None) -> str:
-    return _endpoint(text).grpc_target
 
 
 def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
@@ -64,7 +62,10 @@ def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
 
 
 def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, grpc.Channel]:
-    channel = grpc.insecure_channel(_target(args.target))
+    where = _endpoint(args.target)
+    # A socket in a directory another user could write may be an impostor's.
+    check_socket_dir(where)
+    channel = grpc.insecure_channel(where.grpc_target)
     token = args.token or os.environ.get("TRAINPROBE_TOKEN")
     metadata = bearer_metadata(token)
     return probe_pb2_grpc.SidecarStub(channel), metadata, channel
@@ -187,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--dot goes with --ray")
     try:
         stub, metadata, channel = _stub(args)
-    except EndpointError as err:
+    except (EndpointError, UnsafeSocketDir) as err:
         print(f"trainprobe: error: {err}", file=sys.stderr)
         return 2
     try:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trainprobe.proto import UnsafeSocketDir
 from trainprobe.sidecar.act.incident_log import IncidentLogError
 from trainprobe.sidecar.config.settings import (
     OPTIONS,
@@ -149,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if len(ok) == len(placed) else 1
     try:
         asyncio.run(serve(settings))
+    except UnsafeSocketDir as err:  # a refused setup, like a bad argument
+        print(f"trainprobe-sidecar: error: {err}", file=sys.stderr)
+        return 2
     except (ListenError, TelemetryError, IncidentLogError) as err:
         print(f"trainprobe-sidecar: error: {err}", file=sys.stderr)
         return 1

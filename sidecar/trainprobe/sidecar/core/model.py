@@ -283,9 +283,10 @@ class WorkerState:
         # and incrementally: a full min() only when the current minimum leaves
         # the window (it was 7% of the relayed upstream's core, bench_scale).
         offsets = self.offsets
-        evicted = offsets[0] if len(offsets) == offsets.maxlen else None
+        n = len(offsets)  # once: this runs for every report
+        evicted = offsets[0] if n == offsets.maxlen else None
         offsets.append(receipt_minus_send_s)
-        if len(offsets) == 1 or receipt_minus_send_s <= self.offset_s:
+        if n == 0 or receipt_minus_send_s <= self.offset_s:
             self.offset_s = receipt_minus_send_s
         elif evicted is not None and evicted <= self.offset_s:
             self.offset_s = min(offsets)

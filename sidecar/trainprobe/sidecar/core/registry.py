@@ -180,7 +180,7 @@ class Registry:
         if report.has_step and (not state.has_step or report.total_steps >= state.total_steps):
             state.has_step = True
             state.last_step = report.last_step
-            state.last_step_at = state.to_local(report.last_step_mono_ns)
+            state.last_step_at = report.last_step_mono_ns / 1e9 + state.offset_s  # to_local
         if report.total_steps > state.total_steps:
             state.total_steps = report.total_steps
         state.rate_points.append((now, report.total_steps))
@@ -243,11 +243,20 @@ class Registry:
                 w.fresh_after = resumed_at
 
     def forget_stale(self, now: float) -> list[WorkerState]:
-        """Drop ended sessions older than ``forget_after_s``."""
+        """Drop ended sessions older than ``forget_after_s``.
+
+        Runs every tick: it looks at the ended sessions only (``_ended`` holds
+        every session that is not connected), not at every live one.
+        """
+        if not self._ended:
+            return []
+        workers = self._workers
         gone = [
             w
-            for w in self._workers.values()
-            if not w.connected and now - max(w.ended_at, w.last_report_at) > self.forget_after_s
+            for key in self._ended
+            if (w := workers.get(key)) is not None
+            and not w.connected
+            and now - max(w.ended_at, w.last_report_at) > self.forget_after_s
         ]
         for w in gone:
             del self._workers[w.key]

@@ -100,13 +100,14 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
     contexts = job_contexts(workers, cfg.stall)
     # The heartbeat limit is never below heartbeat_timeout_s (heartbeat_limit_s).
     heartbeat_s = cfg.heartbeat_timeout_s
-    # Per job: its stall threshold, or None where a phase rules out the fast path.
-    stall_s: dict[str, float | None] = {
-        job: None if ctx.phase_holders else ctx.threshold.seconds for job, ctx in contexts.items()
+    # Per job: (its stall threshold, its last phase end), or None where a phase
+    # rules out the fast path; one lookup per worker.
+    fast: dict[str, tuple[float, float] | None] = {
+        job: None if ctx.phase_holders else (ctx.threshold.seconds, ctx.last_phase_end_at)
+        for job, ctx in contexts.items()
     }
     out: list[Finding] = []
     for w in workers:
-        job = w.hello.job_id
         if (
             w.has_step
             and now - w.last_report_at <= heartbeat_s
@@ -116,14 +117,13 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
             and not w.gpu_ratios
             and not w.killed_by_us
             and not w.ended
-            and (threshold_s := stall_s[job]) is not None
+            and (job_fast := fast[w.hello.job_id]) is not None
             and (w.last_report is None or w.last_report.sync is None)
-            and w.ingest_lag_s <= heartbeat_s
-            and now - w.ingest_lag_s - max(w.last_step_at, contexts[job].last_phase_end_at)
-            <= threshold_s
+            and (lag := w.ingest_lag_s) <= heartbeat_s
+            and now - lag - max(w.last_step_at, job_fast[1]) <= job_fast[0]
         ):
             continue
-        found = evaluate_worker(w, cfg, contexts[job], now)
+        found = evaluate_worker(w, cfg, contexts[w.hello.job_id], now)
         if found:
             out.extend(found)
     return out

@@ -50,14 +50,19 @@ class StepWindow:
         per sample cost more than the bisect and memmove it does).
         """
         fifo, ordered, maxlen = self._fifo, self._sorted, self.maxlen
+        # A full window stays full (each append follows a popleft): no len() a
+        # sample once it is, as it is for every worker past its first reports.
+        full = len(fifo) >= maxlen
         n = 0
         for x in xs:
             if x > 0:
-                if len(fifo) == maxlen:
+                if full:
                     del ordered[bisect_left(ordered, fifo.popleft())]
                 fifo.append(x)
                 insort(ordered, x)
                 n += 1
+                if not full:
+                    full = len(fifo) >= maxlen
         return n
 
     def __len__(self) -> int:

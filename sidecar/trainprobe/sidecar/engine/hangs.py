@@ -178,7 +178,9 @@ class HangResponder:
         self, workers: list[WorkerState], findings: list[Finding], now: float
     ) -> list[Opened]:
         """Act on this sidecar's culprits of a hang another sidecar detected first."""
-        if self.job_view is None:
+        # Every tick asks; with nothing heard from a coordinator (one sidecar
+        # per job, the common case) no pass over the workers is needed.
+        if self.job_view is None or not len(self.job_view):
             return []
         out = []
         for job_id in sorted({w.hello.job_id for w in workers}):

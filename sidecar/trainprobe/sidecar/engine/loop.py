@@ -136,6 +136,8 @@ class Engine:
         self.freeze_after_s = FREEZE_MIN_S
         self.freezes = 0
         self._last_tick_at: float | None = None
+        #: Sessions whose verdict is not OK (see _set_verdicts).
+        self._flagged: dict[WorkerKey, WorkerState] = {}
 
     def tick(self) -> list[Incident]:
         """One evaluation pass; returns the incidents it opened."""
@@ -148,7 +150,7 @@ class Engine:
         if gone:
             self._forget_ended_jobs(gone, workers)
         findings = evaluate(workers, self.rules, now)
-        self._set_verdicts(workers, findings)
+        self._set_verdicts(findings)
         fresh = self.episodes.new_findings(findings)
         incidents = []
         states: dict[WorkerKey, WorkerState] = {}
@@ -235,18 +237,28 @@ class Engine:
 
     # -- dispatch ----------------------------------------------------------------
 
-    def _set_verdicts(self, workers: list[WorkerState], findings: list[Finding]) -> None:
-        worst: dict[object, Finding] = {}
+    def _set_verdicts(self, findings: list[Finding]) -> None:
+        """Each worker's verdict: its worst finding's, else OK.
+
+        Most workers are and stay OK: only those with a finding now, or with
+        one until now (``_flagged``), are visited, not every worker each tick.
+        """
+        worst: dict[WorkerKey, Finding] = {}
         for f in findings:
             cur = worst.get(f.key)
             if cur is None or f.verdict.severity > cur.verdict.severity:
                 worst[f.key] = f
-        for w in workers:
-            hit = worst.get(w.key) if worst else None
-            if hit is not None:
-                w.verdict, w.verdict_rule = hit.verdict, hit.rule
-            elif w.verdict_rule:  # most workers are and stay OK: no write for them
-                w.verdict, w.verdict_rule = Verdict.OK, ""
+        flagged, registry = self._flagged, self.registry
+        if flagged:
+            for key in [k for k in flagged if k not in worst]:
+                w = flagged.pop(key)
+                if registry.get(key) is w:  # not a forgotten or replaced session
+                    w.verdict, w.verdict_rule = Verdict.OK, ""
+        for key, hit in worst.items():
+            state = registry.get(key)
+            if state is not None:
+                state.verdict, state.verdict_rule = hit.verdict, hit.rule
+                flagged[key] = state
 
     def _dispatch(
         self,

@@ -31,7 +31,9 @@ from trainprobe.proto import (
     PERMANENT_CODES,
     VERSION,
     Backoff,
+    UnsafeSocketDir,
     bearer_metadata,
+    check_socket_dir,
     parse_endpoint,
     probe_pb2,
 )
@@ -202,7 +204,8 @@ class RelayNode:
 
     async def _relay_forever(self) -> None:
         backoff = Backoff()
-        down_logged = False
+        # An outage is logged once; an unsafe directory met during it gets its own line.
+        down_logged = unsafe_logged = False
         while not self._done.is_set():
             error: Exception | None = None
             try:
@@ -212,16 +215,21 @@ class RelayNode:
             except Exception as err:
                 error = err
             if self.connected:  # a new outage: log it once, retry soon
-                self.connected, down_logged = False, False
+                self.connected, down_logged, unsafe_logged = False, False, False
                 backoff.reset()
-            permanent = isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
-            if error is not None and not down_logged:
+            unsafe = isinstance(error, UnsafeSocketDir)
+            permanent = unsafe or (
+                isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
+            )
+            if error is not None and not (unsafe_logged if unsafe else down_logged):
                 log.warning("relay to %s is down (%s); retrying", self.upstream, reason(error))
-                down_logged = True
+                down_logged, unsafe_logged = True, unsafe_logged or unsafe
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._done.wait(), backoff.next_delay(permanent))
 
     async def _relay_once(self) -> None:
+        # Again on every try: the directory may have been made, or opened up, since.
+        check_socket_dir(self.upstream, "not relaying to")
         async with grpc.aio.insecure_channel(
             self.upstream.grpc_target, options=MESSAGE_SIZE_OPTIONS
         ) as channel:
@@ -287,6 +295,8 @@ class RelayNode:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
+        # Whoever could write the upstream's directory could pose as the upstream.
+        check_socket_dir(self.upstream, "not relaying to")
         self._servers = await open_servers(
             self.settings.listen_addresses,
             self.settings.token,

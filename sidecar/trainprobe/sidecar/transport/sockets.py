@@ -21,6 +21,7 @@ import grpc
 
 from trainprobe.proto import (
     MESSAGE_SIZE_OPTIONS,
+    UnsafeSocketDir,
     ident_socket_path,
     parse_endpoint,
     socket_dir_problem,
@@ -35,6 +36,10 @@ SERVER_OPTIONS = [*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)]
 
 class ListenError(RuntimeError):
     """A listen address that cannot be served."""
+
+
+class UnsafeListenDir(ListenError, UnsafeSocketDir):
+    """A socket directory another user could write (the programs exit with 2)."""
 
 
 def prepare_unix_socket(path: Path) -> None:
@@ -52,7 +57,7 @@ def prepare_unix_socket(path: Path) -> None:
     if problem is not None and _tighten(path.parent):
         problem = socket_dir_problem(path.parent)
     if problem is not None:
-        raise ListenError(
+        raise UnsafeListenDir(
             f"refusing to listen on unix://{path}: {problem}; choose another --listen "
             "unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
         )
