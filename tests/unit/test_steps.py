@@ -7,6 +7,7 @@ import time
 import pytest
 
 from trainprobe.hooks.steps import (
+    MAX_RECENT_STEPS,
     RING_SIZE,
     PhaseRecord,
     PhaseTracker,
@@ -36,6 +37,21 @@ def test_windows_count_each_step_once_and_skip_the_first() -> None:
     w = reader.read([], [])
     assert (w.count, w.sum_s) == (1, 3.0)  # across the window boundary
     assert reader.read([], []).count == 0
+
+
+def test_a_rewind_resends_the_recent_steps_for_a_new_session() -> None:
+    """A restarted sidecar gets the step history its auto threshold needs."""
+    ring = StepRing()
+    reader = StepWindowReader(ring)
+    for i in range(300):
+        push(ring, (10 + i) * 10**9)
+    assert reader.read([], []).count == 299
+    assert reader.read([], []).recent_s == []  # nothing new
+    reader.rewind()
+    w = reader.read([], [])
+    assert len(w.recent_s) == MAX_RECENT_STEPS and w.recent_steps[-1] == 300
+    assert w.recent_s[0] == 0.0 and w.recent_s[1:] == [1.0] * (MAX_RECENT_STEPS - 1)
+    assert w.total_steps == 300 and reader.read([], []).recent_s == []
 
 
 def test_intervals_overlapping_a_phase_are_not_step_times() -> None:

@@ -240,6 +240,7 @@ class LivenessProbeHook(CollectiveMethods):
     # -- reporter thread -------------------------------------------------------
 
     def _make_hello(self) -> probe_pb2.Hello:
+        self._reader.rewind()  # a new session: resend the recent step times
         if not self._ray[0].job_id:  # Ray may have been initialized after the hook
             self._ray = ray_ids()
         ident = resolve_identity(*self._args, ray_info=self._ray)

@@ -129,6 +129,16 @@ class StepWindowReader:
         self._prev_end_ns = 0
         self._phases: list[PhaseRecord] = []
 
+    def rewind(self) -> None:
+        """Make the next window carry the last ``MAX_RECENT_STEPS`` steps again.
+
+        Called for each new session: a restarted sidecar has no step history,
+        so its auto stall threshold would wait out the warm-up (up to
+        ``startup_timeout_s``) for a rank that hung while it was down.
+        """
+        self._seen = max(0, self._ring.n - MAX_RECENT_STEPS)
+        self._prev_end_ns = 0
+
     def read(self, active: list[PhaseRecord], finished: list[PhaseRecord]) -> StepWindow:
         ring = self._ring
         n = ring.n
