@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,26 @@ def test_stack_file_must_be_a_regular_file_of_the_worker_in_the_runtime_dir() ->
         open_stack_file(str(good), os.getuid() + 1, [folder])
     with pytest.raises(PermissionError, match="runtime directory"):
         open_stack_file(str(good), os.getuid(), [short_tmpdir("other-")])
+
+
+def test_a_sidecar_slow_to_answer_still_gives_a_ticket() -> None:
+    """A loaded sidecar's event loop answered after more than the old 1 s wait
+    (fault matrix, load 50): the session then ran unverified, unkillable."""
+    folder = short_tmpdir("id-")
+    grpc_path = str(folder / "sidecar.sock")
+
+    async def run() -> tuple[bytes, TicketDesk]:
+        desk = TicketDesk()
+        await desk.listen(Path(ident_socket_path(grpc_path)))
+        try:
+            got: list[bytes] = []
+            hook = threading.Thread(target=lambda: got.append(fetch_ticket(f"unix://{grpc_path}")))
+            hook.start()
+            time.sleep(1.5)  # the loop is busy elsewhere while the hook waits
+            await asyncio.to_thread(hook.join)
+            return got[0], desk
+        finally:
+            await desk.close()
+
+    ticket, desk = asyncio.run(run())
+    assert len(ticket) == 16 and desk.redeem(ticket, os.getpid()) is not None

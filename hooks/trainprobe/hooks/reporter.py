@@ -202,7 +202,7 @@ class Reporter:
         ]
         # The kernel's word for our pid, so that the sidecar may act on this
         # process (b"" from an older sidecar or over TCP: an unverified session).
-        # Blocking, in this thread only: a local round trip, 1 s at worst.
+        # Blocking, in this thread only: a local round trip (TICKET_TIMEOUT_S at worst).
         ticket = fetch_ticket(self.target)
         async with grpc.aio.insecure_channel(self.target, options=options) as channel:
             stub = probe_pb2_grpc.SidecarStub(channel)

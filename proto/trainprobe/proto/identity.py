@@ -20,7 +20,14 @@ import socket
 
 from trainprobe.proto.endpoints import EndpointError, parse_endpoint
 
-__all__ = ["IDENT_SUFFIX", "TICKET_BYTES", "TICKET_MAGIC", "fetch_ticket", "ident_socket_path"]
+__all__ = [
+    "IDENT_SUFFIX",
+    "TICKET_BYTES",
+    "TICKET_MAGIC",
+    "TICKET_TIMEOUT_S",
+    "fetch_ticket",
+    "ident_socket_path",
+]
 
 #: Appended to a gRPC Unix socket's path to name its identity socket.
 IDENT_SUFFIX = ".id"
@@ -41,7 +48,13 @@ def ident_socket_path(socket_path: str) -> str:
     return path if len(path.encode()) <= _MAX_UNIX_PATH else ""
 
 
-def fetch_ticket(target: str, timeout_s: float = 1.0) -> bytes:
+#: How long the hook waits for a ticket. Generous: without one the whole session
+#: is unverified (no evidence from /proc, no signal: a hang is only asked to
+#: abort). The fault matrix at load 50 saw a 1 s wait run out once in 640 jobs.
+TICKET_TIMEOUT_S = 5.0
+
+
+def fetch_ticket(target: str, timeout_s: float = TICKET_TIMEOUT_S) -> bytes:
     """A ticket from the sidecar at ``target``; b"" if there is none to be had.
 
     Only Unix targets have an identity socket: a TCP worker's pid names
