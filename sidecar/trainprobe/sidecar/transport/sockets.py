@@ -51,6 +51,12 @@ def prepare_unix_socket(path: Path) -> None:
                 f"cannot create {path.parent} for unix://{path}: {err.strerror}; "
                 "choose another --listen unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
             ) from None
+    if not path.parent.is_symlink() and not path.parent.is_dir():
+        # A mistake in the path, not a directory another user controls: exit 1.
+        raise ListenError(
+            f"cannot listen on unix://{path}: {path.parent} is not a directory; choose "
+            "another --listen unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
+        )
     # Checked after mkdir: another user may have made it first (mkdir then
     # leaves theirs in place).
     problem = socket_dir_problem(path.parent)
