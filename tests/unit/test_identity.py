@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -118,20 +119,27 @@ def test_ticket_of_a_process_that_exited_is_refused() -> None:
     assert desk.redeem(ticket, child.pid) is None
 
 
-def test_identity_socket_names_the_connecting_process() -> None:
-    folder = short_tmpdir("id-")
-    grpc_path = str(folder / "sidecar.sock")
+def ticket_from_a_desk(
+    fetch: Callable[[str], Awaitable[bytes]],
+) -> tuple[str, bytes, TicketDesk]:
+    """A real identity socket served on this loop; ``fetch`` takes a ticket from it."""
+    grpc_path = str(short_tmpdir("id-") / "sidecar.sock")
 
     async def run() -> tuple[bytes, TicketDesk]:
         desk = TicketDesk()
         await desk.listen(Path(ident_socket_path(grpc_path)))
         try:
-            # The hook's call blocks its (reporter) thread: here, a worker thread.
-            return await asyncio.to_thread(fetch_ticket, f"unix://{grpc_path}"), desk
+            return await fetch(f"unix://{grpc_path}"), desk
         finally:
             await desk.close()
 
     ticket, desk = asyncio.run(run())
+    return grpc_path, ticket, desk
+
+
+def test_identity_socket_names_the_connecting_process() -> None:
+    # The hook's call blocks its (reporter) thread: here, a worker thread.
+    grpc_path, ticket, desk = ticket_from_a_desk(lambda t: asyncio.to_thread(fetch_ticket, t))
     assert len(ticket) == 16
     peer = desk.redeem(ticket, os.getpid())
     assert peer is not None and peer.uid == os.getuid()
@@ -181,21 +189,14 @@ def test_stack_file_must_be_a_regular_file_of_the_worker_in_the_runtime_dir() ->
 def test_a_sidecar_slow_to_answer_still_gives_a_ticket() -> None:
     """A loaded sidecar's event loop answered after more than the old 1 s wait
     (fault matrix, load 50): the session then ran unverified, unkillable."""
-    folder = short_tmpdir("id-")
-    grpc_path = str(folder / "sidecar.sock")
 
-    async def run() -> tuple[bytes, TicketDesk]:
-        desk = TicketDesk()
-        await desk.listen(Path(ident_socket_path(grpc_path)))
-        try:
-            got: list[bytes] = []
-            hook = threading.Thread(target=lambda: got.append(fetch_ticket(f"unix://{grpc_path}")))
-            hook.start()
-            time.sleep(1.5)  # the loop is busy elsewhere while the hook waits
-            await asyncio.to_thread(hook.join)
-            return got[0], desk
-        finally:
-            await desk.close()
+    async def busy_loop(target: str) -> bytes:
+        got: list[bytes] = []
+        hook = threading.Thread(target=lambda: got.append(fetch_ticket(target)))
+        hook.start()
+        time.sleep(1.5)  # the loop is busy elsewhere while the hook waits
+        await asyncio.to_thread(hook.join)
+        return got[0]
 
-    ticket, desk = asyncio.run(run())
+    _, ticket, desk = ticket_from_a_desk(busy_loop)
     assert len(ticket) == 16 and desk.redeem(ticket, os.getpid()) is not None
