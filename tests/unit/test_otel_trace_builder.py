@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from tests.otel_builders import MS, T0, WMM, apply, coll, hello, report
@@ -77,6 +78,17 @@ def test_a_resent_report_makes_no_duplicate_spans() -> None:
     again = report(2, [3], samples=(coll(2, 1, 1, 1), coll(3, 2, 1, 1)))
     spans = tb.on_report(apply(reg, h, again), again, WMM)
     assert sorted(s.attributes.get("trainprobe.collective.seq", 0) for s in spans) == [0, 2]
+
+
+def test_a_step_number_repeated_is_traced_once() -> None:
+    # A hook whose step numbers stay at 0 (or a client's garbage) sends many step
+    # times under one number: each was traced as a sampled step 0, 1,000 spans in
+    # one report, which overflowed the span queue and held the loop ~40 ms a report.
+    reg, tb = Registry(), TraceBuilder(every_n_steps=100)
+    base = report(1, list(range(1, 1001)))
+    r = dataclasses.replace(base, recent_steps=(0,) * 1000, last_step=0, total_steps=0)
+    spans = tb.on_report(apply(reg, hello(), r), r, WMM)
+    assert [s.attributes["trainprobe.step"] for s in spans] == [0]
 
 
 def test_collectives_become_children_of_their_step_whenever_they_arrive() -> None:

@@ -243,10 +243,12 @@ class TraceBuilder:
                 start_ns = last if last is not None else end_ns
             rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
             wt.steps.append(rec)
+            # A number seen already (a hook that counts no steps, or a client's
+            # garbage) is not a new step: tracing each would flood the span queue.
+            fresh = wt.last_step is None or number > wt.last_step
             wt.last_end_mono_ns, wt.last_step = end_ns, number
-            sampled = number % every == 0
-            if sampled or force:
-                out.extend(self._trace(wt, rec, clock, sampled))
+            if fresh and (force or number % every == 0):
+                out.extend(self._trace(wt, rec, clock, number % every == 0))
         for phase in report.finished_phases:
             out.append(self._phase_span(wt, phase, clock))
         return out
