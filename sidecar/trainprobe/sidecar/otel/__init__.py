@@ -12,8 +12,8 @@ reports it already receives. Layout:
   :mod:`.config`, :mod:`.health`;
 - adapters, imported only when exporters start: :mod:`.pipeline` (the SDK),
   :mod:`.folded_export` (the folded histograms into each reader's collection),
-  :mod:`.jsonlines` (OTLP-JSON files); :mod:`.telemetry` wires them to the
-  sidecar.
+  :mod:`.jsonlines` (OTLP-JSON files, written by :mod:`.otlp_json`);
+  :mod:`.telemetry` wires them to the sidecar.
 
 Importing this package does not import OpenTelemetry.
 """

@@ -28,6 +28,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from trainprobe.sidecar.otel.otlp_json import Unsupported, metrics_document, spans_document
+
 #: A file is rotated to ``<name>.1`` when it reaches this size.
 MAX_FILE_BYTES = 64 << 20
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -48,9 +50,26 @@ def _hex_ids(node: Any) -> Any:
 
 
 def otlp_json(message: Any) -> str:
-    """One OTLP/JSON line (without the newline) for an OTLP protobuf message."""
+    """One OTLP/JSON line (without the newline) for an OTLP protobuf message.
+
+    The library path: the exporters use it for what :mod:`.otlp_json` does not cover.
+    """
     data = MessageToDict(message, use_integers_for_enums=True)
     return json.dumps(_hex_ids(data), separators=(",", ":"))
+
+
+def spans_line(spans: Sequence[ReadableSpan]) -> str:
+    try:
+        return json.dumps(spans_document(spans), separators=(",", ":"))
+    except Unsupported:
+        return otlp_json(encode_spans(spans))
+
+
+def metrics_line(data: MetricsData) -> str:
+    try:
+        return json.dumps(metrics_document(data), separators=(",", ":"))
+    except Unsupported:
+        return otlp_json(encode_metrics(data))
 
 
 class JsonLinesFile:
@@ -87,7 +106,7 @@ class JsonLinesSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            self.file.append(otlp_json(encode_spans(spans)))
+            self.file.append(spans_line(spans))
         except (OSError, ValueError):
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -110,7 +129,7 @@ class JsonLinesMetricExporter(MetricExporter):
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         try:
-            self.file.append(otlp_json(encode_metrics(metrics_data)))
+            self.file.append(metrics_line(metrics_data))
         except (OSError, ValueError):
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
