@@ -109,14 +109,16 @@ class FoldedHistogram:
 
     # -- the report path (the sidecar's loop) ------------------------------------
 
-    def record(self, key: tuple[AttrValue, ...], values: Iterable[float]) -> None:
-        """Add ``values`` to the attribute set ``key`` (negative ones are dropped, as
-        the SDK drops them)."""
+    def record(
+        self, key: tuple[AttrValue, ...], values: Iterable[float], positive: bool = False
+    ) -> None:
+        """Add ``values`` to the attribute set ``key``. Negative ones are dropped, as
+        the SDK drops them; with ``positive``, zeros too."""
         bounds = self.bounds
         with self._lock:
             row = self._window.get(key)
             for v in values:
-                if v < 0:
+                if v <= 0 and (positive or v < 0):
                     continue
                 if row is None:
                     row = self._row(key)

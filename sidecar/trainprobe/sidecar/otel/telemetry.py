@@ -33,7 +33,6 @@ from trainprobe.sidecar.otel.measures import (
     GaugeSnapshot,
     action_count,
     gauge_snapshot,
-    step_observations,
     sync_observations,
     verdict_count,
 )
@@ -100,13 +99,17 @@ class Telemetry:
                 # Workers that said Goodbye need no incident spans any more.
                 self.builder.retain(w.hello for w in self._workers() if w.ended != "goodbye")
             if self.tracing:
-                self.pipeline.emit(self.builder.on_report(state, report, self._wall_minus_mono()))
+                spans = self.builder.on_report(state, report, self._wall_minus_mono)
+                if spans:
+                    self.pipeline.emit(spans)
             if not self.pipeline.metrics:
                 return
             # Keys in the order of each spec's attribute names (measures.py).
             hello = state.hello
             job, rank = hello.job_id, hello.rank
-            self._steps.record((job, rank), step_observations(report))
+            # The report's step times as they are: a 0 is a step the hook did not
+            # count (measures.step_observations), which positive= drops.
+            self._steps.record((job, rank), report.recent_step_s, positive=True)
             if report.sync is not None and report.sync.samples:
                 for seconds, group, op in sync_observations(report):
                     self._syncs.record((job, rank, group, op), (seconds,))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import (
@@ -167,6 +167,15 @@ class WorkerTrace:
         return self.steps[0].number - 1 if self.steps else 0
 
 
+#: The sidecar's ``time.time() - time.monotonic()``, or a function that gives it.
+WallMinusMono = float | Callable[[], float]
+
+
+def _clock(wt: WorkerTrace, state: WorkerState, wall_minus_mono_s: WallMinusMono) -> WallClock:
+    wmm = wall_minus_mono_s() if callable(wall_minus_mono_s) else wall_minus_mono_s
+    return wt.clock(state, wmm)
+
+
 def _key(hello: HelloData) -> tuple[str, int, int]:
     return (hello.job_id, hello.rank, hello.pid)
 
@@ -205,14 +214,20 @@ class TraceBuilder:
         return len(self._workers)
 
     def on_report(
-        self, state: WorkerState, report: ReportData, wall_minus_mono_s: float
+        self, state: WorkerState, report: ReportData, wall_minus_mono_s: WallMinusMono
     ) -> list[SpanDesc]:
-        """Spans completed by ``report`` (call after the registry applied it)."""
+        """Spans completed by ``report`` (call after the registry applied it).
+
+        ``wall_minus_mono_s`` (or a function giving it) maps times to the wall
+        clock; most reports trace nothing and never need it, so a function is
+        called only when a span is made.
+        """
         wt = self.worker(state.hello)
-        clock = wt.clock(state, wall_minus_mono_s)
         out: list[SpanDesc] = []
-        samples = report.sync.samples if report.sync is not None else ()
-        if samples:
+        clock: WallClock | None = None
+        sync = report.sync
+        if sync is not None and sync.samples:
+            samples = sync.samples
             if wt.traced:  # late collectives of steps traced already
                 newest = max(rec.end_mono_ns for rec in wt.traced)
                 for c in samples:
@@ -220,18 +235,21 @@ class TraceBuilder:
                         continue
                     for rec in wt.traced:
                         if rec.span is not None and rec.holds(c.start_mono_ns):
+                            clock = clock or _clock(wt, state, wall_minus_mono_s)
                             out.append(self._collective(wt, rec, c, clock))
                             break
             wt.add_collectives(samples)
         force = state.verdict is not Verdict.OK
         every = self.every_n_steps
+        steps = wt.steps
+        # Kept in locals over the loop (it runs for every step of every report).
+        last, last_step = wt.last_end_mono_ns, wt.last_step
         for number, end_ns, dur_s in zip(
             report.recent_steps,
             report.recent_step_end_mono_ns,
             report.recent_step_s,
             strict=False,
         ):
-            last = wt.last_end_mono_ns
             if last is not None and end_ns <= last:
                 continue  # seen already (a report resent after a reconnect)
             # Steps never overlap, so a collective belongs to one step at most.
@@ -242,14 +260,17 @@ class TraceBuilder:
             else:
                 start_ns = last if last is not None else end_ns
             rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
-            wt.steps.append(rec)
+            steps.append(rec)
             # A number seen already (a hook that counts no steps, or a client's
             # garbage) is not a new step: tracing each would flood the span queue.
-            fresh = wt.last_step is None or number > wt.last_step
-            wt.last_end_mono_ns, wt.last_step = end_ns, number
+            fresh = last_step is None or number > last_step
+            last, last_step = end_ns, number
             if fresh and (force or number % every == 0):
+                clock = clock or _clock(wt, state, wall_minus_mono_s)
                 out.extend(self._trace(wt, rec, clock, number % every == 0))
+        wt.last_end_mono_ns, wt.last_step = last, last_step
         for phase in report.finished_phases:
+            clock = clock or _clock(wt, state, wall_minus_mono_s)
             out.append(self._phase_span(wt, phase, clock))
         return out
 
