@@ -181,8 +181,8 @@ class IncidentTracer:
         links: list[LinkDesc],
     ) -> None:
         rank = st.hello.rank
-        if wt.steps:
-            last = wt.steps[-1]
+        last = wt.last_record()
+        if last is not None:
             out.extend(self.builder.trace_step(wt, last, clock))
             if last.span is not None:
                 links.append(last.span.link(**_why(rank, "last")))

@@ -80,7 +80,13 @@ class WorkerTrace:
     def __init__(self, hello: HelloData, local_host: str = "") -> None:
         self.hello = hello
         self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
-        self.steps: deque[StepRecord] = deque(maxlen=STEP_HISTORY)
+        #: (number, start ns, end ns, counted) of the last steps: plain tuples of
+        #: ints, which the garbage collector stops tracking. One StepRecord per step
+        #: (256 a worker) made every full collection scan ~250,000 objects at 1,000
+        #: workers: ~150 ms each, several a minute (issue 15).
+        self._steps: deque[tuple[int, int, int, bool]] = deque(maxlen=STEP_HISTORY)
+        #: The records of traced steps (they hold the span), by (number, end ns).
+        self._records: dict[tuple[int, int], StepRecord] = {}
         #: Recent collectives sorted by start (late arrivals are inserted), kept as
         #: plain tuples: the garbage collector need not scan thousands of them.
         self._colls: list[tuple[int, int, str, int, str, int, int]] = []
@@ -150,21 +156,46 @@ class WorkerTrace:
         if len(self.open_spans) > OPEN_SPANS:
             del self.open_spans[next(iter(self.open_spans))]
 
+    def add_step(self, number: int, start_ns: int, end_ns: int, counted: bool) -> None:
+        self._steps.append((number, start_ns, end_ns, counted))
+
+    def record(self, step: tuple[int, int, int, bool]) -> StepRecord:
+        """The record of a remembered step: the traced one if it was traced."""
+        rec = self._records.get((step[0], step[2]))
+        return rec if rec is not None else StepRecord(*step)
+
+    def keep(self, rec: StepRecord) -> None:
+        """Remember a traced step's record (and forget those older than the history)."""
+        records = self._records
+        records[(rec.number, rec.end_mono_ns)] = rec
+        if len(records) > STEP_HISTORY and self._steps:
+            oldest = self._steps[0][2]
+            for key in [k for k in records if k[1] < oldest]:
+                del records[key]
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """The remembered steps, oldest first (built on demand: incidents only)."""
+        return [self.record(t) for t in self._steps]
+
+    def last_record(self) -> StepRecord | None:
+        return self.record(self._steps[-1]) if self._steps else None
+
     def step_at(self, mono_ns: int) -> StepRecord | None:
         """The step whose interval (start, end] holds ``mono_ns``."""
-        for rec in reversed(self.steps):
-            if rec.end_mono_ns < mono_ns:
+        for step in reversed(self._steps):
+            if step[2] < mono_ns:
                 return None
-            if rec.start_mono_ns < mono_ns:
-                return rec
+            if step[1] < mono_ns:
+                return self.record(step)
         return None
 
     def step_before(self, mono_ns: int) -> int:
         """The number of the last step that ended at or before ``mono_ns``."""
-        for rec in reversed(self.steps):
-            if rec.end_mono_ns <= mono_ns:
-                return rec.number
-        return self.steps[0].number - 1 if self.steps else 0
+        for step in reversed(self._steps):
+            if step[2] <= mono_ns:
+                return step[0]
+        return self._steps[0][0] - 1 if self._steps else 0
 
 
 #: The sidecar's ``time.time() - time.monotonic()``, or a function that gives it.
@@ -241,7 +272,7 @@ class TraceBuilder:
             wt.add_collectives(samples)
         force = state.verdict is not Verdict.OK
         every = self.every_n_steps
-        steps = wt.steps
+        add_step = wt.add_step
         # Kept in locals over the loop (it runs for every step of every report).
         last, last_step = wt.last_end_mono_ns, wt.last_step
         for number, end_ns, dur_s in zip(
@@ -259,14 +290,14 @@ class TraceBuilder:
                     start_ns = last
             else:
                 start_ns = last if last is not None else end_ns
-            rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
-            steps.append(rec)
+            add_step(number, start_ns, end_ns, dur_s > 0)
             # A number seen already (a hook that counts no steps, or a client's
             # garbage) is not a new step: tracing each would flood the span queue.
             fresh = last_step is None or number > last_step
             last, last_step = end_ns, number
             if fresh and (force or number % every == 0):
                 clock = clock or _clock(wt, state, wall_minus_mono_s)
+                rec = StepRecord(number, start_ns, end_ns, dur_s > 0)
                 out.extend(self._trace(wt, rec, clock, number % every == 0))
         wt.last_end_mono_ns, wt.last_step = last, last_step
         for phase in report.finished_phases:
@@ -285,6 +316,7 @@ class TraceBuilder:
     ) -> list[SpanDesc]:
         rec.span = self._step_span(wt, rec, clock, sampled)
         wt.traced.append(rec)
+        wt.keep(rec)
         out = [rec.span]
         out.extend(self._collective(wt, rec, c, clock) for c in wt.collectives_in(rec))
         return out
