@@ -5,10 +5,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+import pytest
+
 from tests.otel_builders import MS, T0, WMM, apply, coll, hello, report
 from trainprobe.sidecar.core.model import PhaseData, RayInfo, Verdict
 from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.otel import TraceBuilder, span_id, step_trace_id, worker_attributes
+from trainprobe.sidecar.otel import (
+    TraceBuilder,
+    span_id,
+    step_trace_id,
+    trace_builder,
+    worker_attributes,
+)
 from trainprobe.sidecar.otel.trace_builder import RECENT_COLLECTIVES
 
 
@@ -89,6 +97,20 @@ def test_a_step_number_repeated_is_traced_once() -> None:
     r = dataclasses.replace(base, recent_steps=(0,) * 1000, last_step=0, total_steps=0)
     spans = tb.on_report(apply(reg, hello(), r), r, WMM)
     assert [s.attributes["trainprobe.step"] for s in spans] == [0]
+
+
+def test_the_workers_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_builder, "MAX_WORKERS", 3)
+    reg, tb = Registry(), TraceBuilder(every_n_steps=100)
+    hellos = [hello(rank=0, pid=100 + n, job=f"job{n}") for n in range(5)]
+    for h in hellos:
+        r = report(1, [1])
+        tb.on_report(apply(reg, h, r), r, WMM)
+    assert len(tb) == 3
+    # The first met went first; the latest are kept with their steps.
+    assert tb.known(hellos[0]) is None and tb.known(hellos[1]) is None
+    kept = tb.known(hellos[4])
+    assert kept is not None and [s.number for s in kept.steps] == [1]
 
 
 def test_collectives_become_children_of_their_step_whenever_they_arrive() -> None:

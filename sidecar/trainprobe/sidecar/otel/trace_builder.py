@@ -2,8 +2,8 @@
 
 Pure and single-threaded (it runs on the sidecar's loop), with bounded memory:
 per worker it remembers the last :data:`STEP_HISTORY` steps and the last
-:data:`RECENT_COLLECTIVES` collectives, and it forgets the least recently
-heard-from workers beyond :data:`MAX_WORKERS`.
+:data:`RECENT_COLLECTIVES` collectives, and beyond :data:`MAX_WORKERS` workers
+it forgets the one it met first.
 
 Most reports trace nothing, so the common path only appends: a collective is
 matched to its step when that step gets traced (it may have arrived before
@@ -19,7 +19,7 @@ crossed a rule: the step that never finished, or the window that was slow.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -46,7 +46,7 @@ STEP_HISTORY = 256
 RECENT_COLLECTIVES = 512
 #: Traced steps that a late collective is still matched against.
 TRACED_STEPS = 8
-#: Workers remembered at most (least recently heard from go first); the sidecar
+#: Workers remembered at most (the one met first goes first); the sidecar
 #: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).
 #: Above a job's worker count, reports evict each other round-robin: every report
 #: then rebuilt its worker's state (the cost) and no worker kept the step history
@@ -156,9 +156,6 @@ class WorkerTrace:
         if len(self.open_spans) > OPEN_SPANS:
             del self.open_spans[next(iter(self.open_spans))]
 
-    def add_step(self, number: int, start_ns: int, end_ns: int, counted: bool) -> None:
-        self._steps.append((number, start_ns, end_ns, counted))
-
     def record(self, step: tuple[int, int, int, bool]) -> StepRecord:
         """The record of a remembered step: the traced one if it was traced."""
         rec = self._records.get((step[0], step[2]))
@@ -220,16 +217,17 @@ class TraceBuilder:
         self.every_n_steps = every_n_steps
         #: The sidecar's host name: workers elsewhere get a trainprobe.host attribute.
         self.local_host = local_host
-        self._workers: OrderedDict[tuple[str, int, int], WorkerTrace] = OrderedDict()
+        #: In the order first met (a dict: no reordering on every report).
+        self._workers: dict[tuple[str, int, int], WorkerTrace] = {}
 
     def worker(self, hello: HelloData) -> WorkerTrace:
         key = _key(hello)
         wt = self._workers.get(key)
         if wt is None or (wt.hello is not hello and wt.hello != hello):
+            self._workers.pop(key, None)  # a new process on the key: met anew
             wt = self._workers[key] = WorkerTrace(hello, self.local_host)
             if len(self._workers) > MAX_WORKERS:
-                self._workers.popitem(last=False)
-        self._workers.move_to_end(key)
+                del self._workers[next(iter(self._workers))]
         return wt
 
     def known(self, hello: HelloData) -> WorkerTrace | None:
@@ -272,7 +270,7 @@ class TraceBuilder:
             wt.add_collectives(samples)
         force = state.verdict is not Verdict.OK
         every = self.every_n_steps
-        add_step = wt.add_step
+        add_step = wt._steps.append
         # Kept in locals over the loop (it runs for every step of every report).
         last, last_step = wt.last_end_mono_ns, wt.last_step
         for number, end_ns, dur_s in zip(
@@ -290,7 +288,7 @@ class TraceBuilder:
                     start_ns = last
             else:
                 start_ns = last if last is not None else end_ns
-            add_step(number, start_ns, end_ns, dur_s > 0)
+            add_step((number, start_ns, end_ns, dur_s > 0))
             # A number seen already (a hook that counts no steps, or a client's
             # garbage) is not a new step: tracing each would flood the span queue.
             fresh = last_step is None or number > last_step
