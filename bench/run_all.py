@@ -52,6 +52,21 @@ EXTRA = [
     ["bench_fuzz_soak.py", "--json", "bench/results/fuzz_soak.json"],
     # Issue 15: what arrival lag costs per report at 1,000 workers.
     ["bench_arrival.py", "--workers", "1000", "--collectives", "8"],
+    # Issue 15: the sidecar's CPU per report at job scale, telemetry on (the
+    # default) and off, next to the machine's speed and gRPC's own share.
+    ["speed_probe.py"],
+    *(
+        [
+            "bench_scale.py",
+            *("--telemetry", telemetry, "--relay-workers-per-node", "8"),
+            *("--relay-interval-ms", "200", "--workers", "1000", "--issue-times", "8"),
+            *("--duration", "8", "--warmup", "3", "--profile-workers", "0"),
+        ]
+        for telemetry in ("on", "off", "on", "off")
+    ),
+    *(["bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
+    ["bench_grpc_relay.py", "--parse"],
+    ["speed_probe.py"],
 ]
 BENCHES = (
     "report_path",
