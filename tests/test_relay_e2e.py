@@ -162,3 +162,21 @@ def test_node_sigterm_leaves_workers_alone() -> None:
         assert w.procs[0].poll() is None
         os.kill(w.pids[0], 0)
         assert not up.incidents()
+
+
+def test_a_long_relay_interval_makes_no_healthy_rank_unresponsive() -> None:
+    # The upstream judges a relayed rank's silence from when its reports were sent:
+    # a node that batches every 2.5 s (within the option's range) must not make
+    # healthy ranks look silent, nor count against them as stale evidence.
+    up = SidecarProcess(short_tmpdir("tpup-"))
+    node = SidecarProcess(
+        short_tmpdir("tpnode-"), "--relay-to", up.target, "--relay-interval-ms", "2500"
+    )
+    with up, node:
+        args = ["--steps", "1000", "--step-s", "0.02"]
+        with Workers(2, node.target, short_tmpdir(), job_id="rslow", args=args) as w:
+            wait_for(lambda: len(_workers(up, "rslow")) == 2, 60)
+            codes = w.wait(120)
+            assert codes == [0, 0], codes
+        bad = [r for r in up.incidents() if r.get("verdict") not in (None, "OK", "DEAD")]
+        assert not bad, bad

@@ -17,7 +17,7 @@ from trainprobe.sidecar.otel import (
     trace_builder,
     worker_attributes,
 )
-from trainprobe.sidecar.otel.trace_builder import RECENT_COLLECTIVES
+from trainprobe.sidecar.otel.worker_trace import RECENT_COLLECTIVES
 
 
 def test_trace_id_is_the_documented_hash_of_job_and_step() -> None:

@@ -5,7 +5,8 @@ reports it already receives. Layout:
 
 - pure (no OpenTelemetry import, unit-tested on their own): :mod:`.ids`
   (deterministic trace/span ids), :mod:`.spans` (span descriptions),
-  :mod:`.trace_builder` (step, collective and phase spans from reports),
+  :mod:`.trace_builder` (step, collective and phase spans from reports) and
+  :mod:`.worker_trace` (what it remembers of each worker),
   :mod:`.incident_spans` (incident, evidence and action spans),
   :mod:`.measures` (instruments and values), :mod:`.histograms` (histograms
   folded per report, read once per collection), :mod:`.resource_attrs`,

@@ -33,7 +33,8 @@ from trainprobe.sidecar.otel.spans import (
     open_step_span,
     phase_span,
 )
-from trainprobe.sidecar.otel.trace_builder import TraceBuilder, WorkerTrace
+from trainprobe.sidecar.otel.trace_builder import TraceBuilder
+from trainprobe.sidecar.otel.worker_trace import WorkerTrace
 
 #: Verdicts that mean the worker stopped making progress.
 STOPPED = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE, Verdict.DEAD})

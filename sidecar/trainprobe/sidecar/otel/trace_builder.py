@@ -18,10 +18,7 @@ crossed a rule: the step that never finished, or the window that was slow.
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import (
     CollectiveData,
@@ -33,19 +30,14 @@ from trainprobe.sidecar.core.model import (
 )
 from trainprobe.sidecar.otel.ids import step_trace_id
 from trainprobe.sidecar.otel.spans import (
-    AttrValue,
     SpanDesc,
     WallClock,
     collective_span,
     phase_span,
     step_span,
-    worker_attributes,
 )
+from trainprobe.sidecar.otel.worker_trace import StepRecord, WorkerTrace
 
-STEP_HISTORY = 256
-RECENT_COLLECTIVES = 512
-#: Traced steps that a late collective is still matched against.
-TRACED_STEPS = 8
 #: Workers remembered at most (the one met first goes first); the sidecar
 #: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).
 #: Above a job's worker count, reports evict each other round-robin: every report
@@ -53,147 +45,6 @@ TRACED_STEPS = 8
 #: its incident spans need (the harm), so this is sized for job scale (issue 15:
 #: a relay upstream takes thousands of workers).
 MAX_WORKERS = 4096
-#: Incident-made spans remembered per worker.
-OPEN_SPANS = 64
-#: The clock mapping of a worker is kept until the estimate moves this much.
-REPIN_S = 0.001
-
-
-@dataclass(slots=True)
-class StepRecord:
-    number: int
-    start_mono_ns: int
-    end_mono_ns: int
-    counted: bool
-    span: SpanDesc | None = None
-    #: The clock mapping its span used: its collectives use the same one, so they
-    #: stay inside their step even if the offset estimate moves meanwhile.
-    clock: WallClock | None = None
-
-    def holds(self, mono_ns: int) -> bool:
-        return self.start_mono_ns < mono_ns <= self.end_mono_ns
-
-
-class WorkerTrace:
-    """What the builder remembers about one worker process."""
-
-    def __init__(self, hello: HelloData, local_host: str = "") -> None:
-        self.hello = hello
-        self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
-        #: (number, start ns, end ns, counted) of the last steps: plain tuples of
-        #: ints, which the garbage collector stops tracking. One StepRecord per step
-        #: (256 a worker) made every full collection scan ~250,000 objects at 1,000
-        #: workers: ~150 ms each, several a minute (issue 15).
-        self._steps: deque[tuple[int, int, int, bool]] = deque(maxlen=STEP_HISTORY)
-        #: The records of traced steps (they hold the span), by (number, end ns).
-        self._records: dict[tuple[int, int], StepRecord] = {}
-        #: Recent collectives sorted by start (late arrivals are inserted), kept as
-        #: plain tuples: the garbage collector need not scan thousands of them.
-        self._colls: list[tuple[int, int, str, int, str, int, int]] = []
-        self._starts: list[int] = []
-        #: (group, seq) of the remembered ones: a resent sample is not added twice.
-        self._keys: set[tuple[str, int]] = set()
-        self.traced: deque[StepRecord] = deque(maxlen=TRACED_STEPS)
-        self.last_end_mono_ns: int | None = None
-        self.last_step: int | None = None
-        #: Spans made for incidents, by (kind, key), so two incidents share them.
-        self.open_spans: dict[tuple[str, object], SpanDesc] = {}
-        self._clock: WallClock | None = None
-
-    def clock(self, state: WorkerState, wall_minus_mono_s: float) -> WallClock:
-        """The worker-to-wall mapping, pinned so that its spans keep the worker's own
-        time differences (the offset estimate wobbles by the report delay).
-
-        A worker in this sidecar's PID namespace shares its CLOCK_MONOTONIC:
-        its offset is exactly 0. Others use the registry's min-delay estimate.
-        """
-        offset = 0.0 if state.local else state.offset_s
-        pinned = self._clock
-        if (
-            pinned is None
-            or abs(pinned.worker_offset_s - offset) > REPIN_S
-            or abs(pinned.wall_minus_mono_s - wall_minus_mono_s) > REPIN_S
-        ):
-            pinned = self._clock = WallClock(wall_minus_mono_s, offset)
-        return pinned
-
-    def add_collectives(self, samples: Iterable[CollectiveData]) -> None:
-        starts, colls, keys = self._starts, self._colls, self._keys
-        for c in samples:
-            if (c.group, c.seq) in keys:
-                continue
-            keys.add((c.group, c.seq))
-            row = (c.start_mono_ns, c.end_mono_ns, c.group, c.seq, c.op, c.bytes, c.step)
-            if not starts or c.start_mono_ns >= starts[-1]:
-                starts.append(c.start_mono_ns)
-                colls.append(row)
-            else:
-                i = bisect.bisect_right(starts, c.start_mono_ns)
-                starts.insert(i, c.start_mono_ns)
-                colls.insert(i, row)
-        if len(starts) > 2 * RECENT_COLLECTIVES:  # trim in bulk: amortized O(1)
-            del starts[:-RECENT_COLLECTIVES], colls[:-RECENT_COLLECTIVES]
-            self._keys = {(row[2], row[3]) for row in colls}
-
-    def collectives_in(self, rec: StepRecord) -> list[CollectiveData]:
-        """Remembered collectives that started within the step."""
-        lo = bisect.bisect_right(self._starts, rec.start_mono_ns)
-        hi = bisect.bisect_right(self._starts, rec.end_mono_ns)
-        return [
-            CollectiveData(group, seq, op, size, start, end, step)
-            for start, end, group, seq, op, size, step in self._colls[lo:hi]
-        ]
-
-    def has_collective(self, c: CollectiveData) -> bool:
-        return (c.group, c.seq) in self._keys
-
-    @property
-    def remembered_collectives(self) -> int:
-        return len(self._starts)
-
-    def remember(self, key: tuple[str, object], span: SpanDesc) -> None:
-        self.open_spans[key] = span
-        if len(self.open_spans) > OPEN_SPANS:
-            del self.open_spans[next(iter(self.open_spans))]
-
-    def record(self, step: tuple[int, int, int, bool]) -> StepRecord:
-        """The record of a remembered step: the traced one if it was traced."""
-        rec = self._records.get((step[0], step[2]))
-        return rec if rec is not None else StepRecord(*step)
-
-    def keep(self, rec: StepRecord) -> None:
-        """Remember a traced step's record (and forget those older than the history)."""
-        records = self._records
-        records[(rec.number, rec.end_mono_ns)] = rec
-        if len(records) > STEP_HISTORY and self._steps:
-            oldest = self._steps[0][2]
-            for key in [k for k in records if k[1] < oldest]:
-                del records[key]
-
-    @property
-    def steps(self) -> list[StepRecord]:
-        """The remembered steps, oldest first (built on demand: incidents only)."""
-        return [self.record(t) for t in self._steps]
-
-    def last_record(self) -> StepRecord | None:
-        return self.record(self._steps[-1]) if self._steps else None
-
-    def step_at(self, mono_ns: int) -> StepRecord | None:
-        """The step whose interval (start, end] holds ``mono_ns``."""
-        for step in reversed(self._steps):
-            if step[2] < mono_ns:
-                return None
-            if step[1] < mono_ns:
-                return self.record(step)
-        return None
-
-    def step_before(self, mono_ns: int) -> int:
-        """The number of the last step that ended at or before ``mono_ns``."""
-        for step in reversed(self._steps):
-            if step[2] <= mono_ns:
-                return step[0]
-        return self._steps[0][0] - 1 if self._steps else 0
-
 
 #: The sidecar's ``time.time() - time.monotonic()``, or a function that gives it.
 WallMinusMono = float | Callable[[], float]
