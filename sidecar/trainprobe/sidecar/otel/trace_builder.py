@@ -121,7 +121,7 @@ class TraceBuilder:
             wt.add_collectives(samples)
         force = state.verdict is not Verdict.OK
         every = self.every_n_steps
-        add_step = wt._steps.append
+        add_step = wt.history.append
         # Kept in locals over the loop (it runs for every step of every report).
         last, last_step = wt.last_end_mono_ns, wt.last_step
         for number, end_ns, dur_s in zip(

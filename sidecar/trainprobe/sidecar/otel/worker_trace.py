@@ -49,9 +49,9 @@ class WorkerTrace:
         self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
         #: (number, start ns, end ns, counted) of the last steps: plain tuples of
         #: ints, which the garbage collector stops tracking. One StepRecord per step
-        #: (256 a worker) made every full collection scan ~250,000 objects at 1,000
-        #: workers: ~150 ms each, several a minute (issue 15).
-        self._steps: deque[tuple[int, int, int, bool]] = deque(maxlen=STEP_HISTORY)
+        #: (256 a worker) gave every collection that reached them ~250,000 more
+        #: objects to scan at 1,000 workers (issue 15).
+        self.history: deque[tuple[int, int, int, bool]] = deque(maxlen=STEP_HISTORY)
         #: The records of traced steps (they hold the span), by (number, end ns).
         self._records: dict[tuple[int, int], StepRecord] = {}
         #: Recent collectives sorted by start (late arrivals are inserted), kept as
@@ -132,22 +132,22 @@ class WorkerTrace:
         """Remember a traced step's record (and forget those older than the history)."""
         records = self._records
         records[(rec.number, rec.end_mono_ns)] = rec
-        if len(records) > STEP_HISTORY and self._steps:
-            oldest = self._steps[0][2]
+        if len(records) > STEP_HISTORY and self.history:
+            oldest = self.history[0][2]
             for key in [k for k in records if k[1] < oldest]:
                 del records[key]
 
     @property
     def steps(self) -> list[StepRecord]:
         """The remembered steps, oldest first (built on demand: incidents only)."""
-        return [self.record(t) for t in self._steps]
+        return [self.record(t) for t in self.history]
 
     def last_record(self) -> StepRecord | None:
-        return self.record(self._steps[-1]) if self._steps else None
+        return self.record(self.history[-1]) if self.history else None
 
     def step_at(self, mono_ns: int) -> StepRecord | None:
         """The step whose interval (start, end] holds ``mono_ns``."""
-        for step in reversed(self._steps):
+        for step in reversed(self.history):
             if step[2] < mono_ns:
                 return None
             if step[1] < mono_ns:
@@ -156,7 +156,7 @@ class WorkerTrace:
 
     def step_before(self, mono_ns: int) -> int:
         """The number of the last step that ended at or before ``mono_ns``."""
-        for step in reversed(self._steps):
+        for step in reversed(self.history):
             if step[2] <= mono_ns:
                 return step[0]
-        return self._steps[0][0] - 1 if self._steps else 0
+        return self.history[0][0] - 1 if self.history else 0
