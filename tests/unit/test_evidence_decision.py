@@ -4,6 +4,7 @@ every time is a number passed in."""
 
 from __future__ import annotations
 
+from tests.core_builders import connected
 from trainprobe.sidecar.core.culprit import (
     INCONCLUSIVE,
     MISMATCH,
@@ -22,9 +23,11 @@ from trainprobe.sidecar.core.evidence import (
     assess,
     classify_frames,
     definitive_reason,
+    heard_every_ms,
     stale_after_s,
 )
 from trainprobe.sidecar.core.patience import AUTO_FLOOR_S, PatienceBook
+from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.stackframes import Frame, parse_stacks, training_thread
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -183,6 +186,17 @@ def test_a_stale_report_is_analysed_as_unresponsive_not_at_its_old_collective() 
     assert out.kind == UNRESPONSIVE and out.culprits == (1,) and out.confidence >= 0.95
     # Stale means older than 2.5 report intervals (at least 1 s).
     assert stale_after_s(1000) == 2.5 and stale_after_s(100) == 1.0
+
+
+def test_a_relayed_rank_is_stale_only_after_its_nodes_batch_interval() -> None:
+    # A node batching every 2.5 s hands over reports up to ~2.6 s old: taken as
+    # the hook's 100 ms cadence, every healthy relayed rank read as silent.
+    w = connected(Registry(), interval_ms=100)
+    assert heard_every_ms(w) == 100 and stale_after_s(heard_every_ms(w)) == 1.0
+    w.relay_interval_ms = 200  # the default batch interval changes nothing
+    assert stale_after_s(heard_every_ms(w)) == 1.0
+    w.relay_interval_ms = 2500
+    assert heard_every_ms(w) == 2500 and stale_after_s(heard_every_ms(w)) == 6.25
 
 
 STRAGGLER_1 = Diagnosis(STRAGGLER, (1,), (0,), 0.95, "rank 1 never entered allreduce #5")

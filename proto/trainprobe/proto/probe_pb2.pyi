@@ -431,12 +431,14 @@ class DiagnoseReply(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ..., truncated_chars: _Optional[int] = ...) -> None: ...
 
 class RelayBatch(_message.Message):
-    __slots__ = ("items", "dropped_reports")
+    __slots__ = ("items", "dropped_reports", "interval_ms")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[RelayItem]
     dropped_reports: int
-    def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ...) -> None: ...
+    interval_ms: int
+    def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., interval_ms: _Optional[int] = ...) -> None: ...
 
 class RelayItem(_message.Message):
     __slots__ = ("stream_id", "message", "ended", "kill_result")

@@ -22,6 +22,7 @@ from trainprobe.sidecar.core.evidence import (
     RankEvidence,
     StackSample,
     assess,
+    heard_every_ms,
     stale_after_s,
 )
 from trainprobe.sidecar.core.model import WorkerState
@@ -96,7 +97,7 @@ class EvidenceGatherer:
                 list(self._procs.get(w.hello.rank, ())),
                 list(self._frames.get(w.hello.rank, ())),
                 reporter_alive=w.connected
-                and now - w.last_report_at <= stale_after_s(w.hello.interval_ms),
+                and now - w.last_report_at <= stale_after_s(heard_every_ms(w)),
             )
             for w in states
         }

@@ -22,6 +22,7 @@ from trainprobe.sidecar.core.evidence import (
     assess,
     classify_frames,
     definitive_reason,
+    heard_every_ms,
     stale_after_s,
 )
 from trainprobe.sidecar.core.incidents import (
@@ -132,6 +133,7 @@ __all__ = [
     "definitive_reason",
     "evaluate",
     "group_incidents",
+    "heard_every_ms",
     "is_destructive",
     "job_contexts",
     "judge",

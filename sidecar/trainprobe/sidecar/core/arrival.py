@@ -202,7 +202,8 @@ class ArrivalTracker:
             opened = grp.open
             grp.members[rank] = state
             grp.issued[rank] = g.issued
-            wait = 3.0 * hello.interval_ms / 1000.0
+            # Three report intervals, or relay batches when those are longer.
+            wait = 3.0 * max(hello.interval_ms, state.relay_interval_ms) / 1000.0
             if wait > grp.close_after_s:
                 grp.close_after_s = wait
             starts = g.started_mono_ns

@@ -220,6 +220,9 @@ class WorkerState:
     #: The relay route when the session came over a node sidecar's Relay stream
     #: (its node signals the process); None for a direct Connect stream.
     relay: Any = None
+    #: The relaying node's batch interval (0: not relayed, or a node that does not
+    #: say): this sidecar hears from the worker this often at best.
+    relay_interval_ms: int = 0
     #: "", "goodbye", "vanished" or "rejected".
     ended: str = ""
     ended_at: float = 0.0

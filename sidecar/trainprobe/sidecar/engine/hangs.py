@@ -29,7 +29,7 @@ from trainprobe.sidecar.core.episodes import (
     JobEpisodes,
     plan_targets,
 )
-from trainprobe.sidecar.core.evidence import stale_after_s
+from trainprobe.sidecar.core.evidence import heard_every_ms, stale_after_s
 from trainprobe.sidecar.core.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
@@ -97,7 +97,7 @@ class HangResponder:
         """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
         return [
             summarize(
-                w, now, min(heartbeat_limit_s(w, self.rules), stale_after_s(w.hello.interval_ms))
+                w, now, min(heartbeat_limit_s(w, self.rules), stale_after_s(heard_every_ms(w)))
             )
             for w in self.registry
             if w.hello.job_id == job_id

@@ -200,7 +200,11 @@ class RelayNode:
         items, dropped = self.buffer.take()
         if not items and not dropped:
             return None
-        return probe_pb2.RelayBatch(items=[item_pb(i) for i in items], dropped_reports=dropped)
+        return probe_pb2.RelayBatch(
+            items=[item_pb(i) for i in items],
+            dropped_reports=dropped,
+            interval_ms=self.settings.relay_interval_ms,
+        )
 
     async def _relay_forever(self) -> None:
         backoff = Backoff()

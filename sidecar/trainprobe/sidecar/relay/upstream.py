@@ -38,6 +38,9 @@ RELAY_LOST = "relay_lost"
 #: Beyond the kill grace, how long the node has to report a kill's outcome
 #: (terminate() waits up to 10 s for the pid to go after SIGKILL).
 RELAY_KILL_MARGIN_S = 12.0
+#: The longest batch interval taken from a node (the node's own option allows
+#: 10 s): beyond it a node could keep its silent workers looking fresh.
+MAX_RELAY_INTERVAL_MS = 10_000
 _parse_worker_message = safe_parser(probe_pb2.WorkerMessage)
 
 
@@ -50,6 +53,8 @@ class NodeStream:
         self.open = True
         self._kills: dict[int, asyncio.Future[probe_pb2.RelayKillResult | None]] = {}
         self._ids = itertools.count(1)
+        #: The node's batch interval as it last said (bounded by MAX_RELAY_INTERVAL_MS).
+        self.interval_ms = 0
 
     async def kill(self, stream_id: int, pid: int, grace_s: float) -> dict[str, object]:
         """Have the node signal the worker's pid; its outcome as a kill record."""
@@ -164,6 +169,8 @@ class RelayUpstream:
             if batch.dropped_reports:
                 self.dropped_reports += batch.dropped_reports
                 log.warning("relay %s dropped %d reports", link.peer, batch.dropped_reports)
+            if batch.interval_ms != link.interval_ms:
+                self._interval(link, sessions, batch.interval_ms)
             for item in batch.items:
                 entry = session(item.stream_id)
                 # The common case, kept short: a message of an open session. Its
@@ -218,7 +225,18 @@ class RelayUpstream:
             self._refuse(link, refused, sid, refusal)
             return
         sessions[sid] = (state, state.generation)
+        state.relay_interval_ms = min(link.interval_ms, MAX_RELAY_INTERVAL_MS)
         self.servicer.commander.attach(state.key, state.generation, route)
+
+    @staticmethod
+    def _interval(
+        link: NodeStream, sessions: dict[int, tuple[WorkerState, int]], interval_ms: int
+    ) -> None:
+        """The node said a new batch interval (its first batch, or a node restarted
+        with another setting): its workers are heard from that often at best."""
+        link.interval_ms = interval_ms
+        for state, _ in sessions.values():
+            state.relay_interval_ms = min(interval_ms, MAX_RELAY_INTERVAL_MS)
 
     def _close(
         self,
