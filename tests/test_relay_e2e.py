@@ -177,27 +177,29 @@ def _diagnosis(up: SidecarProcess, job: str) -> dict:  # type: ignore[type-arg]
 
 
 def test_a_long_relay_interval_makes_no_healthy_rank_unresponsive() -> None:
-    # A node batching every 2.5 s (within the option's range) hands the upstream
-    # reports up to ~2.6 s old. Neither the heartbeat rule (it judges from when a
-    # report was sent) nor the culprit analysis (it took a report over 1 s old for
-    # a silent rank, so a healthy relayed rank could be named the culprit of
-    # another rank's hang) may take that for silence.
+    # A node batching every 4 s (within the option's range) hands the upstream
+    # reports up to ~4 s old. Neither the heartbeat rule (it gave UNRESPONSIVE past
+    # 3 s) nor the culprit analysis (it took a report over 1 s old for a silent
+    # rank, so a healthy relayed rank could be named the culprit of another
+    # rank's hang) may take that for silence.
     up = SidecarProcess(short_tmpdir("tpup-"))
     node = SidecarProcess(
-        short_tmpdir("tpnode-"), "--relay-to", up.target, "--relay-interval-ms", "2500"
+        short_tmpdir("tpnode-"), "--relay-to", up.target, "--relay-interval-ms", "4000"
     )
     with up, node:
-        args = ["--steps", "1000", "--step-s", "0.02"]
+        args = ["--steps", "1500", "--step-s", "0.02"]
         with Workers(2, node.target, short_tmpdir(), job_id="rslow", args=args) as w:
             wait_for(lambda: len(_workers(up, "rslow")) == 2, 60)
             silent = []
-            for _ in range(12):  # about 6 s: more than two batch intervals
+            for _ in range(20):  # about 10 s: more than two batch intervals
                 time.sleep(0.5)
                 diag = _diagnosis(up, "rslow")
-                if diag.get("kind") != "healthy":
+                # Between hangs the analysis may read ranks a few steps apart as a
+                # straggler (it is asked only once a rule fires); silence it must not see.
+                if diag.get("kind") == "unresponsive":
                     silent.append(diag)
             codes = w.wait(120)
             assert codes == [0, 0], codes
-        assert not silent, silent[0]
+        assert not silent, [(d["kind"], d["summary"]) for d in silent]
         bad = [r for r in up.incidents() if r.get("verdict") not in (None, "OK", "DEAD")]
-        assert not bad, bad
+        assert not bad, [(r["rule"], r["verdict"], r.get("ranks")) for r in bad]

@@ -23,9 +23,9 @@ from trainprobe.sidecar.core.evidence import (
     assess,
     classify_frames,
     definitive_reason,
-    heard_every_ms,
     stale_after_s,
 )
+from trainprobe.sidecar.core.model import heard_every_ms
 from trainprobe.sidecar.core.patience import AUTO_FLOOR_S, PatienceBook
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.stackframes import Frame, parse_stacks, training_thread

@@ -53,6 +53,32 @@ def test_heartbeat_limit_is_at_least_three_intervals() -> None:
     assert rules(evaluate(reg, RuleConfig(heartbeat_timeout_s=10), T0 + 15.1)) == {(0, "heartbeat")}
 
 
+def test_a_relayed_rank_is_judged_by_its_nodes_batch_interval() -> None:
+    # A node batching every 4 s hands over its ranks' reports that often: silence
+    # and a still step count between two batches are the wait, not the rank.
+    def judged(relay_ms: int, at: float) -> set[tuple[int, str]]:
+        reg = Registry()
+        t = stepping(reg, 0, 5, 1.0)
+        w = reg.get(next(iter(reg)).key)
+        w.relay_interval_ms = relay_ms
+        cfg = RuleConfig(heartbeat_timeout_s=3, stall=StallPolicy(timeout_s=3))
+        return rules(evaluate(reg, cfg, t + at))
+
+    assert judged(0, 3.5) == {(0, "heartbeat")}  # a direct stream: silent
+    assert judged(4000, 3.5) == set()  # relayed every 4 s: the next batch is due
+    assert judged(4000, 4.9) == set()  # the stall counts from the batch's due time
+    assert judged(4000, 12.1) == {(0, "heartbeat")}  # three batches missed
+    # A stall (steps stop, reports go on) is still found, one batch interval later.
+    reg = Registry()
+    t = stepping(reg, 0, 5, 1.0)
+    w = reg.get(next(iter(reg)).key)
+    w.relay_interval_ms = 4000
+    reg.apply(w, report(t + 8, step=5, step_t_s=t, seq=99), t + 8)
+    cfg = RuleConfig(heartbeat_timeout_s=3, stall=StallPolicy(timeout_s=3))
+    assert rules(evaluate(reg, cfg, t + 6.9)) == set()
+    assert rules(evaluate(reg, cfg, t + 8.1)) == {(0, "stall")}
+
+
 def test_explicit_stall_fires_only_when_steps_stop() -> None:
     reg = Registry()
     t = stepping(reg, 0, 5, 1.0)

@@ -22,10 +22,9 @@ from trainprobe.sidecar.core.evidence import (
     RankEvidence,
     StackSample,
     assess,
-    heard_every_ms,
     stale_after_s,
 )
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
 
 __all__ = ["KEEP", "EvidenceGatherer"]

@@ -22,7 +22,6 @@ from trainprobe.sidecar.core.evidence import (
     assess,
     classify_frames,
     definitive_reason,
-    heard_every_ms,
     stale_after_s,
 )
 from trainprobe.sidecar.core.incidents import (
@@ -54,6 +53,7 @@ from trainprobe.sidecar.core.model import (
     VerifiedProcess,
     WorkerKey,
     WorkerState,
+    heard_every_ms,
 )
 from trainprobe.sidecar.core.patience import PatienceBook, Stall
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide

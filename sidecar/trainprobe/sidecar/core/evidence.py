@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import Frame
 
 __all__ = [
@@ -107,14 +106,8 @@ def stale_after_s(interval_ms: int) -> float:
 
     ``interval_ms`` is how often the sidecar hears from the rank: its hook's
     interval, or its relaying node's batch interval when that is longer
-    (:func:`heard_every_ms`)."""
+    (:func:`~trainprobe.sidecar.core.model.heard_every_ms`)."""
     return max(1.0, 2.5 * interval_ms / 1000.0)
-
-
-def heard_every_ms(w: WorkerState) -> int:
-    """How often this sidecar hears from ``w`` at best: its hook's report interval,
-    or the batch interval of the node that relays it, whichever is longer."""
-    return max(w.hello.interval_ms, w.relay_interval_ms)
 
 
 def classify_frames(frames: Sequence[Frame]) -> str:

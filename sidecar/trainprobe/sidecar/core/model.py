@@ -331,3 +331,9 @@ class Finding:
     verdict: Verdict
     evidence: dict[str, object]
     pid: int = 0
+
+
+def heard_every_ms(w: WorkerState) -> int:
+    """How often this sidecar hears from ``w`` at best: its hook's report interval,
+    or the batch interval of the node that relays it, whichever is longer."""
+    return max(w.hello.interval_ms, w.relay_interval_ms)

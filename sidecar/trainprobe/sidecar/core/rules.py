@@ -24,7 +24,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainprobe.sidecar.core.model import Finding, GroupSeqData, Verdict, WorkerState
+from trainprobe.sidecar.core.model import (
+    Finding,
+    GroupSeqData,
+    Verdict,
+    WorkerState,
+    heard_every_ms,
+)
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
 
 
@@ -134,7 +140,9 @@ def _finding(w: WorkerState, rule: str, verdict: Verdict, **evidence: object) ->
 
 
 def heartbeat_limit_s(w: WorkerState, cfg: RuleConfig) -> float:
-    return max(cfg.heartbeat_timeout_s, 3 * w.hello.interval_ms / 1000.0)
+    """Silence past this is UNRESPONSIVE: the timeout, or three times as long as the
+    sidecar waits between reports (the hook's interval, or its relay's batches)."""
+    return max(cfg.heartbeat_timeout_s, 3 * heard_every_ms(w) / 1000.0)
 
 
 def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> list[Finding]:
@@ -175,8 +183,9 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     if not w.connected or w.fresh_after:
         return out  # fresh_after: its reports predate our freeze; wait for a new one
     # Ages as of the last report's send: what reached us late (the sidecar lagged)
-    # is not the worker's fault. Bounded, so no clock a client sends hides a hang.
-    now -= min(w.ingest_lag_s, limit)
+    # is not the worker's fault, nor is a relaying node's wait for its next batch
+    # (no report can come sooner). Bounded, so no clock a client sends hides a hang.
+    now -= min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit)
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(_degraded(w, cfg))
     if w.active_phases:

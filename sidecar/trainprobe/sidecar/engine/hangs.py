@@ -29,10 +29,10 @@ from trainprobe.sidecar.core.episodes import (
     JobEpisodes,
     plan_targets,
 )
-from trainprobe.sidecar.core.evidence import heard_every_ms, stale_after_s
+from trainprobe.sidecar.core.evidence import stale_after_s
 from trainprobe.sidecar.core.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
-from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState, heard_every_ms
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, heartbeat_limit_s
