@@ -77,6 +77,13 @@ def test_silent_holder_loses_its_rank_after_a_heartbeat() -> None:
         reg.open(hello(pid=11), T0 + 9.9, me(pid=11))
     taker = reg.open(hello(pid=11), T0 + 10.1, me(pid=11))
     assert reg.get(taker.key) is taker and not holder.connected
+    # A relayed holder whose node batches every 5 s is silent only after 3 batches.
+    reg = Registry(takeover_after_s=10.0)
+    holder = reg.open(hello(pid=10), T0, me())
+    holder.relay_interval_ms = 5000
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=11), T0 + 14.9, me(pid=11))
+    assert reg.open(hello(pid=11), T0 + 15.1, me(pid=11)).connected
 
 
 def test_unverified_sessions_with_the_same_pid_and_host_still_resume() -> None:

@@ -20,6 +20,7 @@ from trainprobe.sidecar.core.model import (
     VerifiedProcess,
     WorkerKey,
     WorkerState,
+    heard_every_ms,
 )
 from trainprobe.sidecar.core.validate import validate_hello, validate_report
 
@@ -139,7 +140,7 @@ class Registry:
 
     def _holds(self, w: WorkerState) -> float:
         """How long a silent holder keeps its rank: its heartbeat limit."""
-        return max(self.takeover_after_s, 3 * w.hello.interval_ms / 1000.0)
+        return max(self.takeover_after_s, 3 * heard_every_ms(w) / 1000.0)
 
     def _make_room(self, hello: HelloData) -> None:
         """Keep within ``max_sessions``: evict the oldest ended session, or refuse."""
