@@ -31,7 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import GroupSeqData, SyncData, WorkerState
+from trainprobe.sidecar.core.model import GroupSeqData, SyncData, WorkerState, heard_every_ms
 
 #: How long a comparison waits for the ranks that have not reported it, at
 #: least; three report intervals of the slowest-reporting rank when longer.
@@ -202,8 +202,7 @@ class ArrivalTracker:
             opened = grp.open
             grp.members[rank] = state
             grp.issued[rank] = g.issued
-            # Three report intervals, or relay batches when those are longer.
-            wait = 3.0 * max(hello.interval_ms, state.relay_interval_ms) / 1000.0
+            wait = 3.0 * heard_every_ms(state) / 1000.0
             if wait > grp.close_after_s:
                 grp.close_after_s = wait
             starts = g.started_mono_ns

@@ -169,8 +169,9 @@ class RelayUpstream:
             if batch.dropped_reports:
                 self.dropped_reports += batch.dropped_reports
                 log.warning("relay %s dropped %d reports", link.peer, batch.dropped_reports)
-            if batch.interval_ms != link.interval_ms:
-                self._interval(link, sessions, batch.interval_ms)
+            interval_ms = min(batch.interval_ms, MAX_RELAY_INTERVAL_MS)
+            if interval_ms != link.interval_ms:
+                self._interval(link, sessions, interval_ms)
             for item in batch.items:
                 entry = session(item.stream_id)
                 # The common case, kept short: a message of an open session. Its
@@ -225,7 +226,7 @@ class RelayUpstream:
             self._refuse(link, refused, sid, refusal)
             return
         sessions[sid] = (state, state.generation)
-        state.relay_interval_ms = min(link.interval_ms, MAX_RELAY_INTERVAL_MS)
+        state.relay_interval_ms = link.interval_ms
         self.servicer.commander.attach(state.key, state.generation, route)
 
     @staticmethod
@@ -236,7 +237,7 @@ class RelayUpstream:
         with another setting): its workers are heard from that often at best."""
         link.interval_ms = interval_ms
         for state, _ in sessions.values():
-            state.relay_interval_ms = min(interval_ms, MAX_RELAY_INTERVAL_MS)
+            state.relay_interval_ms = interval_ms
 
     def _close(
         self,
