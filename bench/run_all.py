@@ -66,6 +66,7 @@ EXTRA = [
     ),
     *(["bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
     ["bench_grpc_relay.py", "--parse"],
+    ["bench_otel_export.py"],
     ["speed_probe.py"],
 ]
 BENCHES = (
