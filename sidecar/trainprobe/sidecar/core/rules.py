@@ -97,15 +97,16 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
 def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
     """Every finding for every worker at time ``now``.
 
-    The common worker (connected, stepping, no phase, sync or GPU data, its
-    job holding no phase, its report and step ages within the smallest limits
-    that can apply) is passed over without :func:`evaluate_worker`, which
-    would find nothing for it either (tests/unit/test_rules_fast_path.py).
+    The common worker (connected, stepping, no phase, nothing in flight, no
+    slow sync window or GPU data, its job holding no phase, its report and step
+    ages within the smallest limits that can apply) is passed over without
+    :func:`evaluate_worker`, which would find nothing for it either
+    (tests/unit/test_rules_fast_path.py).
     """
     workers = workers if isinstance(workers, list) else list(workers)
     contexts = job_contexts(workers, cfg.stall)
     # The heartbeat limit is never below heartbeat_timeout_s (heartbeat_limit_s).
-    heartbeat_s = cfg.heartbeat_timeout_s
+    heartbeat_s, sync_latency_s = cfg.heartbeat_timeout_s, cfg.sync_latency_s
     # Per job: (its stall threshold, its last phase end), or None where a phase
     # rules out the fast path; one lookup per worker.
     fast: dict[str, tuple[float, float] | None] = {
@@ -124,7 +125,12 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
             and not w.killed_by_us
             and not w.ended
             and (job_fast := fast[w.hello.job_id]) is not None
-            and (w.last_report is None or w.last_report.sync is None)
+            # Sync data that _degraded would pass over (no slow window).
+            and (
+                (sync := w.last_report.sync if w.last_report is not None else None) is None
+                or not sync.count
+                or sync.max_s <= sync_latency_s
+            )
             and (lag := w.ingest_lag_s) <= heartbeat_s
             and now - lag - max(w.last_step_at, job_fast[1]) <= job_fast[0]
         ):
