@@ -48,7 +48,9 @@ def serve(path: str, parse: bool, warmup: float, duration: float) -> dict[str, f
         return t.user + t.system
 
     async def main() -> dict[str, float]:
-        server = grpc.aio.server()
+        # TP_GRPC_OPTIONS: server channel arguments to compare, as JSON pairs.
+        options = [tuple(o) for o in json.loads(os.environ.get("TP_GRPC_OPTIONS", "[]"))]
+        server = grpc.aio.server(options=options)
         method = grpc.stream_stream_rpc_method_handler(
             relay,
             request_deserializer=probe_pb2.RelayBatch.FromString if parse else None,

@@ -40,7 +40,7 @@ from _common import add_repo_to_path, write_result
 add_repo_to_path()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from relay_loadgen import FastSim  # noqa: E402
+from relay_loadgen import FastSim, relayed  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.cli.sidecar import tune_gc  # noqa: E402
@@ -76,16 +76,14 @@ class Node:
             sim.next_made = start + sim.phase * period_s
         for i in range(1, intervals + 1):
             at = start + i * interval_s
-            batch = probe_pb2.RelayBatch()
-            n = 0
+            made = []
             for sid, sim in enumerate(self.sims, 1):
                 while sim.next_made <= at:
                     ns = int(sim.next_made * 1e9)
-                    msg = sim.next_bytes(ns, ns + int(wall_minus_mono * 1e9))
-                    batch.items.add(stream_id=sid, message=msg)
+                    made.append((sid, sim.next_bytes(ns, ns + int(wall_minus_mono * 1e9))))
                     sim.next_made += period_s
-                    n += 1
-            self.batches.append((batch.SerializeToString(), n))
+            batch = probe_pb2.RelayBatch(items=relayed(made))
+            self.batches.append((batch.SerializeToString(), len(made)))
 
     async def stream(self) -> Any:
         while True:

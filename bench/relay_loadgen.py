@@ -11,7 +11,10 @@ sidecars in relay mode (``--relay-to``) send: each simulated node has one
 ``1/hz`` seconds at its own phase, and every ``--interval-ms`` (the node's
 ``relay_interval_ms``) the node sends one ``RelayBatch`` carrying every report
 its workers made since its previous batch, oldest first (10 Hz workers at
-200 ms: two reports per worker per batch). The first batch holds every
+200 ms: two reports per worker per batch), through the node's own buffer, so
+that each worker's reports in a batch are folded into one as a real node
+folds them (``relay/coalesce.py``). Counts are of the reports the workers
+made, before folding. The first batch holds every
 worker's Hello and a first report with ``fill`` step times. ``--issue-times
 K`` adds collective issue times to every report, as bench/loadgen.py does.
 
@@ -38,11 +41,14 @@ import asyncio
 import random
 import sys
 import time
+from collections.abc import Iterable
 
 import grpc
 from loadgen import Run, Sim, build_parser, finish, run_generator
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer
+from trainprobe.sidecar.relay.wire import item_pb
 
 RELAY = "/trainprobe.v1.Sidecar/Relay"
 NODES_PER_CHANNEL = 8
@@ -87,6 +93,14 @@ class FastSim(Sim):
             grp.started_seqs[:] = range(first, first + c)
             grp.started_mono_ns[:] = [now_ns - (c - i) * 1_000_000 + self.late_ns for i in range(c)]
         return self.msg.SerializeToString()
+
+
+def relayed(reports: Iterable[tuple[int, bytes]]) -> list[probe_pb2.RelayItem]:
+    """``(stream id, WorkerMessage bytes)`` reports as a relay node batches them."""
+    buf = RelayBuffer(1 << 30)
+    for sid, data in reports:
+        buf.add(sid, Kind.REPORT, data)
+    return [item_pb(item) for item in buf.take()[0]]
 
 
 def made_since(sims: list[FastSim], mono: float, period: float) -> list[tuple[float, int]]:
@@ -134,14 +148,14 @@ async def run_node(
         wall, mono = time.time(), time.monotonic()
         made_list = made_since(sims, mono, period)
         batch = probe_pb2.RelayBatch()
-        add = batch.items.add
         if probes is None:
-            for t, sid in made_list:
-                ns = int(t * 1e9)
-                add(
-                    stream_id=sid,
-                    message=sims[sid - 1].next_bytes(ns, int((wall - mono) * 1e9) + ns),
+            offset_ns = int((wall - mono) * 1e9)
+            batch.items.extend(
+                relayed(
+                    (sid, sims[sid - 1].next_bytes(int(t * 1e9), offset_ns + int(t * 1e9)))
+                    for t, sid in made_list
                 )
+            )
         else:
             carried = {sid for _, sid in made_list}
             first_of_cycle = (
@@ -150,10 +164,12 @@ async def run_node(
             if first_of_cycle:
                 cycle = wall
             overrun = wall - cycle < 0.3
-            for _, sid in made_list:
-                add(
-                    stream_id=sid, message=sims[sid - 1].report(overrun=overrun).SerializeToString()
+            batch.items.extend(
+                relayed(
+                    (sid, sims[sid - 1].report(overrun=overrun).SerializeToString())
+                    for _, sid in made_list
                 )
+            )
             if first_of_cycle:
                 sent = time.time()  # the batch leaves now: the upstream's receipt
                 for sid, sim in enumerate(sims, 1):

@@ -71,10 +71,10 @@ def test_resume_puts_live_hellos_first_and_drops_stale_ones() -> None:
 def test_resume_keeps_the_bound() -> None:
     buf = RelayBuffer(3)
     for i in range(3):
-        buf.add(1, Kind.REPORT, i)
+        buf.add(1, Kind.REPORT, b"r%d" % i)  # unparsable: kept apart, as sent
     buf.resume([(1, b"h1"), (2, b"h2")])
     items, dropped = buf.take()
-    assert [p for _, _, p in items] == [b"h1", b"h2", 2] and dropped == 2
+    assert [p for _, _, p in items] == [b"h1", b"h2", b"r2"] and dropped == 2
 
 
 def test_bound_must_be_positive() -> None:

@@ -1,10 +1,13 @@
 """The relaying node's bounded buffer of items waiting to go upstream.
 
 Pure logic, no gRPC: items are ``(stream_id, kind, payload)`` tuples that the
-node turns into ``RelayItem`` messages when it sends a batch. When the
-upstream is unreachable the buffer fills up; then the oldest *report* goes
-first (a newer report supersedes it), so Hellos, Goodbyes, stream ends and
-kill outcomes survive an outage as long as there is any report to drop.
+node turns into ``RelayItem`` messages when it sends a batch. A report that
+follows its stream's last buffered item, itself a report, is folded into it
+(:mod:`.coalesce`): about two reports of each worker go upstream as one.
+When the upstream is unreachable the buffer fills up; then the oldest
+*report* goes first (a newer report supersedes it), so Hellos, Goodbyes,
+stream ends and kill outcomes survive an outage as long as there is any
+report to drop.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.relay.coalesce import fold_into
 
 
 class Kind(enum.IntEnum):
@@ -29,6 +35,42 @@ class Kind(enum.IntEnum):
 
 
 Item = tuple[int, Kind, Any]
+
+
+class Folded:
+    """A buffered report as a parsed message, open to fold newer ones into.
+
+    ``reports`` counts the hook reports it carries, so a dropped one is
+    counted as what it was. It is serialized once, when its batch is sent.
+    """
+
+    __slots__ = ("message", "reports")
+
+    def __init__(self, message: probe_pb2.WorkerMessage) -> None:
+        self.message = message
+        self.reports = 1
+
+    def fold(self, data: bytes) -> bool:
+        """Fold a newer report's bytes in; False if they stay a separate item."""
+        try:
+            newer = probe_pb2.WorkerMessage.FromString(data)
+        except DecodeError:
+            return False
+        if newer.WhichOneof("body") != "report" or not fold_into(self.message.report, newer.report):
+            return False
+        self.reports += 1
+        return True
+
+    def serialize(self) -> bytes:
+        return self.message.SerializeToString()
+
+
+def _parsed_report(data: bytes) -> Folded | None:
+    try:
+        message = probe_pb2.WorkerMessage.FromString(data)
+    except DecodeError:
+        return None  # sent as it came: the upstream rejects it with its reason
+    return Folded(message) if message.WhichOneof("body") == "report" else None
 
 
 def _tag(body: str) -> bytes:
@@ -58,6 +100,8 @@ class RelayBuffer:
             raise ValueError("max_items must be at least 1")
         self.max_items = max_items
         self._items: deque[Item] = deque()
+        #: Each stream's last item, when it is a report still open to folding.
+        self._open: dict[int, Folded] = {}
         #: Items dropped since the last :meth:`take` (sent upstream as a count).
         self.dropped = 0
         #: Items dropped over the buffer's life.
@@ -67,7 +111,21 @@ class RelayBuffer:
         return len(self._items)
 
     def add(self, stream_id: int, kind: Kind, payload: Any) -> bool:
-        """Append an item; True if that made room by dropping an older one."""
+        """Append an item, or fold a report into its stream's last; True if
+        that made room by dropping an older one."""
+        if kind is Kind.REPORT:
+            last = self._open.get(stream_id)
+            if last is not None and last.fold(payload):
+                return False
+            folded = _parsed_report(payload)
+            if folded is None:
+                self._open.pop(stream_id, None)
+            else:
+                self._open[stream_id] = folded
+                payload = folded
+        else:
+            # Nothing folds across another item of the stream: order is kept.
+            self._open.pop(stream_id, None)
         self._items.append((stream_id, kind, payload))
         if len(self._items) <= self.max_items:
             return False
@@ -80,14 +138,21 @@ class RelayBuffer:
                 del self._items[i]
                 break
         else:  # nothing but control items: the oldest of them goes
-            self._items.popleft()
-        self.dropped += 1
-        self.dropped_total += 1
+            item = self._items.popleft()
+        sid, _, payload = item
+        n = 1
+        if isinstance(payload, Folded):
+            n = payload.reports
+            if self._open.get(sid) is payload:
+                del self._open[sid]
+        self.dropped += n
+        self.dropped_total += n
 
     def take(self) -> tuple[list[Item], int]:
         """Everything buffered, oldest first, and the drops since the last take."""
         items, dropped = list(self._items), self.dropped
         self._items.clear()
+        self._open.clear()
         self.dropped = 0
         return items, dropped
 
@@ -99,6 +164,7 @@ class RelayBuffer:
         streams still alive are among ``hellos`` and the others have ended.
         """
         rest = [item for item in self._items if item[1] is not Kind.HELLO]
+        self._open.clear()
         self._items = deque([(sid, Kind.HELLO, hello) for sid, hello in hellos])
         self._items.extend(rest)
         while len(self._items) > self.max_items:

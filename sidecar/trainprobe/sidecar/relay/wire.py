@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.relay.buffer import Item, Kind
+from trainprobe.sidecar.relay.buffer import Folded, Item, Kind
 
 
 class Rejected(Exception):
@@ -54,6 +54,8 @@ def item_pb(item: Item) -> probe_pb2.RelayItem:
         return probe_pb2.RelayItem(stream_id=sid, ended=probe_pb2.StreamEnded(pid_alive=payload))
     if kind is Kind.KILL_RESULT:
         return probe_pb2.RelayItem(stream_id=sid, kill_result=payload)
+    if isinstance(payload, Folded):
+        payload = payload.serialize()
     return probe_pb2.RelayItem(stream_id=sid, message=payload)
 
 
