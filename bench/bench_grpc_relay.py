@@ -1,7 +1,7 @@
 """What gRPC alone costs the upstream per RelayBatch: a bare grpc.aio server.
 
     python bench/bench_grpc_relay.py [--workers 1000] [--per-node 8]
-        [--interval-ms 200] [--issue-times 8] [--parse] [--duration 10]
+        [--interval-ms 500] [--issue-times 8] [--parse] [--duration 10]
 
 A ``Relay`` method that only counts the batches it reads (``--parse``: also
 parses each into a ``RelayBatch``, as the sidecar's deserializer does) runs in
@@ -76,7 +76,9 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1000)
     p.add_argument("--per-node", type=int, default=8)
     p.add_argument("--hz", type=float, default=10.0)
-    p.add_argument("--interval-ms", type=float, default=200.0)
+    from trainprobe.sidecar.config.settings import Settings
+
+    p.add_argument("--interval-ms", type=float, default=float(Settings().relay_interval_ms))
     p.add_argument("--issue-times", type=int, default=8)
     p.add_argument("--parse", action="store_true")
     p.add_argument("--warmup", type=float, default=6.0)

@@ -2,14 +2,14 @@
 
     python bench/bench_scale.py [--workers 250,500,750,1000,1250,1500,2000,2500,3000]
         [--hz 10] [--duration 10] [--generators 2] [--profile-workers 1000]
-        [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 100]
+        [--telemetry off|on] [--relay-workers-per-node K] [--relay-interval-ms 500]
         [--issue-times K] [--before-src DIR]
         [--quick] [--json OUT]
 
 What the sidecar costs per report, telemetry on, at job scale (issue 15):
 
     python bench/bench_scale.py --telemetry on --relay-workers-per-node 8 \
-        --relay-interval-ms 200 --workers 1000 --issue-times 8 --duration 8 \
+        --workers 1000 --issue-times 8 --duration 8 \
         --warmup 2 --profile-workers 0 --before-src /tmp/before
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
@@ -90,6 +90,7 @@ import grpc  # noqa: E402
 
 from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir  # noqa: E402
 from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
+from trainprobe.sidecar.config.settings import Settings  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_REPORT = 2
@@ -356,7 +357,7 @@ def main() -> int:
     p.add_argument(
         "--relay-interval-ms",
         type=float,
-        default=100.0,
+        default=float(Settings().relay_interval_ms),
         help="relayed mode: each node's relay_interval_ms: one batch per interval, carrying "
         "every report its workers made since the previous one",
     )

@@ -1,7 +1,7 @@
 """The whole sidecar's CPU per relayed report, in one process, with no generators.
 
     python bench/bench_sidecar_cpu.py [--workers 1000] [--hz 10] [--per-node 8]
-        [--interval-ms 200] [--issue-times 8] [--duration 20] [--warmup 12]
+        [--interval-ms 500] [--issue-times 8] [--duration 20] [--warmup 12]
         [--telemetry on|off] [--profile OUT.pstats] [--json OUT]
 
 Why: bench_scale.py measures the sidecar end to end over real gRPC, but its
@@ -44,7 +44,7 @@ from relay_loadgen import FastSim, relayed  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.cli.sidecar import tune_gc  # noqa: E402
-from trainprobe.sidecar.config.settings import load_settings  # noqa: E402
+from trainprobe.sidecar.config.settings import Settings, load_settings  # noqa: E402
 from trainprobe.sidecar.relay.upstream import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
 from trainprobe.sidecar.transport.servicer import safe_parser  # noqa: E402
@@ -82,7 +82,7 @@ class Node:
                     ns = int(sim.next_made * 1e9)
                     made.append((sid, sim.next_bytes(ns, ns + int(wall_minus_mono * 1e9))))
                     sim.next_made += period_s
-            batch = probe_pb2.RelayBatch(items=relayed(made))
+            batch = probe_pb2.RelayBatch(items=relayed(made), interval_ms=int(interval_s * 1000))
             self.batches.append((batch.SerializeToString(), len(made)))
 
     async def stream(self) -> Any:
@@ -180,7 +180,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1000)
     p.add_argument("--hz", type=float, default=10.0)
     p.add_argument("--per-node", type=int, default=8)
-    p.add_argument("--interval-ms", type=float, default=200.0)
+    p.add_argument("--interval-ms", type=float, default=float(Settings().relay_interval_ms))
     p.add_argument("--issue-times", type=int, default=8)
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=12.0)

@@ -147,7 +147,7 @@ async def run_node(
         next_t += interval
         wall, mono = time.time(), time.monotonic()
         made_list = made_since(sims, mono, period)
-        batch = probe_pb2.RelayBatch()
+        batch = probe_pb2.RelayBatch(interval_ms=round(interval * 1000))
         if probes is None:
             offset_ns = int((wall - mono) * 1e9)
             batch.items.extend(

@@ -339,9 +339,10 @@ OPTIONS: tuple[Option, ...] = (
         "relay_interval_ms",
         v.integer(10, 10_000),
         "Relay mode: how often the buffered worker messages go upstream as one batch, in ms. "
-        "Longer batches cost the upstream less per report (gRPC is paid per message); the "
-        "wait adds at most this much to when the upstream sees a report, small next to "
-        "seconds-long hang thresholds. The upstream is told it and allows for it: a relayed "
+        "Longer batches cost the upstream less per report: gRPC is paid per message, and "
+        "each worker's reports within a batch go up folded into one. The wait adds at most "
+        "this much to when the upstream sees a report, small next to seconds-long hang "
+        "thresholds. The upstream is told it and allows for it: a relayed "
         "rank is silent after 3 batch intervals at least, and its stall counts from when the "
         "next batch was due. Commands and kills go down at once.",
         _L,

@@ -111,7 +111,9 @@ class Settings:
     metrics_host: str = "0.0.0.0"
     # relay
     relay_to: str | None = None
-    relay_interval_ms: int = 200
+    #: 500 ms: five hook reports of a worker fold into one (relay/coalesce.py), so one
+    #: upstream core carries about 1.5x the ranks it would at 200 ms (docs/PERFORMANCE.md).
+    relay_interval_ms: int = 500
     relay_buffer_messages: int = 20_000
 
     @property
