@@ -232,15 +232,23 @@ def test_the_buffer_folds_a_stream_s_reports_until_another_item_comes_between() 
     assert len(buf) == 1 and dropped == 0
 
 
-def test_a_dropped_folded_report_counts_every_report_it_carried() -> None:
-    buf = RelayBuffer(2)
+def test_a_folded_report_counts_as_every_report_it_carries() -> None:
+    # The bound is on messages held, not items: folding must not let an outage
+    # buffer hold more reports (memory) than it did without folding.
+    buf = RelayBuffer(4)
     buf.add(1, Kind.HELLO, b"h1")
     for k in (1, 2, 3):
-        buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
-    assert len(buf) == 2  # Hello + one report carrying three
-    assert buf.add(1, Kind.MESSAGE, b"bye")  # room made: the folded report goes
-    # Not folded across the Goodbye: a new item, the only report, so it goes.
-    assert buf.add(1, Kind.REPORT, _bytes(_report(4, T0 + 0.4)))
+        assert not buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
+    assert len(buf) == 2  # Hello + one report carrying three: 4 messages, full
+    assert buf.add(1, Kind.REPORT, _bytes(_report(4, T0 + 0.4)))  # past the bound
     items, dropped = buf.take()
-    assert [kind for _, kind, _ in items] == [Kind.HELLO, Kind.MESSAGE]
+    assert [kind for _, kind, _ in items] == [Kind.HELLO]  # the folded report went
     assert dropped == 4 and buf.dropped_total == 4
+    for k in (5, 6):  # one item of 2
+        buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
+    assert not buf.add(1, Kind.MESSAGE, b"result")  # 3 held
+    for k in (7, 8):  # a new item (not folded across "result"): 4, then 5 held
+        buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
+    items, dropped = buf.take()
+    assert [kind for _, kind, _ in items] == [Kind.MESSAGE, Kind.REPORT]
+    assert items[1][2].reports == 2 and dropped == 2  # the oldest report item, both of it

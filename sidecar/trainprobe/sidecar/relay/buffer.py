@@ -93,7 +93,9 @@ def kind_of(message: bytes) -> Kind:
 
 
 class RelayBuffer:
-    """A FIFO of items with at most ``max_items``, shedding the oldest reports."""
+    """A FIFO of items holding at most ``max_items`` messages, shedding the oldest
+    reports. A folded report counts as every message in it, so folding never
+    lets the buffer hold more than it did without (its memory bound)."""
 
     def __init__(self, max_items: int) -> None:
         if max_items < 1:
@@ -102,6 +104,8 @@ class RelayBuffer:
         self._items: deque[Item] = deque()
         #: Each stream's last item, when it is a report still open to folding.
         self._open: dict[int, Folded] = {}
+        #: Messages held: items, plus the reports folded into them.
+        self._held = 0
         #: Items dropped since the last :meth:`take` (sent upstream as a count).
         self.dropped = 0
         #: Items dropped over the buffer's life.
@@ -116,7 +120,8 @@ class RelayBuffer:
         if kind is Kind.REPORT:
             last = self._open.get(stream_id)
             if last is not None and last.fold(payload):
-                return False
+                self._held += 1
+                return self._shed()
             folded = _parsed_report(payload)
             if folded is None:
                 self._open.pop(stream_id, None)
@@ -127,9 +132,14 @@ class RelayBuffer:
             # Nothing folds across another item of the stream: order is kept.
             self._open.pop(stream_id, None)
         self._items.append((stream_id, kind, payload))
-        if len(self._items) <= self.max_items:
+        self._held += 1
+        return self._shed()
+
+    def _shed(self) -> bool:
+        if self._held <= self.max_items:
             return False
-        self._drop_one()
+        while self._held > self.max_items:
+            self._drop_one()
         return True
 
     def _drop_one(self) -> None:
@@ -145,6 +155,7 @@ class RelayBuffer:
             n = payload.reports
             if self._open.get(sid) is payload:
                 del self._open[sid]
+        self._held -= n
         self.dropped += n
         self.dropped_total += n
 
@@ -153,6 +164,7 @@ class RelayBuffer:
         items, dropped = list(self._items), self.dropped
         self._items.clear()
         self._open.clear()
+        self._held = 0
         self.dropped = 0
         return items, dropped
 
@@ -167,5 +179,5 @@ class RelayBuffer:
         self._open.clear()
         self._items = deque([(sid, Kind.HELLO, hello) for sid, hello in hellos])
         self._items.extend(rest)
-        while len(self._items) > self.max_items:
-            self._drop_one()
+        self._held = sum(p.reports if isinstance(p, Folded) else 1 for _, _, p in self._items)
+        self._shed()
