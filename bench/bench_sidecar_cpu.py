@@ -111,10 +111,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes = [Node(sims[i : i + args.per_node]) for i in range(0, len(sims), args.per_node)]
     interval_s, period_s = args.interval_ms / 1000.0, 1.0 / args.hz
     intervals = int((args.warmup + args.duration) / interval_s)
-    # Built before the sidecar starts (about 6 µs a report), timed to begin once it
-    # has taken every worker's first report.
+    # Built before the sidecar starts (made, parsed and folded: up to about 20 µs a
+    # report), timed to begin once it has taken every worker's first report.
     firsts = [node.first() for node in nodes]
-    start = time.monotonic() + SETTLE_S + intervals * args.workers * 8e-6
+    made = intervals * interval_s * args.hz * args.workers
+    start = time.monotonic() + SETTLE_S + made * 20e-6
     for node in nodes:
         node.plan(start, intervals, interval_s, period_s)
     sidecar = Sidecar(load_settings(env={}, cli=cli))

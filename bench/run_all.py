@@ -32,7 +32,8 @@ ARGS = {
     ],
     # Simulated relay nodes of 8 workers each, batching every 100 ms, to one upstream.
     "scale_relay": [
-        *("--relay-workers-per-node", "8", "--workers", "1000,1500,1750,2000,2500"),
+        *("--relay-workers-per-node", "8", "--relay-interval-ms", "100"),
+        *("--workers", "1000,1500,1750,2000,2500"),
         *("--profile-workers", "2000"),
     ],
     # The same nodes batching every 200 ms: 16 reports per RelayBatch.
@@ -53,13 +54,14 @@ EXTRA = [
     # Issue 15: what arrival lag costs per report at 1,000 workers.
     ["bench_arrival.py", "--workers", "1000", "--collectives", "8"],
     # Issue 15: the sidecar's CPU per report at job scale, telemetry on (the
-    # default) and off, next to the machine's speed and gRPC's own share.
+    # default) and off, at the shipped relay_interval_ms, next to the machine's
+    # speed and gRPC's own share.
     ["speed_probe.py"],
     *(
         [
             "bench_scale.py",
             *("--telemetry", telemetry, "--relay-workers-per-node", "8"),
-            *("--relay-interval-ms", "200", "--workers", "1000", "--issue-times", "8"),
+            *("--workers", "1000", "--issue-times", "8"),
             *("--duration", "8", "--warmup", "3", "--profile-workers", "0"),
         ]
         for telemetry in ("on", "off", "on", "off")
