@@ -68,6 +68,8 @@ EXTRA = [
     ),
     *(["bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
     ["bench_grpc_relay.py", "--parse"],
+    # What folding moves onto each relay node.
+    ["bench_relay_fold.py", "--json", "bench/results/relay_fold.json"],
     ["bench_otel_export.py"],
     ["speed_probe.py"],
 ]

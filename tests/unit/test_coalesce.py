@@ -14,7 +14,7 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core import Registry, WorkerState, validate_report
 from trainprobe.sidecar.core.limits import MAX_RECENT, MAX_STARTS
 from trainprobe.sidecar.relay.buffer import Folded, Kind, RelayBuffer
-from trainprobe.sidecar.relay.coalesce import fold_into
+from trainprobe.sidecar.relay.coalesce import MAX_FOLDED_BYTES, fold_into
 from trainprobe.sidecar.transport.pb import report_from_pb
 
 T0 = 100.0
@@ -156,47 +156,77 @@ def test_a_folded_report_carries_both_in_order_and_passes_validation() -> None:
 
 
 def _refused(a: probe_pb2.Report, b: probe_pb2.Report) -> None:
+    for r in (a, b):  # each valid alone: what is refused is their fold
+        validate_report(report_from_pb(r))
     acc = probe_pb2.Report()
     acc.CopyFrom(a)
     assert not fold_into(acc, b)
     assert acc == a  # untouched
 
 
+def _copy(r: probe_pb2.Report) -> probe_pb2.Report:
+    out = probe_pb2.Report()
+    out.CopyFrom(r)
+    return out
+
+
 def test_what_would_not_be_equivalent_is_not_folded() -> None:
     a, b = _report(1, T0), _report(2, T0 + 0.1)
     _refused(_report(1, T0, nvml=True), _report(2, T0 + 0.1, nvml=True))  # two NVML samples
-    no_sync = probe_pb2.Report()
-    no_sync.CopyFrom(b)
+    no_sync = _copy(b)
     no_sync.ClearField("sync")
     _refused(a, no_sync)  # the newer one clears the in-flight state
-    other = probe_pb2.Report()
-    other.CopyFrom(b)
+    other = _copy(b)
     other.sync.groups[0].group = "tp"
     _refused(a, other)  # a group the newer one no longer carries
-    reset = probe_pb2.Report()
-    reset.CopyFrom(b)
-    reset.sync.groups[0].issued = 1
-    reset.sync.groups[0].started_seqs[:] = [1]
-    reset.sync.groups[0].started_mono_ns[:] = [5]
+    reset = _copy(b)
+    g = reset.sync.groups[0]
+    g.issued = g.completed = g.inflight_seq = 1
+    g.started_seqs[:], g.started_mono_ns[:] = [1], [5]
     _refused(a, reset)  # the older's issue times past the newer's issued
-    bad = probe_pb2.Report()
-    bad.CopyFrom(a)
-    del bad.recent_step_s[-1]
-    _refused(bad, b)  # its own error must reach the upstream as sent
-    big = probe_pb2.Report()
-    big.CopyFrom(a)
+    _refused(b, a)  # clocks going back
+    fewer = _copy(b)
+    fewer.has_step, fewer.last_step, fewer.last_step_mono_ns = False, 0, 0
+    fewer.total_steps = 1
+    _refused(a, fewer)  # step totals going back: the registry keeps the older's
+    for r in (_copy(a), _copy(b)):  # an old hook: one calibration sample a report
+        for field in ("recent_steps", "recent_step_end_mono_ns", "recent_step_s"):
+            r.ClearField(field)
+        if r.seq == 1:
+            _refused(r, b)
+        else:
+            _refused(a, r)
+    big = _copy(a)
     n = MAX_RECENT - 1
     big.recent_steps[:] = range(n)
     big.recent_step_end_mono_ns[:] = [1] * n
     big.recent_step_s[:] = [0.1] * n
     _refused(big, b)  # past a limit the upstream enforces
-    starts = probe_pb2.Report()
-    starts.CopyFrom(a)
+    starts = _copy(a)
     g = starts.sync.groups[0]
     g.issued = g.completed = MAX_STARTS
     g.started_seqs[:] = range(1, MAX_STARTS)
     g.started_mono_ns[:] = [1] * (MAX_STARTS - 1)
     _refused(starts, b)
+    huge = _copy(a)
+    huge.step_stats.count = 1 << 63
+    more = _copy(b)
+    more.step_stats.count = 1 << 63
+    _refused(huge, more)  # a sum past uint64 (it would raise out of the node's loop)
+
+
+def test_a_report_the_upstream_would_refuse_goes_up_as_it_came() -> None:
+    good = _bytes(_report(2, T0 + 0.1))
+    empty = probe_pb2.WorkerMessage(report=probe_pb2.Report()).SerializeToString()  # mono_ns 0
+    nan = _report(3, T0 + 0.2)
+    nan.step_stats.max_s = float("nan")
+    for bad in (empty, _bytes(nan)):
+        buf = RelayBuffer(10)
+        buf.add(1, Kind.REPORT, bad)
+        buf.add(1, Kind.REPORT, good)  # not folded into the bad one
+        buf.add(1, Kind.REPORT, bad)  # nor the bad one into it
+        items = buf.take()[0]
+        assert [p if isinstance(p, bytes) else p.reports for _, _, p in items] == [bad, 1, bad]
 
 
 def _bytes(r: probe_pb2.Report) -> bytes:
@@ -240,15 +270,49 @@ def test_a_folded_report_counts_as_every_report_it_carries() -> None:
     for k in (1, 2, 3):
         assert not buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
     assert len(buf) == 2  # Hello + one report carrying three: 4 messages, full
-    assert buf.add(1, Kind.REPORT, _bytes(_report(4, T0 + 0.4)))  # past the bound
+    # Full: the newest report is a new item, and the three older ones go.
+    assert buf.add(1, Kind.REPORT, _bytes(_report(4, T0 + 0.4)))
     items, dropped = buf.take()
-    assert [kind for _, kind, _ in items] == [Kind.HELLO]  # the folded report went
-    assert dropped == 4 and buf.dropped_total == 4
+    assert [kind for _, kind, _ in items] == [Kind.HELLO, Kind.REPORT]
+    assert items[1][2].reports == 1 and dropped == 3 and buf.dropped_total == 3
     for k in (5, 6):  # one item of 2
         buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
     assert not buf.add(1, Kind.MESSAGE, b"result")  # 3 held
-    for k in (7, 8):  # a new item (not folded across "result"): 4, then 5 held
+    for k in (7, 8):  # a new item (not folded across "result"): 4 held, then full
         buf.add(1, Kind.REPORT, _bytes(_report(k, T0 + k / 10)))
     items, dropped = buf.take()
-    assert [kind for _, kind, _ in items] == [Kind.MESSAGE, Kind.REPORT]
-    assert items[1][2].reports == 2 and dropped == 2  # the oldest report item, both of it
+    assert [kind for _, kind, _ in items] == [Kind.MESSAGE, Kind.REPORT, Kind.REPORT]
+    assert dropped == 2  # the oldest report item, both of it
+
+
+def test_a_full_buffer_never_sheds_the_report_it_just_took() -> None:
+    buf = RelayBuffer(4)
+    buf.add(1, Kind.HELLO, b"h1")
+    buf.add(2, Kind.HELLO, b"h2")
+    buf.add(1, Kind.REPORT, _bytes(_report(1, T0)))
+    buf.add(2, Kind.REPORT, _bytes(_report(1, T0)))
+    assert buf.add(1, Kind.REPORT, _bytes(_report(2, T0 + 0.1)))  # full: r1 of stream 1 goes
+    items, dropped = buf.take()
+    assert [(sid, kind) for sid, kind, _ in items][2:] == [(2, Kind.REPORT), (1, Kind.REPORT)]
+    kept = probe_pb2.WorkerMessage.FromString(items[3][2].serialize()).report
+    assert kept.seq == 2 and dropped == 1  # stream 1 keeps its newest report
+
+
+def test_a_folded_report_stops_growing_at_its_byte_budget() -> None:
+    # Each fold costs time in proportion to the newer report only, and a folded
+    # report takes no more past MAX_FOLDED_BYTES: a worker cannot make its node slow.
+    buf = RelayBuffer(100_000)
+    data = []
+    for k in range(1, 1001):
+        r = _report(k, T0 + k / 10)
+        for field in ("sync", "finished_phases"):  # no other limit comes first
+            r.ClearField(field)
+        data.append(_bytes(r))
+    for d in data:
+        buf.add(1, Kind.REPORT, d)
+    items = buf.take()[0]
+    assert sum(p.reports for _, _, p in items) == 1000
+    assert all(p.size <= MAX_FOLDED_BYTES for _, _, p in items)
+    assert len(items) > 1
+    largest = max(map(len, data))
+    assert all(p.size > MAX_FOLDED_BYTES - largest for _, _, p in items[:-1])  # each one full

@@ -17,10 +17,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.relay.coalesce import fold_into
+from trainprobe.sidecar.relay.coalesce import MAX_FOLDED_BYTES, fold_into, parse_report
 
 
 class Kind(enum.IntEnum):
@@ -41,36 +39,37 @@ class Folded:
     """A buffered report as a parsed message, open to fold newer ones into.
 
     ``reports`` counts the hook reports it carries, so a dropped one is
-    counted as what it was. It is serialized once, when its batch is sent.
+    counted as what it was; ``size`` the bytes they came as. It is serialized
+    once, when its batch is sent.
     """
 
-    __slots__ = ("message", "reports")
+    __slots__ = ("report", "reports", "size")
 
-    def __init__(self, message: probe_pb2.WorkerMessage) -> None:
-        self.message = message
+    def __init__(self, report: probe_pb2.Report, size: int) -> None:
+        self.report = report
         self.reports = 1
+        self.size = size
 
     def fold(self, data: bytes) -> bool:
         """Fold a newer report's bytes in; False if they stay a separate item."""
-        try:
-            newer = probe_pb2.WorkerMessage.FromString(data)
-        except DecodeError:
+        if self.size + len(data) > MAX_FOLDED_BYTES:
             return False
-        if newer.WhichOneof("body") != "report" or not fold_into(self.message.report, newer.report):
+        newer = parse_report(data)
+        if newer is None or not fold_into(self.report, newer):
             return False
         self.reports += 1
+        self.size += len(data)
         return True
 
     def serialize(self) -> bytes:
-        return self.message.SerializeToString()
+        return probe_pb2.WorkerMessage(report=self.report).SerializeToString()
 
 
-def _parsed_report(data: bytes) -> Folded | None:
-    try:
-        message = probe_pb2.WorkerMessage.FromString(data)
-    except DecodeError:
-        return None  # sent as it came: the upstream rejects it with its reason
-    return Folded(message) if message.WhichOneof("body") == "report" else None
+def _opened(data: bytes) -> Folded | None:
+    """A report to fold later ones into; None (sent as it came, the upstream
+    refusing it with its own reason if it is bad) for anything else."""
+    report = parse_report(data)
+    return None if report is None else Folded(report, len(data))
 
 
 def _tag(body: str) -> bytes:
@@ -119,10 +118,12 @@ class RelayBuffer:
         that made room by dropping an older one."""
         if kind is Kind.REPORT:
             last = self._open.get(stream_id)
-            if last is not None and last.fold(payload):
+            # A full buffer takes a new report as a new item, so that shedding
+            # drops the older ones and never this one with them.
+            if last is not None and self._held < self.max_items and last.fold(payload):
                 self._held += 1
-                return self._shed()
-            folded = _parsed_report(payload)
+                return False
+            folded = _opened(payload)
             if folded is None:
                 self._open.pop(stream_id, None)
             else:

@@ -14,14 +14,26 @@ the newer report's, as the upstream would have been left with after applying
 both. The one figure that cannot be folded exactly is the sync window's
 median: the folded window's ``p50_s`` is the larger of the two (it is shown,
 never judged on). Reports are left unfolded, and sent as they are, whenever
-folding would not be equivalent: a sum past a limit the upstream enforces
-(:mod:`~trainprobe.sidecar.core.limits`), two NVML samples (the GPU-memory
-rule counts samples), a newer report without the older's sync state or
-groups, or either report internally inconsistent (its own error must reach
-the upstream as it was sent).
+folding would not be equivalent: either report invalid by the upstream's
+own :func:`~trainprobe.sidecar.core.validate.validate_report` (its error must
+reach the upstream as it was sent), a sum past a limit the upstream enforces
+(:mod:`~trainprobe.sidecar.core.limits`), clocks or step totals going back,
+two NVML samples (the GPU-memory rule counts samples), a hook without
+per-step times (its window max is one sample per report), or a newer report
+without the older's sync state or groups.
+
+Known differences, none judged on: the registry's 16-entry windows of clock
+offsets and step rates span 16 batches instead of 16 reports, and arrival
+lag is exported once per folded report window (so fewer, larger windows).
+
+A worker controls its reports' bytes: every fold costs time in proportion to
+the newer report alone, and a folded report stops growing at
+:data:`MAX_FOLDED_BYTES`, so no worker can make its node's loop slow.
 """
 
 from __future__ import annotations
+
+from google.protobuf.message import DecodeError
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.limits import (
@@ -31,18 +43,46 @@ from trainprobe.sidecar.core.limits import (
     MAX_SAMPLES,
     MAX_STARTS,
 )
+from trainprobe.sidecar.core.validate import ValidationError, validate_report
+from trainprobe.sidecar.transport.pb import report_from_pb
+
+#: A folded report takes no more once its parts reach this many bytes (about 40
+#: default reports; a 10 s relay interval's 100 reports of a busy DDP worker go
+#: up as a few). Bounds the time any one fold can take.
+MAX_FOLDED_BYTES = 64 * 1024
+_UINT64 = 1 << 64
+
+
+def parse_report(data: bytes) -> probe_pb2.Report | None:
+    """The report in a WorkerMessage's bytes, if it is one the upstream would
+    accept; None for anything else, which then goes up as it came."""
+    try:
+        message = probe_pb2.WorkerMessage.FromString(data)
+    except DecodeError:
+        return None
+    if message.WhichOneof("body") != "report":
+        return None
+    try:
+        validate_report(report_from_pb(message.report))
+    except ValidationError:
+        return None
+    return message.report
 
 
 def fold_into(acc: probe_pb2.Report, new: probe_pb2.Report) -> bool:
     """Make ``acc`` (the older report) carry ``new`` too; False, and ``acc``
-    unchanged, when they cannot be one report."""
+    unchanged, when they cannot be one report.
+
+    Both must have passed :func:`parse_report` (``acc`` possibly as a fold of
+    such reports): the checks here are those that relate the two.
+    """
     if not _foldable(acc, new):
         return False
     if new.has_step and (not acc.has_step or new.total_steps >= acc.total_steps):
         # The registry keeps the step of the report with the most total steps.
         acc.has_step, acc.last_step = True, new.last_step
         acc.last_step_mono_ns = new.last_step_mono_ns
-    acc.total_steps = max(acc.total_steps, new.total_steps)
+    acc.total_steps = new.total_steps  # not below acc's (_foldable)
     acc.seq, acc.mono_ns, acc.wall_ns = new.seq, new.mono_ns, new.wall_ns
     acc.dropped_reports = max(acc.dropped_reports, new.dropped_reports)  # a running total
     stats, more = acc.step_stats, new.step_stats
@@ -66,13 +106,18 @@ def fold_into(acc: probe_pb2.Report, new: probe_pb2.Report) -> bool:
 
 
 def _foldable(acc: probe_pb2.Report, new: probe_pb2.Report) -> bool:
-    if not (_consistent(acc) and _consistent(new)):
+    if new.mono_ns < acc.mono_ns or new.total_steps < acc.total_steps:
+        return False  # applied apart, the registry would keep the older's figures
+    a_stats, b_stats = acc.step_stats, new.step_stats
+    if (a_stats.count and not acc.recent_step_s) or (b_stats.count and not new.recent_step_s):
+        return False  # an old hook: each report's window max is one calibration sample
+    if a_stats.count + b_stats.count >= _UINT64:
+        return False
+    if a_stats.sum_s + b_stats.sum_s > MAX_DURATION_S:
         return False
     if len(acc.recent_steps) + len(new.recent_steps) > MAX_RECENT:
         return False
     if len(acc.finished_phases) + len(new.finished_phases) > MAX_PHASES:
-        return False
-    if acc.step_stats.sum_s + new.step_stats.sum_s > MAX_DURATION_S:
         return False
     if new.gpu_memory.has_nvml and acc.gpu_memory.has_nvml:
         return False
@@ -83,28 +128,15 @@ def _foldable(acc: probe_pb2.Report, new: probe_pb2.Report) -> bool:
     a, b = acc.sync, new.sync
     if len(a.samples) + len(b.samples) > MAX_SAMPLES or a.sum_s + b.sum_s > MAX_DURATION_S:
         return False
+    if a.count + b.count >= _UINT64 or a.bytes + b.bytes >= _UINT64:
+        return False
     newer = {g.group: g for g in b.groups}
     for g in a.groups:
         n = newer.get(g.group)
         if n is None or len(g.started_seqs) + len(n.started_seqs) > MAX_STARTS:
             return False
         if g.started_seqs and max(g.started_seqs) > n.issued:
-            return False  # valid alone, invalid folded: send both as they are
-    return True
-
-
-def _consistent(r: probe_pb2.Report) -> bool:
-    """The equal-length pairs that a fold could make equal by accident."""
-    n = len(r.recent_steps)
-    if len(r.recent_step_end_mono_ns) != n or len(r.recent_step_s) != n:
-        return False
-    if not r.HasField("sync"):
-        return True
-    names = set()
-    for g in r.sync.groups:
-        if len(g.started_seqs) != len(g.started_mono_ns) or g.group in names:
-            return False
-        names.add(g.group)
+            return False  # valid alone, invalid folded
     return True
 
 
@@ -129,13 +161,17 @@ def _fold_sync(acc: probe_pb2.SyncStats, new: probe_pb2.SyncStats) -> None:
     acc.bytes += new.bytes
     acc.sum_s += new.sum_s
     acc.max_s = max(acc.max_s, new.max_s)
-    older = {g.group: (list(g.started_seqs), list(g.started_mono_ns)) for g in acc.groups}
-    del acc.groups[:]
+    # In place, each group's newer state with its issue times appended: the
+    # cost is the newer report's, whatever the folded one holds already.
+    older = {g.group: g for g in acc.groups}
     for g in new.groups:
-        folded = acc.groups.add()
-        folded.CopyFrom(g)
-        seqs, starts = older.get(g.group, ((), ()))
-        if seqs:
-            folded.started_seqs[:] = [*seqs, *g.started_seqs]
-            folded.started_mono_ns[:] = [*starts, *g.started_mono_ns]
+        kept = older.get(g.group)
+        if kept is None:
+            acc.groups.add().CopyFrom(g)
+            continue
+        kept.issued, kept.completed = g.issued, g.completed
+        kept.oldest_inflight_start_mono_ns = g.oldest_inflight_start_mono_ns
+        kept.inflight_op, kept.inflight_seq = g.inflight_op, g.inflight_seq
+        kept.started_seqs.extend(g.started_seqs)
+        kept.started_mono_ns.extend(g.started_mono_ns)
     acc.samples.extend(new.samples)
