@@ -176,8 +176,14 @@ def test_a_relay_node_checks_again_before_every_try() -> None:
     later = parent / "up"
     node = SidecarProcess(short_tmpdir("tpnode-"), "--relay-to", f"unix://{later}/sidecar.sock")
     with node:
-        later.mkdir()
-        os.chmod(later, 0o777)
+        # Appears at once as 0777 (made aside, then renamed into place): made and
+        # then chmod-ed, it is ours and safe for a moment, and a try that checks
+        # it then and connects once the impostor listens is this test's own race
+        # (seen once in 650 tests), not the node's.
+        aside = parent / "aside"
+        aside.mkdir()
+        os.chmod(aside, 0o777)
+        aside.rename(later)
         impostor = Impostor(later)
         try:
             wait_for(lambda: "not relaying to" in node.log_text(), 15, what="the node's refusal")
