@@ -119,3 +119,44 @@ def fmt_us(ns: float) -> str:
     if us < 100:
         return f"{us:.1f} µs"
     return f"{us:.0f} µs"
+
+
+def bench_telemetry(prefix: str, env: dict[str, str] | None = None) -> tuple[Any, Any]:
+    """A real Registry and the sidecar's Telemetry over it, writing OTLP-JSON lines
+    to a fresh directory, as shipped without a collector (export on, every 100th
+    step traced). Imported here, at the call: a child that put another sidecar
+    tree first on sys.path gets that tree's."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from trainprobe.sidecar.core.registry import Registry
+    from trainprobe.sidecar.otel.telemetry import start_telemetry
+
+    settings = SimpleNamespace(
+        telemetry=True,
+        otlp_endpoint=None,
+        state_dir=Path(tempfile.mkdtemp(prefix=prefix)),
+        metrics_port=None,
+        metrics_host="127.0.0.1",
+        trace_every_n_steps=100,
+    )
+    reg = Registry()
+    tel = start_telemetry(settings, reg.workers, env=env or {}, lags=reg.arrivals.lags)
+    assert tel is not None
+    return reg, tel
+
+
+def observing_sidecar_cli(prefix: str, **more: Any) -> dict[str, Any]:
+    """Flags for an in-process sidecar of the shipped defaults on a private socket,
+    every action ``observe`` (a benchmark's fleet must not be killed)."""
+    import tempfile
+
+    state = Path(tempfile.mkdtemp(prefix=prefix))
+    return {
+        "listen": [f"unix://{state}/s.sock"],
+        "state_dir": str(state),
+        "on_hung": "observe",
+        "on_unresponsive": "observe",
+        "log_level": "warning",
+        **more,
+    }

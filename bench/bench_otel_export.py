@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-from _common import add_repo_to_path
+from _common import add_repo_to_path, bench_telemetry, observing_sidecar_cli
 
 add_repo_to_path()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,10 +34,8 @@ from relay_loadgen import FastSim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.config.settings import load_settings  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
 from trainprobe.sidecar.otel import jsonlines  # noqa: E402
 from trainprobe.sidecar.otel.jsonlines import metrics_line, otlp_json, spans_line  # noqa: E402
-from trainprobe.sidecar.otel.telemetry import start_telemetry  # noqa: E402
 from trainprobe.sidecar.otel.trace_builder import TraceBuilder  # noqa: E402
 from trainprobe.sidecar.relay.upstream import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
@@ -60,17 +56,7 @@ def library_metrics_line(data: object) -> str:
 
 
 async def exports(n: int, rounds: int) -> None:
-    settings = SimpleNamespace(
-        telemetry=True,
-        otlp_endpoint=None,
-        state_dir=Path(tempfile.mkdtemp(prefix="tp-otelx-")),
-        metrics_port=None,
-        metrics_host="127.0.0.1",
-        trace_every_n_steps=100,
-    )
-    reg = Registry()
-    tel = start_telemetry(settings, reg.workers, env={}, lags=reg.arrivals.lags)
-    assert tel is not None
+    reg, tel = bench_telemetry("tp-otelx-")
     sims = [Sim("load", r, n, 2, 0, 8) for r in range(n)]
     states = [reg.open(convert.hello_from_pb(s.hello), time.monotonic()) for s in sims]
     for _ in range(rounds):
@@ -102,15 +88,7 @@ async def exports(n: int, rounds: int) -> None:
 
 
 async def first_reports(count: int = 40) -> None:
-    state = Path(tempfile.mkdtemp(prefix="tp-first-"))
-    cli = {
-        "listen": [f"unix://{state}/s.sock"],
-        "state_dir": str(state),
-        "on_hung": "observe",
-        "on_unresponsive": "observe",
-        "log_level": "warning",
-    }
-    sidecar = Sidecar(load_settings(env={}, cli=cli))
+    sidecar = Sidecar(load_settings(env={}, cli=observing_sidecar_cli("tp-first-")))
     await sidecar.start()
     batch = probe_pb2.RelayBatch()
     for sid, sim in enumerate((FastSim("load", r, 1000, 2, 1000, 8) for r in range(count)), 1):

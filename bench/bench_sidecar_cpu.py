@@ -30,12 +30,11 @@ import asyncio
 import cProfile
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, write_result
+from _common import add_repo_to_path, observing_sidecar_cli, write_result
 
 add_repo_to_path()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,15 +93,7 @@ class Node:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    state = Path(tempfile.mkdtemp(prefix="tp-cpu-"))
-    cli = {
-        "listen": [f"unix://{state}/s.sock"],
-        "state_dir": str(state),
-        "on_hung": "observe",
-        "on_unresponsive": "observe",
-        "telemetry": args.telemetry == "on",
-        "log_level": "warning",
-    }
+    cli = observing_sidecar_cli("tp-cpu-", telemetry=args.telemetry == "on")
     random.seed(7)
     sims = [
         FastSim("load", r, args.workers, STEPS_PER_REPORT, 1000, args.issue_times)

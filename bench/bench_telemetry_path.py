@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import REPO, write_result
+from _common import REPO, bench_telemetry, write_result
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,27 +39,13 @@ HERE = Path(__file__).resolve().parent
 def child(args: argparse.Namespace) -> dict[str, object]:
     """Runs in the child: the sidecar tree is whatever comes first on sys.path."""
     import asyncio
-    import tempfile
-    from types import SimpleNamespace
 
     from loadgen import Sim
 
-    from trainprobe.sidecar.core.registry import Registry
-    from trainprobe.sidecar.otel.telemetry import start_telemetry
     from trainprobe.sidecar.transport import pb as convert
 
     async def run() -> dict[str, object]:
-        settings = SimpleNamespace(
-            telemetry=True,
-            otlp_endpoint=None,
-            state_dir=Path(tempfile.mkdtemp(prefix="tp-telpath-")),
-            metrics_port=None,
-            metrics_host="127.0.0.1",
-            trace_every_n_steps=100,
-        )
-        reg = Registry()
-        tel = start_telemetry(settings, reg.workers, env={}, lags=reg.arrivals.lags)
-        assert tel is not None
+        reg, tel = bench_telemetry("tp-telpath-")
         n = args.workers
         sims = [Sim("load", r, n, 2, 0, args.issue_times) for r in range(n)]
         now = time.monotonic()
