@@ -187,7 +187,7 @@ def detection_section(r: dict[str, Any]) -> list[str]:
         "",
         provenance(r),
         "",
-        f"{p['ranks']}-rank gloo DDP jobs (`examples/ddp_worker.py`) with "
+        f"{p['ranks']}-rank gloo DDP jobs (`tests/workers/ddp_worker.py`) with "
         f"{p['step_s'] * 1000:.0f} ms steps; one rank hangs at a random step in 30..40",
         "(sleep inside the step; SIGSTOP; or it",
         "misses the step's gradient allreduce and blocks in a recv, so its peer waits in the",

@@ -84,7 +84,7 @@ def main() -> int:
         _spawn(
             [
                 sys.executable,
-                str(HERE / "ddp_worker.py"),
+                str(HERE.parent / "tests" / "workers" / "ddp_worker.py"),
                 "--steps",
                 "100000",
                 "--step-s",

@@ -1,6 +1,6 @@
 """The Grafana dashboard against a real Prometheus scraping a live sidecar.
 
-Two real gloo ranks (examples/ddp_worker.py, ``--watch-ddp``) train and report
+Two real gloo ranks (tests/workers/ddp_worker.py, ``--watch-ddp``) train and report
 to a real sidecar; rank 1 sleeps once (a straggler), later hangs and is
 killed, so verdicts and actions exist. A real Prometheus server (Debian's
 ``prometheus``; ``make test`` installs it) scrapes the sidecar's
