@@ -742,7 +742,16 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         nvrx_n = sum(
             g["n"] for g in faults["groups"].values() if g["healthy"] and g["tool"] == "nvrx"
         )
-        anchors = ["none names the culprit live", "", "", f"NVRx killed {nvrx_fk} of {nvrx_n}", ""]
+        nvrx = [g for g in faults["groups"].values() if not g["healthy"] and g["tool"] == "nvrx"]
+        nvrx_right = sum(g["culprit_right"] for g in nvrx if g["case"] != "mismatch")
+        nvrx_faults = sum(g["n"] for g in nvrx if g["case"] != "mismatch")
+        anchors = [
+            "none names the culprit live",
+            "NVRx: its timeout + up to 5 s",
+            "NCCL watchdog: 10 min (gloo: 30 min)",
+            f"NVRx killed {nvrx_fk} of {nvrx_n}",
+            f"NVRx right in {nvrx_right} of {nvrx_faults} (2 ranks, no mismatch)",
+        ]
         short = [
             "culprit named",
             "definitive faults ended",
@@ -785,7 +794,7 @@ def headlines(res: dict[str, Result | None]) -> Lines:
                     f"[one sidecar, {label}](#one-sidecars-scale)",
                     "≥ 20,000 reports/s, p99 ≤ 200 ms",
                     f"{r['max_sustained_per_s']:,.0f}/s sustained",
-                    "–",
+                    "NVRx: a monitor process per rank",
                     r["goal_met"],
                 )
             )
@@ -834,7 +843,7 @@ def headlines(res: dict[str, Result | None]) -> Lines:
                 "[Ray watcher, 100 actors](#hostile-input-kubelet-probes-the-ray-watcher)",
                 f"< {ray['goal_core_pct']:g} % of a core",
                 f"{ray['watcher_core_pct']:.2f} %",
-                "–",
+                "Ray Train: a hung health poll times out after 600 s",
                 ray["watcher_core_pct"] < ray["goal_core_pct"],
             )
         )
