@@ -223,8 +223,8 @@ def detection_section(det: Result | None) -> Lines:
         "its peer waits in it). Each wave runs one job per tool with the same hang. *Verdict*:",
         "the tool's own record; *killed*: the hung rank's pid gone (polled every 20 ms).",
         f"trainprobe explicit: `--stall-timeout-s {p['explicit_s']:g}`; auto: `--stall-floor-s",
-        f"{p['auto_floor_s']:g}` (max(floor, 10 × p99 step time)); shipped defaults: auto, 30 "
-        "s floor.",
+        f"{p['auto_floor_s']:g}` (max(floor, 10 × p99 step time)); shipped defaults: a sidecar",
+        "with no flags.",
         "NVRx: `ft_launcher`, default config, `calculate_and_set_hb_timeouts()` after step 20.",
         f"gloo: `torchrun`, process-group timeout {p['gloo_timeout_s']:g} s (torch's default: "
         "30 min).",
@@ -263,6 +263,14 @@ def detection_section(det: Result | None) -> Lines:
                 )
             )
     jobs = len(det["trials"])
+    then, now = default_floor(det), current_stall_floor()
+    if then is not None and now is not None and then != now:
+        out += [
+            "",
+            f"The shipped defaults of this run stalled {then:g} s before a verdict; today's"
+            f" floor is {now:g} s, with ambiguous hangs killed after `hang_patience_s`: the fault"
+            " matrix below measures today's defaults.",
+        ]
     out += [
         "",
         f"False kills: {det['false_kills']} in {jobs} jobs, {det['controls']} of them controls",
@@ -274,6 +282,24 @@ def detection_section(det: Result | None) -> Lines:
         *reproduce(det, "detection"),
     ]
     return out
+
+
+def default_floor(det: Result) -> float | None:
+    """The stall threshold the shipped-defaults jobs of a detection run had."""
+    g = det["groups"].get("tp_default/sleep")
+    return g["threshold_s"]["median"] if g else None
+
+
+def current_stall_floor() -> float | None:
+    """The stall floor this checkout ships (None if the sidecar does not import)."""
+    for d in ("proto", "hooks", "sidecar"):
+        if str(REPO / d) not in sys.path:
+            sys.path.append(str(REPO / d))
+    try:
+        from trainprobe.sidecar.config.settings import Settings
+    except ImportError:
+        return None
+    return float(Settings().stall_floor_s)
 
 
 def _fault_groups(r: Result, healthy: bool) -> list[Result]:
@@ -731,6 +757,19 @@ def headlines(res: dict[str, Result | None]) -> Lines:
                 worst <= 5,
             )
         )
+        default = [t for t in det["trials"] if t["tool"] == "tp_default"]
+        if default:
+            d = max((t["culprit_dead_s"] or math.inf) for t in default)
+            rows.append(
+                (
+                    "[the same, shipped defaults](#detection-and-kill-latency)",
+                    "≤ 5 s",
+                    f"worst of {len(default)}: {s(d)} (then a {default_floor(det):g} s floor;"
+                    f" now {current_stall_floor():g} s)",
+                    "–",
+                    d <= 5,
+                )
+            )
     faults = res["faults"]
     if faults:
         goals = fault_goals(faults)
