@@ -18,7 +18,7 @@ GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 # Strict on the pure core and the hooks, basic elsewhere (see [tool.mypy]).
 TYPECHECK := $(VENV)/bin/mypy -p trainprobe.proto -p trainprobe.hooks -p trainprobe.sidecar
 
-.PHONY: demo demo-gloo test lint proto docs bench bench-quick clean
+.PHONY: demo demo-gloo test lint proto docs bench bench-quick bench-render clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -69,17 +69,22 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(VPY) -m pip install -q --no-deps $(NVRX_PIN)
 	touch $@
 
-# Every benchmark, then docs/PERFORMANCE.md and docs/perf/*.png rewritten from
-# the results: about 40 minutes on a quiet 2-core machine, the detection
-# benchmark most of it (it took 56 minutes on the loaded development machine),
-# plus the fault matrix (bench/bench_faults.py: 820 jobs, about 3.5 hours on
-# the loaded 2-core development machine; see its docstring for shorter runs).
+# Every benchmark, then docs/PERFORMANCE.md and docs/perf/*.png rendered from
+# the results (bench/render.py; `make bench-render` re-renders only): about 40
+# minutes on a quiet 2-core machine, the detection benchmark most of it (it
+# took 56 minutes on the loaded development machine), plus the fault matrix
+# (bench/bench_faults.py: 820 jobs, about 3.5 hours on the loaded 2-core
+# development machine; see its docstring for shorter runs).
 bench: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py
 
 # The same benchmarks in smoke-test size (a few minutes); docs are not touched.
 bench-quick: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py --quick
+
+# docs/PERFORMANCE.md and its plots from the results already in bench/results/.
+bench-render: $(VENV)/.bench-installed
+	$(VPY) bench/render.py
 
 clean:
 	rm -rf $(VENV) $(PROTOGEN) build *.egg-info

@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: statistics, processes, results files.
 
 Every bench script writes one JSON result (``--json``) that records the exact
-command that produced it; ``bench/report.py`` turns those files into
+command that produced it; ``bench/render.py`` turns those files into
 docs/PERFORMANCE.md and its plots, so no figure is ever typed by hand.
 """
 

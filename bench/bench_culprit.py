@@ -4,7 +4,7 @@
                                   [--mode sleep|stop|gil] [--watch-ddp] [--json OUT]
 
 Each trial starts a real sidecar process and real gloo ranks
-(examples/ddp_worker.py). One rank hangs at a random step (``sleep`` inside
+(tests/workers/ddp_worker.py). One rank hangs at a random step (``sleep`` inside
 the step: its peers block in the allreduce; ``stop``: SIGSTOP; ``gil``: a C
 call that holds the GIL). Onset is the wall time the hanging rank logged just
 before hanging; detection is the incident's wall time (the tick that found

@@ -4,7 +4,7 @@
         [--sync-timeout-s 2] [--sync-interval-ms 200] [--json OUT]
 
 One local cluster of two Ray nodes with a trainprobe sidecar actor on each.
-Each trial runs a new job of three gloo ranks as Ray actors (examples/ddp_worker.py
+Each trial runs a new job of three gloo ranks as Ray actors (tests/workers/ddp_worker.py
 with ``--watch-ddp``): ranks 0 and 1 on the head node, rank 2 on the other.
 Rank 2 sleeps inside a random step. The head node's sidecar detects the hang
 (its ranks wait in the allreduce: ``sync_inflight``) and names rank 2 through
@@ -36,7 +36,7 @@ from tests.support import free_port, read_jsonl, wait_for  # noqa: E402
 
 
 class Rank:
-    """A training process as a Ray actor: examples/ddp_worker.py's main, in this actor."""
+    """A training process as a Ray actor: tests/workers/ddp_worker.py's main, in this actor."""
 
     def train(self, env: dict[str, str], argv: list[str]) -> int:
         os.environ.update(env)

@@ -2,7 +2,7 @@
 
     python bench/bench_two_clocks.py [--trials 5] [--ranks 2] [--json OUT]
 
-2-rank gloo DDP jobs (``examples/ddp_worker.py``, ~50 ms steps, the hook's
+2-rank gloo DDP jobs (``tests/workers/ddp_worker.py``, ~50 ms steps, the hook's
 default 1 s interval, **no** ``watch_ddp``), a sidecar with no flags at all.
 Per trial one rank either sleeps inside its step (ambiguous: verdict expected
 within seconds, the kill only after the patience, so the trial ends at the

@@ -1,6 +1,6 @@
 """One hung training job under one liveness tool, for the detection benchmark.
 
-A :class:`Job` launches ``examples/ddp_worker.py`` ranks the way each tool is
+A :class:`Job` launches ``tests/workers/ddp_worker.py`` ranks the way each tool is
 meant to be used, and reads back what happened:
 
 - ``tp_explicit`` / ``tp_auto`` / ``tp_default``: ranks started directly (as in

@@ -1,7 +1,7 @@
 """One job of the fault matrix (bench/bench_faults.py) under one tool.
 
 A :class:`FaultJob` is a :class:`detect_jobs.Job` that runs
-``bench/fault_worker.py`` instead of examples/ddp_worker.py:
+``bench/fault_worker.py`` instead of tests/workers/ddp_worker.py:
 
 - ``tp_watch`` / ``tp``: trainprobe's hook with its default 1 s interval, with
   and without ``hook.watch_ddp(model)``, watched by a real sidecar started

@@ -3,7 +3,7 @@
     python bench/fault_worker.py --case CASE --case-rank R --case-at S [--watch-ddp]
         [--no-hook | --nvrx | --pg-timeout-s T] --progress FILE --start-file FILE
 
-examples/ddp_worker.py's loop (a tiny MLP, ``--step-s`` per step), with one
+tests/workers/ddp_worker.py's loop (a tiny MLP, ``--step-s`` per step), with one
 event at step ``--case-at`` on rank ``--case-rank`` (or on every rank where
 the case says so). Onset (the ``hang`` or ``event`` progress line) is logged
 just before the event starts.
@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "workers"))
 
 import torch
 import torch.distributed as dist

@@ -1,6 +1,6 @@
 # A sidecar-only image: trainprobe's base install, no torch, no Ray
-# (about 80 MB of packages on python:3.11-slim; docs/PERFORMANCE.md has the
-# measured figure). Build from the repository root:
+# (46.5 MiB of packages, measured in a fresh venv by bench/bench_install.py;
+# docs/PERFORMANCE.md#install-size). Build from the repository root:
 #
 #   docker build -f deploy/sidecar.Dockerfile -t trainprobe-sidecar .
 #

@@ -84,7 +84,7 @@ def main() -> int:
         _spawn(
             [
                 sys.executable,
-                str(HERE / "ddp_worker.py"),
+                str(HERE / "ddp_train.py"),
                 "--steps",
                 "100000",
                 "--step-s",
@@ -95,9 +95,6 @@ def main() -> int:
                 str(args.hang_at),
                 "--progress",
                 str(work / "progress.jsonl"),
-                # The DDP comm hook reports collective sequence numbers: the
-                # sidecar can then tell the hung rank from its waiting peers.
-                "--watch-ddp",
             ],
             dict(
                 env,

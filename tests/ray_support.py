@@ -26,6 +26,8 @@ from typing import Any
 from tests.support import REPO, free_port, short_tmpdir
 
 EXAMPLES = REPO / "examples"
+#: The tests' fault harness (ddp_worker.py), imported by Ray actors.
+WORKERS = REPO / "tests" / "workers"
 #: One token for every cluster this test process starts: Ray's client caches
 #: the token it first read for the life of the process.
 RAY_TEST_TOKEN = secrets.token_hex(32)
@@ -36,7 +38,7 @@ def ray_environment() -> Iterator[Path]:
     """Set the environment a Ray test needs; restore it afterwards. Yields a work dir."""
     saved = dict(os.environ)
     workdir = short_tmpdir("tpray-")
-    roots = [str(REPO / d) for d in ("proto", "hooks", "sidecar")] + [str(EXAMPLES)]
+    roots = [str(REPO / d) for d in ("proto", "hooks", "sidecar")] + [str(EXAMPLES), str(WORKERS)]
     os.environ["PYTHONPATH"] = os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
     )

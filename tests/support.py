@@ -26,7 +26,7 @@ from trainprobe.sidecar.act.incident_log import read_incident_log
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-DDP_WORKER = REPO / "examples" / "ddp_worker.py"
+DDP_WORKER = REPO / "tests" / "workers" / "ddp_worker.py"
 T = TypeVar("T")
 
 
@@ -177,7 +177,7 @@ class SidecarProcess:
 
 
 class Workers:
-    """``n`` gloo ranks of examples/ddp_worker.py (or of ``script``).
+    """``n`` gloo ranks of tests/workers/ddp_worker.py (or of ``script``).
 
     ``rank_env`` adds (or overrides) variables for single ranks, e.g. another
     ``TRAINPROBE_TARGET`` for ranks that report over TCP.

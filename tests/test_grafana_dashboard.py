@@ -1,6 +1,6 @@
 """The Grafana dashboard against a real Prometheus scraping a live sidecar.
 
-Two real gloo ranks (examples/ddp_worker.py, ``--watch-ddp``) train and report
+Two real gloo ranks (tests/workers/ddp_worker.py, ``--watch-ddp``) train and report
 to a real sidecar; rank 1 sleeps once (a straggler), later hangs and is
 killed, so verdicts and actions exist. A real Prometheus server (Debian's
 ``prometheus``; ``make test`` installs it) scrapes the sidecar's
@@ -236,4 +236,38 @@ def test_every_panel_query_returns_data_from_a_real_prometheus() -> None:
         finally:
             stop.set()
             standin.join(10)
+            prom.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_real_prometheus_knows_every_family_from_its_first_scrape() -> None:
+    """Before any worker reports, Prometheus's first scrape already carries the
+    trainprobe families (their type and help), so metadata-driven tools
+    (Grafana's metric browser) see them on an idle sidecar."""
+    if shutil.which("prometheus") is None:
+        pytest.skip(
+            "no prometheus server here: it is Debian's package prometheus, which `make test` "
+            "installs when it runs as root"
+        )
+    from trainprobe.sidecar.otel.measures import INSTRUMENTS
+
+    workdir = short_tmpdir("tpprom-")
+    metrics_port = free_port()
+    with sidecar("--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"):
+        prom = Prometheus(workdir, metrics_port)
+        try:
+
+            def families() -> dict[str, Any] | None:
+                meta = prom.api("targets/metadata", match_target='{job="trainprobe"}')
+                ours = ("trainprobe_", "hw_")
+                got = {m["metric"]: m for m in meta if m["metric"].startswith(ours)}
+                return got if len(got) >= len(INSTRUMENTS) else None
+
+            got = wait_for(families, 60, what="trainprobe families in Prometheus's metadata")
+            assert got["trainprobe_step_duration_seconds"]["type"] == "histogram"
+            assert got["trainprobe_verdicts"]["type"] == "counter"
+            assert got["trainprobe_heartbeat_age_seconds"]["help"].startswith("Seconds since")
+            # Nothing has reported: the families come with no series.
+            assert prom.api("query", query="trainprobe_step_last")["result"] == []
+        finally:
             prom.close()

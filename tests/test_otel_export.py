@@ -360,3 +360,58 @@ def test_sidecar_and_hook_import_no_opentelemetry() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), timeout=60)
+
+
+def _family_types(body: str) -> dict[str, list[str]]:
+    """Each family's TYPE lines in a scrape's text (a family written twice has two)."""
+    types: dict[str, list[str]] = {}
+    for line in body.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            types.setdefault(name, []).append(kind)
+    return types
+
+
+def test_the_first_scrape_already_serves_every_metric_family() -> None:
+    from trainprobe.sidecar.otel.measures import INSTRUMENTS
+
+    port = free_port()
+    with sidecar("--metrics-port", str(port), "--metrics-host", "127.0.0.1") as sc:
+        # The sidecar says "ready" only after its exporters started: the very first
+        # scrape, before any worker exists, must name every family (HELP and TYPE).
+        url = f"http://127.0.0.1:{port}/metrics"
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
+        types = _family_types(body)
+        want = {
+            "trainprobe_step_duration_seconds": "histogram",
+            "trainprobe_sync_duration_seconds": "histogram",
+            "trainprobe_collective_arrival_lag_seconds": "histogram",
+            "trainprobe_verdicts_total": "counter",
+            "trainprobe_actions_total": "counter",
+            "trainprobe_heartbeat_age_seconds": "gauge",
+            "trainprobe_step_rate_per_second": "gauge",
+            "trainprobe_step_last": "gauge",
+            "trainprobe_workers": "gauge",
+            "hw_gpu_memory_usage_bytes": "gauge",
+            "hw_gpu_memory_limit_bytes": "gauge",
+        }
+        assert len(want) == len(INSTRUMENTS)  # a new instrument belongs in this list
+        assert {n: k for n, (k, *_) in types.items()} == want
+        assert "# HELP trainprobe_step_duration_seconds Training step time" in body
+
+        # Once data arrives, the exporter's own families replace the empty ones:
+        # each family still once, now with samples.
+        train = TimedTraining(sc.target, job_id="first-scrape")
+        try:
+            train.run(10)
+            families = wait_for(
+                lambda: (f := scrape(port)) and samples_of(f, "hw_gpu_memory_usage_bytes") and f,
+                10,
+                what="gpu memory on the scrape",
+            )
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
+        finally:
+            train.hook.close()
+    assert all(len(kinds) == 1 for kinds in _family_types(body).values()), body
+    assert samples_of(families, "trainprobe_step_duration_seconds", trainprobe_rank="0")
+    assert {n: k for n, (k, *_) in _family_types(body).items() if n in want} == want

@@ -29,14 +29,14 @@ JOB = "two-nodes"
 
 
 class Rank:
-    """A training process as a Ray actor: examples/ddp_worker.py's main, in this actor."""
+    """A training process as a Ray actor: tests/workers/ddp_worker.py's main, in this actor."""
 
     def pid(self) -> int:
         return os.getpid()
 
     def train(self, env: dict[str, str], argv: list[str]) -> int:
         os.environ.update(env)
-        import ddp_worker  # examples/ is on the workers' PYTHONPATH
+        import ddp_worker  # tests/workers/ is on the workers' PYTHONPATH
 
         return ddp_worker.main(argv)
 

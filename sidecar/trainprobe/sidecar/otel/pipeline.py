@@ -151,13 +151,16 @@ class OtelPipeline:
         if self.cfg.prometheus_port is None:
             return []
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import start_http_server
+
+        from trainprobe.sidecar.otel.prom_families import FamiliesRegistry
 
         class PrometheusReader(FoldingReader, PrometheusMetricReader):
             pass
 
-        # A private registry: two sidecars in one process must not collide.
-        registry = CollectorRegistry(auto_describe=True)
+        # A private registry (two sidecars in one process must not collide) that
+        # serves every family from the first scrape, before any data point.
+        registry = FamiliesRegistry(INSTRUMENTS)
         host, port = self.cfg.prometheus_host, self.cfg.prometheus_port
         try:
             self.http_server, _ = start_http_server(port, addr=host, registry=registry)

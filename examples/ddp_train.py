@@ -1,0 +1,78 @@
+"""A plain DDP training loop with trainprobe's hook: the three lines a script needs.
+
+    trainprobe-sidecar &
+    torchrun --standalone --nproc-per-node 2 examples/ddp_train.py
+
+It trains a tiny MLP on CPU over gloo. The hook finds its rank, world size,
+job and sidecar by itself (RANK, WORLD_SIZE, TORCHELASTIC_RUN_ID,
+TRAINPROBE_TARGET); ``hook.watch_ddp(model)`` lets the sidecar compare the
+ranks' gradient allreduces, so a hung rank is told from the peers waiting for
+it; ``hook.phase(...)`` declares a long pause that is not a hang.
+
+For the demo (``make demo-gloo``): ``--hang-rank R --hang-at S`` makes rank R
+sleep inside step S, before its backward, so its peers block in the
+allreduce; ``--progress FILE`` records when it started to hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainprobe.hooks import LivenessProbeHook
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--progress", default="", help="append the hang's start here (JSON line)")
+    args = p.parse_args()
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    hook = LivenessProbeHook()  # 1: connects in the background, never blocks training
+    hook.watch_ddp(model)  # 2: per-bucket allreduce sequence numbers and latency
+
+    for step in range(1, args.steps + 1):
+        loss = model(torch.randn(16, 32)).pow(2).mean()
+        if rank == args.hang_rank and step == args.hang_at:
+            hang(args.progress, rank, step)
+        loss.backward()  # the gradient allreduce: a hung rank's peers wait here
+        opt.step()
+        opt.zero_grad()
+        time.sleep(args.step_s)
+        hook.on_step_end(step)  # 3: one timestamp, well under a microsecond
+        if step % args.checkpoint_every == 0:
+            with hook.phase("checkpoint", timeout_s=600):  # a pause that is not a hang
+                time.sleep(0.5)  # torch.save(...) would go here
+
+    hook.close()
+    dist.destroy_process_group()
+
+
+def hang(progress: str, rank: int, step: int) -> None:
+    if progress:
+        event = {"t": time.time(), "event": "hang", "rank": rank, "pid": os.getpid(), "step": step}
+        with open(progress, "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+    print(f"rank {rank} (pid {os.getpid()}) hangs in step {step}", flush=True)
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
