@@ -1,0 +1,224 @@
+"""The conditions a Kubernetes pod gives the sidecar, made for real (as root).
+
+A kubelet makes an emptyDir owned by root, mode 0777, and runs containers as
+unprivileged UIDs that share one PID namespace (``shareProcessNamespace``).
+Here: a root-owned 0777 directory made by this (root) test, the sidecar as
+UID 1000 and trainers as UID 1000 or 1001 (``setpriv``), all in this test's
+PID namespace, as the pod's containers are in the pod's. deploy/k8s-job.yaml
+asks for exactly this layout: ``--listen unix://<emptyDir>/sidecar.sock``,
+and the same path as the trainer's ``TRAINPROBE_TARGET``.
+
+The sidecar listens in its own ``trainprobe-1000`` inside the emptyDir, and
+a trainer aimed at ``<emptyDir>/sidecar.sock`` finds it there; a hung trainer
+is verified and killed. A trainer of another UID needs the socket opened to it
+(``--socket-access all``), the subdirectory's path, and ``CAP_KILL`` in the
+sidecar. Impostors, in the emptyDir itself or squatting the subdirectory
+under another UID, get no connection.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir, wait_for
+from tests.test_socket_dir_clients import Impostor
+
+SIDECAR_UID, TRAINER_UID, OTHER_UID = 1000, 1001, 1002
+HANG = Path(__file__).parent / "workers" / "hang.py"
+#: A hang found 2 s after the last step, killed at once (SIGTERM, SIGKILL 0.5 s later).
+FAST = ("--heartbeat-timeout-s", "3", "--stall-timeout-s", "2", "--kill-grace-s", "0.5")
+FAST += ("--hang-patience-s", "0", "--tick-interval-ms", "50", "--py-spy", "off")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real UIDs via setpriv")
+
+
+def as_uid(uid: int, *caps: str) -> list[str]:
+    """Run as ``uid`` (group too, no supplementary groups), with ambient ``caps``."""
+    cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    if caps:
+        add = ",".join(f"+{c}" for c in caps)
+        cmd += [f"--inh-caps={add}", f"--ambient-caps={add}"]
+    return cmd
+
+
+def home_of(uid: int) -> Path:
+    d = short_tmpdir(f"tp-home{uid}-")
+    os.chown(d, uid, uid)
+    return d
+
+
+@pytest.fixture
+def empty_dir() -> Iterator[Path]:
+    """What a kubelet mounts: root's, mode 0777 (no sticky bit)."""
+    d = short_tmpdir("tp-pod-")
+    os.chmod(d, 0o777)
+    assert os.lstat(d).st_uid == 0
+    yield d
+
+
+def sidecar_in(d: Path, *flags: str, caps: tuple[str, ...] = ()) -> SidecarProcess:
+    return SidecarProcess(
+        d, *FAST, *flags, env={"HOME": str(home_of(SIDECAR_UID))}, wrap=as_uid(SIDECAR_UID, *caps)
+    )
+
+
+def trainer(uid: int, target: str, job: str, steps: int = 20) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*as_uid(uid), PYTHON, str(HANG), job, str(steps)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(TRAINPROBE_TARGET=target, HOME=str(home_of(uid))),
+    )
+
+
+def _killed_by_the_sidecar(sc: SidecarProcess, proc: subprocess.Popen[bytes], job: str) -> None:
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"hung"
+    proc.wait(30)
+    assert proc.returncode is not None and proc.returncode < 0, proc.returncode
+    actions = wait_for(
+        lambda: [r for r in sc.incidents("action") if r.get("job_id") == job], 10, what="action"
+    )
+    (out,) = actions[0]["outcomes"].values()
+    assert out["method"] == "signal" and out["signals"], out
+    assert f"(verified, uid {proc_uid_of(sc, job)}" in sc.log_text()
+
+
+def proc_uid_of(sc: SidecarProcess, job: str) -> int:
+    return TRAINER_UID if job.startswith("other") else SIDECAR_UID
+
+
+def test_the_sample_pod_starts_and_its_trainer_is_verified_and_killed(empty_dir: Path) -> None:
+    """Sidecar and trainer as UID 1000, both given <emptyDir>/sidecar.sock."""
+    with sidecar_in(empty_dir) as sc:
+        private = empty_dir / f"trainprobe-{SIDECAR_UID}"
+        st = os.lstat(private)
+        assert (st.st_uid, st.st_mode & 0o777) == (SIDECAR_UID, 0o700)
+        assert (private / "sidecar.sock").is_socket()
+        assert os.lstat(private / "sidecar.sock").st_mode & 0o777 == 0o600
+        assert not (empty_dir / "sidecar.sock").exists()
+        assert f"ready on unix://{private}/sidecar.sock" in sc.log_text()
+        proc = trainer(SIDECAR_UID, sc.target, "same-uid")
+        try:
+            _killed_by_the_sidecar(sc, proc, "same-uid")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def test_a_trainer_of_another_uid_needs_the_socket_opened_and_cap_kill(empty_dir: Path) -> None:
+    """Trainer as UID 1001: the socket 0666 in a 0711 directory, CAP_KILL to end it."""
+    with sidecar_in(empty_dir, "--socket-access", "all", caps=("kill",)) as sc:
+        private = empty_dir / f"trainprobe-{SIDECAR_UID}"
+        assert os.lstat(private).st_mode & 0o777 == 0o711
+        for name in ("sidecar.sock", "sidecar.sock.id"):
+            assert os.lstat(private / name).st_mode & 0o777 == 0o666
+        proc = trainer(TRAINER_UID, f"unix://{private}/sidecar.sock", "other-uid")
+        try:
+            _killed_by_the_sidecar(sc, proc, "other-uid")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def test_without_cap_kill_another_uid_is_verified_but_not_killed(empty_dir: Path) -> None:
+    """The kernel refuses the signal: the action says so, the trainer lives on
+    (in a pod, the trainer's liveness probe on trainprobe.workers restarts it)."""
+    with sidecar_in(empty_dir, "--socket-access", "all") as sc:
+        private = empty_dir / f"trainprobe-{SIDECAR_UID}"
+        proc = trainer(TRAINER_UID, f"unix://{private}/sidecar.sock", "other-nocap")
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"hung"
+            actions = wait_for(
+                lambda: [r for r in sc.incidents("action") if r.get("job_id") == "other-nocap"],
+                20,
+                what="action",
+            )
+            assert f"(verified, uid {TRAINER_UID}" in sc.log_text()
+            (out,) = actions[0]["outcomes"].values()
+            assert out["method"] == "signal", out
+            text = str(out).lower()
+            assert "not permitted" in text or "eperm" in text or "permission" in text, out
+            time.sleep(1.0)
+            assert proc.poll() is None  # alive: the sidecar had no right to signal it
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_trainer_of_another_uid_cannot_connect_to_a_private_socket(empty_dir: Path) -> None:
+    """The default (socket_access user): the socket's mode keeps UID 1001 out."""
+    with sidecar_in(empty_dir) as sc:
+        private = empty_dir / f"trainprobe-{SIDECAR_UID}"
+        proc = trainer(TRAINER_UID, f"unix://{private}/sidecar.sock", "other-refused", steps=5)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"hung"
+            time.sleep(2.0)
+            sc.socket = private / "sidecar.sock"  # the test (root) asks there directly
+            assert list(sc.status().workers) == []
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def _hook_for(uid: int, target: str, seconds: float = 3.0) -> subprocess.CompletedProcess[str]:
+    """A hook that reports for ``seconds``, as ``uid``."""
+    code = (
+        "import time; from trainprobe.hooks import LivenessProbeHook as H; "
+        "h = H(interval_ms=100, job_id='j', rank=0, world_size=1); "
+        f"[h.on_step_end(i) or time.sleep(0.1) for i in range({int(seconds * 10)})]; h.close()"
+    )
+    return subprocess.run(
+        [*as_uid(uid), PYTHON, "-c", code],
+        capture_output=True,
+        text=True,
+        env=child_env(TRAINPROBE_TARGET=target, HOME=str(home_of(uid))),
+        timeout=60,
+    )
+
+
+def test_an_impostor_in_the_shared_directory_itself_gets_nothing(empty_dir: Path) -> None:
+    """Any UID of the pod can bind <emptyDir>/sidecar.sock: no hook or CLI goes there."""
+    impostor = Impostor(empty_dir)
+    try:
+        _hook_for(SIDECAR_UID, f"unix://{impostor.path}")
+        out = subprocess.run(
+            [*as_uid(SIDECAR_UID), PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status"],
+            capture_output=True,
+            text=True,
+            env=child_env(TRAINPROBE_TARGET=str(impostor.path)),
+            timeout=60,
+        )
+        assert out.returncode != 0
+        assert f"{empty_dir}/trainprobe-{SIDECAR_UID}/sidecar.sock" in out.stderr, out.stderr
+        time.sleep(0.2)
+        assert impostor.accepted == 0
+    finally:
+        impostor.close()
+
+
+def test_a_subdirectory_squatted_by_another_uid_is_refused_at_both_ends(empty_dir: Path) -> None:
+    """UID 1002 of the pod makes trainprobe-1000 first (and listens in it)."""
+    squat = empty_dir / f"trainprobe-{SIDECAR_UID}"
+    subprocess.run([*as_uid(OTHER_UID), "mkdir", "-m", "0755", str(squat)], check=True)
+    assert os.lstat(squat).st_uid == OTHER_UID
+    impostor = Impostor(squat)
+    try:
+        out = _hook_for(SIDECAR_UID, f"unix://{empty_dir}/sidecar.sock")
+        assert f"is owned by uid {OTHER_UID}" in out.stderr, out.stderr
+        sc = sidecar_in(empty_dir)
+        with pytest.raises(RuntimeError, match="exited 2"):
+            sc.start()
+        assert f"refusing to listen on unix://{squat}/sidecar.sock" in sc.log_text()
+        assert f"is owned by uid {OTHER_UID}" in sc.log_text()
+        assert impostor.accepted == 0
+    finally:
+        impostor.close()
