@@ -222,3 +222,70 @@ def test_a_subdirectory_squatted_by_another_uid_is_refused_at_both_ends(empty_di
         assert impostor.accepted == 0
     finally:
         impostor.close()
+
+
+# -- the per-user runtime directory, squatted by another local user ---------------------------
+
+
+def test_a_squatted_runtime_dir_falls_back_to_home_at_both_ends() -> None:
+    """UID 1002 makes <tmp>/trainprobe-1000 first (and listens in it). The sidecar
+    and the hooks of UID 1000, with no address given, both warn and meet in
+    ~/.trainprobe/run instead; the squatter gets no connection."""
+    tmp = short_tmpdir("tp-tmp-")
+    os.chmod(tmp, 0o1777)  # what /tmp is
+    squat = tmp / f"trainprobe-{SIDECAR_UID}"
+    subprocess.run([*as_uid(OTHER_UID), "mkdir", "-m", "0755", str(squat)], check=True)
+    impostor = Impostor(squat)
+    home = home_of(SIDECAR_UID)
+    env = child_env(TMPDIR=str(tmp), HOME=str(home))
+    env.pop("TRAINPROBE_TARGET", None)
+    env.pop("TRAINPROBE_RUNTIME_DIR", None)
+    state = home / "state"
+    log_path = tmp / "sidecar.log"
+    with open(log_path, "wb") as log:
+        side = subprocess.Popen(
+            [*as_uid(SIDECAR_UID), PYTHON, "-m", "trainprobe.sidecar", *FAST]
+            + ["--state-dir", str(state)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    fallback = home / ".trainprobe" / "run"
+    try:
+        wait_for(lambda: "ready on" in log_path.read_text() or side.poll() is not None, 30)
+        text = log_path.read_text()
+        assert f"ready on unix://{fallback}/sidecar.sock" in text, text
+        assert f"{squat} is owned by uid {OTHER_UID}" in text and f"using {fallback}" in text
+        st = os.lstat(fallback)
+        assert (st.st_uid, st.st_mode & 0o777) == (SIDECAR_UID, 0o700)
+        hung = subprocess.Popen(
+            [*as_uid(SIDECAR_UID), PYTHON, str(HANG), "squatted", "20"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            assert hung.stdout is not None and hung.stdout.readline().strip() == b"hung"
+            hung.wait(30)  # found, verified and killed: monitoring was not switched off
+            assert hung.returncode is not None and hung.returncode < 0
+            assert hung.stderr is not None
+            warning = hung.stderr.read().decode()
+            assert warning.count(f"using {fallback}") == 1, warning
+        finally:
+            if hung.poll() is None:
+                hung.kill()
+            hung.wait(10)
+        wait_for(lambda: "(verified, uid 1000" in log_path.read_text(), 10)
+        status = subprocess.run(
+            [*as_uid(SIDECAR_UID), PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert status.returncode == 0 and "squatted" in status.stdout, status.stderr
+        assert impostor.accepted == 0
+    finally:
+        impostor.close()
+        side.terminate()
+        side.wait(20)
