@@ -244,8 +244,7 @@ def test_a_squatted_runtime_dir_falls_back_to_home_at_both_ends() -> None:
     log_path = tmp / "sidecar.log"
     with open(log_path, "wb") as log:
         side = subprocess.Popen(
-            [*as_uid(SIDECAR_UID), PYTHON, "-m", "trainprobe.sidecar", *FAST]
-            + ["--state-dir", str(state)],
+            [*as_uid(SIDECAR_UID), PYTHON, "-m", "trainprobe.sidecar", *FAST, "--state-dir", state],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
