@@ -23,10 +23,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
-from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir, wait_for
+from tests.support import PYTHON, SidecarProcess, child_env, free_port, short_tmpdir, wait_for
 from tests.test_socket_dir_clients import Impostor
 
 SIDECAR_UID, TRAINER_UID, OTHER_UID = 1000, 1001, 1002
@@ -38,9 +40,10 @@ FAST += ("--hang-patience-s", "0", "--tick-interval-ms", "50", "--py-spy", "off"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real UIDs via setpriv")
 
 
-def as_uid(uid: int, *caps: str) -> list[str]:
-    """Run as ``uid`` (group too, no supplementary groups), with ambient ``caps``."""
-    cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+def as_uid(uid: int, *caps: str, gid: int | None = None) -> list[str]:
+    """Run as ``uid`` (group ``gid``, else the same number; no supplementary
+    groups), with ambient ``caps``."""
+    cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid if gid is None else gid}", "--clear-groups"]
     if caps:
         add = ",".join(f"+{c}" for c in caps)
         cmd += [f"--inh-caps={add}", f"--ambient-caps={add}"]
@@ -288,3 +291,107 @@ def test_a_squatted_runtime_dir_falls_back_to_home_at_both_ends() -> None:
         impostor.close()
         side.terminate()
         side.wait(20)
+
+
+# -- the manifests' own pods ----------------------------------------------------------------
+
+
+def _manifest_pods() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    from tests.unit.test_deploy_manifest import JOB, _load, _ray_pods
+
+    job = _load(JOB)["spec"]["template"]["spec"]
+    out = [("k8s-job", job, job["containers"][0])]
+    out += [(f"kuberay-{g}", t["spec"], t["spec"]["containers"][0]) for g, t in _ray_pods()]
+    return out
+
+
+def _run_as(pod: dict[str, Any], container: dict[str, Any]) -> tuple[int, int, list[str]]:
+    ctx = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    caps = [c.lower() for c in ctx.get("capabilities", {}).get("add", [])]
+    return ctx["runAsUser"], ctx.get("runAsGroup", ctx["runAsUser"]), caps
+
+
+class PodStandIn:
+    """Each emptyDir of ``pod`` as a kubelet makes it (root's, 0777), and a
+    container's paths and TCP port rewritten onto those directories."""
+
+    def __init__(self, pod: dict[str, Any], port: int) -> None:
+        self.dirs = {}
+        for vol in pod["volumes"]:
+            if "emptyDir" in vol:
+                d = short_tmpdir(f"tp-{vol['name'][:8]}-")
+                os.chmod(d, 0o777)
+                self.dirs[vol["name"]] = d
+        self.port = port
+
+    def rewrite(self, container: dict[str, Any], text: str) -> str:
+        mounts = sorted(container.get("volumeMounts", []), key=lambda m: -len(m["mountPath"]))
+        for m in mounts:
+            if m["name"] in self.dirs:
+                text = text.replace(m["mountPath"], str(self.dirs[m["name"]]))
+        return text.replace("tcp://0.0.0.0:7070", f"tcp://127.0.0.1:{self.port}")
+
+    def env(self, container: dict[str, Any], uid: int) -> dict[str, str]:
+        out = {"HOME": str(home_of(uid))}
+        for e in container.get("env", []):
+            if e["name"].startswith("RAY_") or e["name"] == "TRAINPROBE_RAY_ADDRESS":
+                continue  # no Ray cluster here: the socket layout is what is under test
+            value = e.get("value", "pod-test-token")  # else from a Secret
+            out[e["name"]] = self.rewrite(container, value)
+        return out
+
+
+@pytest.mark.parametrize(("name", "pod", "main"), _manifest_pods(), ids=lambda v: str(v)[:16])
+def test_the_manifests_pod_starts_and_its_hook_is_verified(
+    name: str, pod: dict[str, Any], main: dict[str, Any]
+) -> None:
+    """The sidecar from the manifest's own command, args, env, UID and
+    capabilities on stand-ins for its emptyDirs; its startup probe's health
+    check SERVING; a hook with the trainer's env and UID verified."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from tests.unit.test_deploy_manifest import _sidecar
+
+    side = _sidecar(pod)
+    stand_in = PodStandIn(pod, free_port())
+    uid, gid, caps = _run_as(pod, side)
+    args = [stand_in.rewrite(side, a) for a in side.get("args", [])]
+    assert side.get("command", ["trainprobe-sidecar"]) == ["trainprobe-sidecar"]
+    log_path = short_tmpdir("tp-podlog-") / "sidecar.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [*as_uid(uid, *caps, gid=gid), PYTHON, "-m", "trainprobe.sidecar", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(**stand_in.env(side, uid)),
+        )
+    try:
+        wait_for(lambda: "ready on" in log_path.read_text() or proc.poll() is not None, 30)
+        assert proc.poll() is None, log_path.read_text()
+        with grpc.insecure_channel(f"127.0.0.1:{stand_in.port}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            serving = health_pb2.HealthCheckResponse.SERVING
+            wait_for(
+                lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == serving,
+                side["startupProbe"]["failureThreshold"] * side["startupProbe"]["periodSeconds"],
+                what="the startup probe's answer",
+            )
+        t_uid, t_gid, _ = _run_as(pod, main)
+        env = child_env(**stand_in.env(main, t_uid))
+        code = (
+            "import time; from trainprobe.hooks import LivenessProbeHook as H; "
+            "h = H(interval_ms=100, job_id='pod', rank=0, world_size=1); "
+            "[h.on_step_end(i) or time.sleep(0.1) for i in range(30)]; h.close()"
+        )
+        out = subprocess.run(
+            [*as_uid(t_uid, gid=t_gid), PYTHON, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert f"(verified, uid {t_uid}" in log_path.read_text(), out.stderr
+    finally:
+        proc.terminate()
+        proc.wait(20)
