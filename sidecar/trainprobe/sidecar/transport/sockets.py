@@ -101,9 +101,10 @@ def prepare_unix_socket(path: Path, access: str = "user") -> None:
 def _tighten(directory: Path) -> bool:
     """Take write access from group and others on a directory of our own.
 
-    A Kubernetes emptyDir shared by the sidecar and training containers is
-    created 0777 and owned by the pod's user: ours to fix, not to refuse. Any
-    other user's directory, or a symlink, is left alone (and refused).
+    Ours to fix, not to refuse (a root sidecar's emptyDir is its own too; a
+    non-root one never gets here for a root-owned one: it uses its own
+    ``trainprobe-<uid>`` inside it). Any other user's directory, or a
+    symlink, is left alone (and refused).
     """
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
