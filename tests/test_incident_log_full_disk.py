@@ -138,3 +138,14 @@ def test_a_log_left_with_a_cut_line_starts_the_next_record_on_a_fresh_line(
     assert lines[-2] == '{"incident":"cut","pad":"xx'
     assert json.loads(lines[-1]) == {"incident": "next"}
     assert [r["incident"] for r in read_incident_log(path)] == ["first", "next"]
+
+
+def test_a_late_record_after_close_also_starts_on_a_fresh_line(tmp_path: Path) -> None:
+    path = tmp_path / "incidents.jsonl"
+    log = IncidentLog(path)
+    log.write({"incident": "first"}).result(10)
+    log.close()
+    with open(path, "ab") as fh:
+        fh.write(b'{"incident":"cut"')  # another writer died mid-line meanwhile
+    log.write({"incident": "late"}).result(10)
+    assert [r["incident"] for r in read_incident_log(path)] == ["first", "late"]

@@ -71,11 +71,14 @@ class IncidentLog:
 
     def _append(self, line: bytes) -> None:
         with self._lock:
-            if len(self._held) >= MAX_HELD:
-                self._held.popleft()
-                self._dropped += 1
-            self._held.append(line)
+            self._append_held(line)
             self._drain()
+
+    def _append_held(self, line: bytes) -> None:
+        if len(self._held) >= MAX_HELD:
+            self._held.popleft()
+            self._dropped += 1
+        self._held.append(line)
 
     def _drain(self) -> None:
         """Write the held records in order; stop at the first that fails."""
@@ -151,18 +154,20 @@ class IncidentLog:
         self._fd = -1
 
     def _append_fd_once(self, line: bytes) -> None:
+        """One record after close, by the same rules (whole, on a fresh line)."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         except OSError as err:
             log.error("cannot write incident log %s: %s", self.path, err)
             return
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        except OSError as err:
-            log.error("cannot write incident log %s: %s", self.path, err)
-        finally:
-            os.close(fd)
+        with self._lock:
+            self._fd, self._torn = fd, True
+            try:
+                self._append_held(line)
+                self._drain()
+            finally:
+                os.close(fd)
+                self._fd = -1
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:
