@@ -71,9 +71,11 @@ def sidecar_in(d: Path, *flags: str, caps: tuple[str, ...] = ()) -> SidecarProce
     )
 
 
-def trainer(uid: int, target: str, job: str, steps: int = 20) -> subprocess.Popen[bytes]:
+def trainer(
+    uid: int, target: str, job: str, steps: int = 20, gid: int | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*as_uid(uid), PYTHON, str(HANG), job, str(steps)],
+        [*as_uid(uid, gid=gid), PYTHON, str(HANG), job, str(steps)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=child_env(TRAINPROBE_TARGET=target, HOME=str(home_of(uid))),
@@ -116,14 +118,21 @@ def test_the_sample_pod_starts_and_its_trainer_is_verified_and_killed(empty_dir:
             proc.wait(10)
 
 
-def test_a_trainer_of_another_uid_needs_the_socket_opened_and_cap_kill(empty_dir: Path) -> None:
-    """Trainer as UID 1001: the socket 0666 in a 0711 directory, CAP_KILL to end it."""
-    with sidecar_in(empty_dir, "--socket-access", "all", caps=("kill",)) as sc:
+@pytest.mark.parametrize(
+    ("access", "dir_mode", "sock_mode", "gid"),
+    [("all", 0o711, 0o666, TRAINER_UID), ("group", 0o710, 0o660, SIDECAR_UID)],
+)
+def test_a_trainer_of_another_uid_needs_the_socket_opened_and_cap_kill(
+    empty_dir: Path, access: str, dir_mode: int, sock_mode: int, gid: int
+) -> None:
+    """Trainer as UID 1001 (in the sidecar's group 1000 for ``group``): the
+    socket opened to it, CAP_KILL to end it."""
+    with sidecar_in(empty_dir, "--socket-access", access, caps=("kill",)) as sc:
         private = empty_dir / f"trainprobe-{SIDECAR_UID}"
-        assert os.lstat(private).st_mode & 0o777 == 0o711
+        assert os.lstat(private).st_mode & 0o777 == dir_mode
         for name in ("sidecar.sock", "sidecar.sock.id"):
-            assert os.lstat(private / name).st_mode & 0o777 == 0o666
-        proc = trainer(TRAINER_UID, f"unix://{private}/sidecar.sock", "other-uid")
+            assert os.lstat(private / name).st_mode & 0o777 == sock_mode
+        proc = trainer(TRAINER_UID, f"unix://{private}/sidecar.sock", "other-uid", gid=gid)
         try:
             _killed_by_the_sidecar(sc, proc, "other-uid")
         finally:
