@@ -149,3 +149,17 @@ def test_a_late_record_after_close_also_starts_on_a_fresh_line(tmp_path: Path) -
         fh.write(b'{"incident":"cut"')  # another writer died mid-line meanwhile
     log.write({"incident": "late"}).result(10)
     assert [r["incident"] for r in read_incident_log(path)] == ["first", "late"]
+
+
+def test_a_log_that_is_a_pipe_gets_whole_records_and_no_stray_newline() -> None:
+    """``--incident-log /dev/stdout`` into a pipe: nothing to seek or read back."""
+    r, w = os.pipe()
+    try:
+        log = IncidentLog(Path(f"/proc/self/fd/{w}"))
+        log.write({"incident": "a"}).result(10)
+        log.write({"incident": "b"}).result(10)
+        log.close()
+        assert os.read(r, 4096) == b'{"incident":"a"}\n{"incident":"b"}\n'
+    finally:
+        os.close(r)
+        os.close(w)

@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,8 +40,7 @@ class IncidentLog:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Read too: whether the file ends in a cut line is read from its end.
-            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+            self._fd, self._seekable = _open_for_append(path)
         except OSError as err:
             # At start, so that a sidecar that could not record its kills never runs.
             raise IncidentLogError(
@@ -55,8 +55,9 @@ class IncidentLog:
         #: Records not yet on disk, oldest first (the disk was full).
         self._held: deque[bytes] = deque()
         self._dropped = 0
-        #: The file may end in a cut line (a crash or a failed write before).
-        self._torn = True
+        #: The next record must start on a fresh line: the file may end in a cut
+        #: one (a crash or a failed write). Only a regular file can be looked at.
+        self._torn = self._seekable
 
     def write(self, record: dict[str, Any]) -> Future[None]:
         """Queue one record; the returned future completes once it is on disk."""
@@ -88,7 +89,7 @@ class IncidentLog:
             try:
                 if self._torn:
                     self._end_line()
-                start = os.lseek(self._fd, 0, os.SEEK_END)
+                start = os.lseek(self._fd, 0, os.SEEK_END) if self._seekable else -1
                 written = 0
                 while written < len(line):
                     written += os.write(self._fd, line[written:])
@@ -109,8 +110,10 @@ class IncidentLog:
 
     def _end_line(self) -> None:
         """Start the next record on a fresh line if the file ends in a cut one."""
-        size = os.lseek(self._fd, 0, os.SEEK_END)
-        cut = size and os.pread(self._fd, 1, size - 1) != b"\n"
+        cut = True  # a pipe or a terminal: cut by a failed write, nothing to look at
+        if self._seekable:
+            size = os.lseek(self._fd, 0, os.SEEK_END)
+            cut = size > 0 and os.pread(self._fd, 1, size - 1) != b"\n"
         if cut and os.write(self._fd, b"\n") != 1:
             raise OSError(errno.ENOSPC, "no room for a newline")
         self._torn = False
@@ -118,6 +121,8 @@ class IncidentLog:
     def _cut_back(self, start: int) -> None:
         """Remove a cut record's part (shrinking needs no space)."""
         try:
+            if start < 0:
+                raise OSError(errno.ESPIPE, "not a regular file")
             os.ftruncate(self._fd, start)
         except OSError:
             self._torn = True  # the next write begins with a newline instead
@@ -156,18 +161,28 @@ class IncidentLog:
     def _append_fd_once(self, line: bytes) -> None:
         """One record after close, by the same rules (whole, on a fresh line)."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+            fd, self._seekable = _open_for_append(self.path)
         except OSError as err:
             log.error("cannot write incident log %s: %s", self.path, err)
             return
         with self._lock:
-            self._fd, self._torn = fd, True
+            self._fd, self._torn = fd, self._seekable
             try:
                 self._append_held(line)
                 self._drain()
             finally:
                 os.close(fd)
                 self._fd = -1
+
+
+def _open_for_append(path: Path) -> tuple[int, bool]:
+    """An append descriptor, and whether its end can be read back (a regular
+    file opened for reading too) to tell whether it ends in a cut line."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+    except PermissionError:  # a log we may append to but not read
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640), False
+    return fd, stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:
