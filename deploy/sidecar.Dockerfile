@@ -21,8 +21,11 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
     && mkdir -p /var/run/trainprobe /var/lib/trainprobe \
     && chown 1000:1000 /var/run/trainprobe /var/lib/trainprobe
 # The training container must run as the same UID, so that the sidecar may
-# signal its processes; reading a stopped rank's stacks with py-spy needs the
-# SYS_PTRACE capability on this container.
+# signal its processes (or give this container CAP_KILL and run the sidecar
+# with --socket-access all: docs/DEPLOY.md); reading a stopped rank's stacks
+# with py-spy needs the SYS_PTRACE capability on this container. An emptyDir
+# mounted on /var/run/trainprobe is root's and 0777: the sidecar then listens
+# in its own trainprobe-1000/ inside it.
 USER 1000:1000
 ENV TRAINPROBE_RUNTIME_DIR=/var/run/trainprobe \
     TRAINPROBE_STATE_DIR=/var/lib/trainprobe

@@ -7,7 +7,10 @@ custom resource through its pod templates), the sidecar as a native sidecar
 (init container with restartPolicy Always), the hooks' target being the
 sidecar's socket on a volume both containers mount, the shared PID
 namespace, the kubelet probes asking the sidecar's TCP port, and the
-sidecar's configuration being valid trainprobe configuration.
+sidecar's configuration being valid trainprobe configuration, and the UIDs
+fitting: the same for both containers, or else what a trainer of another
+UID needs. tests/test_pod_dirs.py starts these pods' sidecars and hooks on
+directories made as a kubelet makes an emptyDir.
 """
 
 from __future__ import annotations
@@ -121,6 +124,9 @@ def _check_pod(pod: dict[str, Any], main: dict[str, Any], probe_service: str | N
     sock_dir = str(Path(unix.path).parent)
     empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
     assert _mounts(main)[sock_dir] == _mounts(side)[sock_dir] in empty_dirs
+    # The hooks' stack files go where the sidecar reads them: its socket's directory.
+    assert _env(main)["TRAINPROBE_RUNTIME_DIR"] == _env(side)["TRAINPROBE_RUNTIME_DIR"] == sock_dir
+    _check_uids(pod, side, main, settings, target)
     # TCP: behind a token from a Secret; the kubelet asks Health on that port.
     port = _tcp_port(settings)
     assert "secretKeyRef" in _env(side)["TRAINPROBE_TOKEN"]
@@ -135,6 +141,33 @@ def _check_pod(pod: dict[str, Any], main: dict[str, Any], probe_service: str | N
         # Long enough for the sidecar's own kill to end the process first.
         assert live["periodSeconds"] * live["failureThreshold"] > settings.kill_grace_s
     return settings
+
+
+def _uid(pod: dict[str, Any], container: dict[str, Any]) -> tuple[int, list[str]]:
+    ctx = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    return ctx["runAsUser"], ctx.get("capabilities", {}).get("add", [])
+
+
+def _check_uids(
+    pod: dict[str, Any], side: dict[str, Any], main: dict[str, Any], settings: Settings, target: Any
+) -> None:
+    """A sidecar may signal (and verify, connect) its own UID's processes; a
+    trainer of another UID needs the socket opened to it, the sidecar's own
+    directory named in its target, and CAP_KILL on the sidecar."""
+    side_uid, caps = _uid(pod, side)
+    main_uid, _ = _uid(pod, main)
+    assert side_uid != 0, "the sidecar needs no root; its emptyDir rule is for a non-root UID"
+    if main_uid == side_uid:
+        return
+    assert settings.socket_access == "all" and "KILL" in caps
+    assert Path(target.path).parent.name == f"trainprobe-{side_uid}"
+
+
+def test_another_trainer_uid_is_caught_by_the_uid_check() -> None:
+    pod = copy.deepcopy(_load(JOB)["spec"]["template"]["spec"])
+    pod["containers"][0]["securityContext"] = {"runAsUser": 1001}
+    with pytest.raises(AssertionError):
+        _check_pod(pod, pod["containers"][0], "trainprobe.workers")
 
 
 def test_job_runs_torchrun_beside_a_native_sidecar_whose_probe_restarts_it() -> None:

@@ -34,6 +34,7 @@ from trainprobe.proto import (
     parse_endpoint,
     probe_pb2,
     ray_node_socket_path,
+    resolve_socket,
 )
 
 log = logging.getLogger("trainprobe.hooks")
@@ -68,7 +69,9 @@ def resolve_target(target: str | None, ray_node_id: str = "") -> str:
             text = str(node_sock)
     if not text:
         text = str(default_socket_path())
-    return parse_endpoint(text).grpc_target
+    # A socket in a shared directory (a kubelet's emptyDir) is in the sidecar's
+    # own trainprobe-<uid> inside it: the same rule the sidecar listened by.
+    return resolve_socket(parse_endpoint(text)).grpc_target
 
 
 class _Phase:

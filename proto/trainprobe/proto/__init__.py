@@ -20,8 +20,10 @@ from trainprobe.proto.endpoints import (
     check_socket_dir,
     default_socket_path,
     parse_endpoint,
+    private_dir,
     ray_node_actor_name,
     ray_node_socket_path,
+    resolve_socket,
     runtime_dir,
     socket_dir_problem,
 )
@@ -65,10 +67,12 @@ __all__ = [
     "fetch_ticket",
     "ident_socket_path",
     "parse_endpoint",
+    "private_dir",
     "probe_pb2",
     "probe_pb2_grpc",
     "ray_node_actor_name",
     "ray_node_socket_path",
+    "resolve_socket",
     "runtime_dir",
     "socket_dir_problem",
 ]

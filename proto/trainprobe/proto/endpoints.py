@@ -13,11 +13,14 @@ file system (``ray.cluster_utils.Cluster``).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("trainprobe")
 
 #: Environment variable naming the hook's target.
 DEFAULT_TARGET_ENV = "TRAINPROBE_TARGET"
@@ -51,12 +54,90 @@ class Endpoint:
 
 
 def runtime_dir() -> Path:
-    """Per-user directory for sockets: ``$TRAINPROBE_RUNTIME_DIR`` or
-    ``<tmp>/trainprobe-<uid>``."""
+    """Per-user directory for sockets and stack files.
+
+    ``$TRAINPROBE_RUNTIME_DIR`` (or, if that is a shared directory, this
+    user's own ``trainprobe-<uid>`` inside it: :func:`private_dir`), else
+    ``<tmp>/trainprobe-<uid>``. When another user has taken that name first
+    (made it, or a symlink or file of that name), sockets go to
+    ``~/.trainprobe/run`` instead, which only this user can create; one
+    warning says so. Sidecar and hooks decide alike, so they still meet.
+    """
     explicit = os.environ.get("TRAINPROBE_RUNTIME_DIR")
     if explicit:
-        return Path(explicit)
-    return Path(tempfile.gettempdir()) / f"trainprobe-{os.getuid()}"
+        return private_dir(Path(explicit))
+    primary = Path(tempfile.gettempdir()) / f"trainprobe-{os.getuid()}"
+    taken = _taken(primary)
+    if taken is None:
+        return primary
+    fallback = Path(os.path.expanduser("~")) / ".trainprobe" / "run"
+    if primary not in _warned:
+        _warned.add(primary)
+        log.warning(
+            "trainprobe: %s %s: another user made it first; using %s instead (remove it, "
+            "or set TRAINPROBE_RUNTIME_DIR)",
+            primary,
+            taken,
+            fallback,
+        )
+    return fallback
+
+
+_warned: set[Path] = set()
+
+
+def _taken(directory: Path) -> str | None:
+    """Why ``directory``, this user's by name, is someone else's (None: free or ours)."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return None  # absent: whoever uses it first makes it 0700
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not this user ({os.getuid()})"
+    return None
+
+
+def _shared(directory: Path) -> bool:
+    """A directory root owns and anyone may write: ``/tmp``, a Kubernetes emptyDir (0777)."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == 0
+        and os.geteuid() != 0  # root's own directory: the sidecar tightens it instead
+        and bool(st.st_mode & stat.S_IWOTH)
+    )
+
+
+def private_dir(directory: Path) -> Path:
+    """Where this user keeps sockets it was told to keep in ``directory``.
+
+    ``directory`` itself, unless it is shared (root's and writable by anyone,
+    as a kubelet makes an emptyDir): any user could swap a socket there, so
+    this user's own ``trainprobe-<uid>`` inside it is used instead. Only this
+    user (or root) can make a directory owned by it, and one named for its
+    uid is what :func:`socket_dir_problem` accepts from a hook of another uid.
+    """
+    if _shared(directory):
+        return directory / f"trainprobe-{os.getuid()}"
+    return directory
+
+
+def resolve_socket(ep: Endpoint) -> Endpoint:
+    """``ep`` with a Unix socket in a shared directory moved to :func:`private_dir`."""
+    if ep.kind != "unix":
+        return ep
+    path = Path(ep.path)
+    folder = private_dir(path.parent)
+    if folder == path.parent:
+        return ep
+    return _unix(str(folder / path.name), str(folder / path.name))
 
 
 def socket_dir_problem(directory: Path) -> str | None:
@@ -64,8 +145,10 @@ def socket_dir_problem(directory: Path) -> str | None:
 
     Whoever can write a socket's directory can replace the socket: a sidecar
     must not listen there, and a hook must not send there. The directory must
-    be a real directory (not a symlink), owned by this user or root, and
-    writable by no one else. Both ends call this (one rule).
+    be a real directory (not a symlink), owned by this user, root, or the uid
+    it is named for (``trainprobe-<uid>``: a sidecar of another uid in a pod,
+    named by the one who chose that path), and writable by no one else. Both
+    ends call this (one rule).
     """
     try:
         st = os.lstat(directory)
@@ -78,7 +161,7 @@ def socket_dir_problem(directory: Path) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return f"{directory} is not a directory"
     uid = os.geteuid()
-    if st.st_uid not in (uid, 0):
+    if st.st_uid not in (uid, 0) and directory.name != f"trainprobe-{st.st_uid}":
         return (
             f"{directory} is owned by uid {st.st_uid}, not by this user ({uid}) or root; "
             "another user could swap the socket (remove it, or set TRAINPROBE_RUNTIME_DIR)"
@@ -98,16 +181,19 @@ class UnsafeSocketDir(Exception):
     """
 
 
-def check_socket_dir(ep: Endpoint, doing: str = "not connecting to") -> None:
-    """Raise :class:`UnsafeSocketDir` if ``ep`` is a Unix socket in a directory
+def check_socket_dir(ep: Endpoint, doing: str = "not connecting to") -> Endpoint:
+    """The endpoint to connect to (:func:`resolve_socket`); raise
+    :class:`UnsafeSocketDir` if it is a Unix socket in a directory
     :func:`socket_dir_problem` refuses. Every client of a sidecar socket (the
     CLI, a relay node's upstream link) calls this before it connects: one that
     connects through such a directory may be talking to an impostor."""
     if ep.kind != "unix":
-        return
+        return ep
+    ep = resolve_socket(ep)
     problem = socket_dir_problem(Path(ep.path).parent)
     if problem is not None:
         raise UnsafeSocketDir(f"{doing} {ep}: {problem}")
+    return ep
 
 
 def default_socket_path() -> Path:

@@ -295,6 +295,7 @@ class Sidecar:
             self.settings.insecure,
             (self.servicer.handler(self.relay.methods()), self.health.handler()),
             self.tickets,
+            self.settings.socket_access,
         )
         self._servers, self.addresses, self._unix_paths = (
             served.servers,

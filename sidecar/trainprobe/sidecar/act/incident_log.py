@@ -2,13 +2,21 @@
 
 Writes go through one background thread so that a slow disk never delays
 the rules or the actions, and lines keep their order.
+
+A full disk cuts a write short: part of the line is on disk, the rest is
+not. Every line on disk must still be a whole record, so a cut line is
+truncated away again (or, if even that fails, the next write starts with a
+newline), and the record is held in memory (at most :data:`MAX_HELD`) and
+written, in order, before the next one once space is back.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("trainprobe.sidecar")
+
+#: Most records held in memory while the log cannot be written (oldest dropped).
+MAX_HELD = 1024
 
 
 class IncidentLogError(RuntimeError):
@@ -29,7 +40,7 @@ class IncidentLog:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            self._fd, self._seekable = _open_for_append(path)
         except OSError as err:
             # At start, so that a sidecar that could not record its kills never runs.
             raise IncidentLogError(
@@ -41,6 +52,12 @@ class IncidentLog:
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._failed = False
         self._closed = False
+        #: Records not yet on disk, oldest first (the disk was full).
+        self._held: deque[bytes] = deque()
+        self._dropped = 0
+        #: The next record must start on a fresh line: the file may end in a cut
+        #: one (a crash or a failed write). Only a regular file can be looked at.
+        self._torn = self._seekable
 
     def write(self, record: dict[str, Any]) -> Future[None]:
         """Queue one record; the returned future completes once it is on disk."""
@@ -55,14 +72,73 @@ class IncidentLog:
 
     def _append(self, line: bytes) -> None:
         with self._lock:
+            self._append_held(line)
+            self._drain()
+
+    def _append_held(self, line: bytes) -> None:
+        if len(self._held) >= MAX_HELD:
+            self._held.popleft()
+            self._dropped += 1
+        self._held.append(line)
+
+    def _drain(self) -> None:
+        """Write the held records in order; stop at the first that fails."""
+        written = 0
+        while self._held:
+            line = self._held[0]
             try:
-                os.write(self._fd, line)
-                os.fsync(self._fd)
-                self._failed = False
+                if self._torn:
+                    self._end_line()
+                start = os.lseek(self._fd, 0, os.SEEK_END) if self._seekable else -1
+                written = 0
+                while written < len(line):
+                    written += os.write(self._fd, line[written:])
             except OSError as err:
-                if not self._failed:  # say it once, not per record
-                    log.error("cannot write incident log %s: %s", self.path, err)
-                self._failed = True
+                self._failure(err, written, len(line))
+                if written:
+                    self._cut_back(start)
+                return
+            self._held.popleft()
+            try:
+                os.fsync(self._fd)
+            except OSError as err:  # on disk as far as the page cache goes: not rewritten
+                log.error("cannot fsync incident log %s: %s", self.path, err)
+        if self._failed:
+            lost = f"; {self._dropped} older records were dropped" if self._dropped else ""
+            log.warning("incident log %s is writable again%s", self.path, lost)
+            self._failed, self._dropped = False, 0
+
+    def _end_line(self) -> None:
+        """Start the next record on a fresh line if the file ends in a cut one."""
+        cut = True  # a pipe or a terminal: cut by a failed write, nothing to look at
+        if self._seekable:
+            size = os.lseek(self._fd, 0, os.SEEK_END)
+            cut = size > 0 and os.pread(self._fd, 1, size - 1) != b"\n"
+        if cut and os.write(self._fd, b"\n") != 1:
+            raise OSError(errno.ENOSPC, "no room for a newline")
+        self._torn = False
+
+    def _cut_back(self, start: int) -> None:
+        """Remove a cut record's part (shrinking needs no space)."""
+        try:
+            if start < 0:
+                raise OSError(errno.ESPIPE, "not a regular file")
+            os.ftruncate(self._fd, start)
+        except OSError:
+            self._torn = True  # the next write begins with a newline instead
+
+    def _failure(self, err: OSError, written: int, size: int) -> None:
+        if not self._failed:  # say it once, not per record
+            log.error(
+                "cannot write incident log %s: wrote %d of %d bytes: %s; holding the record "
+                "(up to %d) until the disk takes it",
+                self.path,
+                written,
+                size,
+                err,
+                MAX_HELD,
+            )
+        self._failed = True
 
     def flush(self, timeout_s: float = 5.0) -> None:
         """Wait until every queued record is written."""
@@ -76,22 +152,37 @@ class IncidentLog:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
+        if self._held:  # one last try for records the disk refused
+            with self._lock:
+                self._drain()
         os.close(self._fd)
         self._fd = -1
 
     def _append_fd_once(self, line: bytes) -> None:
+        """One record after close, by the same rules (whole, on a fresh line)."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd, self._seekable = _open_for_append(self.path)
         except OSError as err:
             log.error("cannot write incident log %s: %s", self.path, err)
             return
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        except OSError as err:
-            log.error("cannot write incident log %s: %s", self.path, err)
-        finally:
-            os.close(fd)
+        with self._lock:
+            self._fd, self._torn = fd, self._seekable
+            try:
+                self._append_held(line)
+                self._drain()
+            finally:
+                os.close(fd)
+                self._fd = -1
+
+
+def _open_for_append(path: Path) -> tuple[int, bool]:
+    """An append descriptor, and whether its end can be read back (a regular
+    file opened for reading too) to tell whether it ends in a cut line."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+    except PermissionError:  # a log we may append to but not read
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640), False
+    return fd, stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:

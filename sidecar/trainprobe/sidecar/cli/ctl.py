@@ -30,6 +30,7 @@ from trainprobe.proto import (
     parse_endpoint,
     probe_pb2,
     probe_pb2_grpc,
+    resolve_socket,
 )
 
 
@@ -62,9 +63,9 @@ def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
 
 
 def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, grpc.Channel]:
-    where = _endpoint(args.target)
-    # A socket in a directory another user could write may be an impostor's.
-    check_socket_dir(where)
+    # A socket in a directory another user could write may be an impostor's
+    # (one in a shared directory is looked for in this user's own one in it).
+    where = check_socket_dir(_endpoint(args.target))
     channel = grpc.insecure_channel(where.grpc_target)
     token = args.token or os.environ.get("TRAINPROBE_TOKEN")
     metadata = bearer_metadata(token)
@@ -225,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except grpc.RpcError as err:
-        line = error_line(err, _endpoint(args.target), args.timeout_s)
+        line = error_line(err, resolve_socket(_endpoint(args.target)), args.timeout_s)
         print(f"trainprobe: error: {line}", file=sys.stderr)
         return 1
     finally:

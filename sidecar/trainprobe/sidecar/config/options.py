@@ -68,6 +68,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("insecure", v.boolean, "Allow TCP listeners without a token.", _S),
     Option(
+        "socket_access",
+        v.choice("user", "group", "all"),
+        "Who may connect to the Unix sockets: user (socket 0600, directory 0700), group "
+        "(0660, 0710: this user's group) or all (0666, 0711: workers of any uid, e.g. a "
+        "trainer container of another UID in the pod). Workers are verified all the same.",
+        _S,
+    ),
+    Option(
         "state_dir",
         v.path,
         "Directory for the incident log and trace files.",

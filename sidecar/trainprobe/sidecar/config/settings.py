@@ -65,6 +65,7 @@ class Settings:
     token: str | None = None
     token_file: Path | None = None
     insecure: bool = False
+    socket_access: str = "user"
     state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir())
     incident_log: Path | None = None
     log_level: str = "info"

@@ -233,9 +233,9 @@ class RelayNode:
 
     async def _relay_once(self) -> None:
         # Again on every try: the directory may have been made, or opened up, since.
-        check_socket_dir(self.upstream, "not relaying to")
+        upstream = check_socket_dir(self.upstream, "not relaying to")
         async with grpc.aio.insecure_channel(
-            self.upstream.grpc_target, options=MESSAGE_SIZE_OPTIONS
+            upstream.grpc_target, options=MESSAGE_SIZE_OPTIONS
         ) as channel:
             call = channel.stream_stream(
                 f"/{SERVICE}/Relay",
@@ -307,6 +307,7 @@ class RelayNode:
             self.settings.insecure,
             (self.handler(), self.health.handler()),
             self.tickets,
+            self.settings.socket_access,
         )
         self.addresses = self._servers.addresses
         self._relay_task = asyncio.ensure_future(self._relay_forever())

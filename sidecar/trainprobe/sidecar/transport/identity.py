@@ -101,13 +101,13 @@ class TicketDesk:
 
     # -- the identity sockets ----------------------------------------------------
 
-    async def listen(self, path: Path) -> None:
-        """Serve tickets on ``path`` (mode 0600; its directory is the gRPC socket's)."""
+    async def listen(self, path: Path, mode: int = 0o600) -> None:
+        """Serve tickets on ``path`` (``mode``, the gRPC socket's, in its directory)."""
         with contextlib.suppress(FileNotFoundError):
             if path.is_socket():
                 path.unlink()  # a stale one: the gRPC socket beside it was checked first
         server = await asyncio.start_unix_server(self._answer, path=str(path))
-        os.chmod(path, 0o600)
+        os.chmod(path, mode)
         self._servers.append(server)
         self.paths.append(path)
 

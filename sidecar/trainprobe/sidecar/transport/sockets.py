@@ -1,7 +1,11 @@
 """Listening: Unix sockets guarded by file permissions, TCP by a bearer token.
 
-Unix listeners get a 0600 socket in a 0700 directory, and beside it the
+Unix listeners get a 0600 socket in a 0700 directory (wider only as
+``socket_access`` asks, for workers of another uid), and beside it the
 identity socket that hands out tickets (:mod:`trainprobe.sidecar.transport.identity`).
+A socket asked for in a shared directory (root's, writable by anyone: a
+kubelet's emptyDir) goes into this user's own ``trainprobe-<uid>`` inside it,
+where hooks aimed at the same path look too (:func:`trainprobe.proto.resolve_socket`).
 TCP listeners live on a second server whose interceptor checks the bearer
 token, since an interceptor cannot tell which port a call came in on.
 """
@@ -24,6 +28,7 @@ from trainprobe.proto import (
     UnsafeSocketDir,
     ident_socket_path,
     parse_endpoint,
+    resolve_socket,
     socket_dir_problem,
 )
 from trainprobe.sidecar.transport.auth import TokenInterceptor
@@ -32,6 +37,15 @@ from trainprobe.sidecar.transport.identity import TicketDesk
 log = logging.getLogger("trainprobe.sidecar")
 
 SERVER_OPTIONS = [*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)]
+
+#: ``socket_access`` -> (mode bits the socket directory must add, socket mode).
+#: Connecting needs search (x) on the directory and write on the socket; no
+#: one but the owner ever gets to write or list the directory.
+SOCKET_ACCESS: dict[str, tuple[int, int]] = {
+    "user": (0o700, 0o600),
+    "group": (0o710, 0o660),
+    "all": (0o711, 0o666),
+}
 
 
 class ListenError(RuntimeError):
@@ -42,7 +56,8 @@ class UnsafeListenDir(ListenError, UnsafeSocketDir):
     """A socket directory another user could write (the programs exit with 2)."""
 
 
-def prepare_unix_socket(path: Path) -> None:
+def prepare_unix_socket(path: Path, access: str = "user") -> None:
+    dir_mode = SOCKET_ACCESS[access][0]
     if not path.parent.exists():
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -67,6 +82,7 @@ def prepare_unix_socket(path: Path) -> None:
             f"refusing to listen on unix://{path}: {problem}; choose another --listen "
             "unix:///PATH or set TRAINPROBE_RUNTIME_DIR"
         )
+    _open_for(path.parent, dir_mode)
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise ListenError(f"{path} exists and is not a socket; refusing to replace it")
@@ -85,9 +101,10 @@ def prepare_unix_socket(path: Path) -> None:
 def _tighten(directory: Path) -> bool:
     """Take write access from group and others on a directory of our own.
 
-    A Kubernetes emptyDir shared by the sidecar and training containers is
-    created 0777 and owned by the pod's user: ours to fix, not to refuse. Any
-    other user's directory, or a symlink, is left alone (and refused).
+    Ours to fix, not to refuse (a root sidecar's emptyDir is its own too; a
+    non-root one never gets here for a root-owned one: it uses its own
+    ``trainprobe-<uid>`` inside it). Any other user's directory, or a
+    symlink, is left alone (and refused).
     """
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
@@ -98,6 +115,14 @@ def _tighten(directory: Path) -> bool:
         "%s was writable by others (mode %04o); made it %04o", directory, mode, mode & ~0o022
     )
     return True
+
+
+def _open_for(directory: Path, dir_mode: int) -> None:
+    """Give the directory (ours) the search bits ``socket_access`` needs."""
+    st = os.lstat(directory)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid == os.geteuid() and mode & dir_mode != dir_mode:
+        os.chmod(directory, mode | dir_mode)
 
 
 @dataclass
@@ -115,18 +140,31 @@ async def open_servers(
     insecure: bool,
     handlers: Sequence[grpc.GenericRpcHandler],
     tickets: TicketDesk | None = None,
+    access: str = "user",
 ) -> Servers:
     """Serve ``handlers`` on every address: Unix sockets plain, TCP behind the
-    token; ``tickets`` serves an identity socket beside each Unix socket."""
+    token; ``tickets`` serves an identity socket beside each Unix socket.
+    ``access`` (a :data:`SOCKET_ACCESS` key) says who may connect to them."""
+    sock_mode = SOCKET_ACCESS[access][1]
     out = Servers()
     plain = grpc.aio.server(options=SERVER_OPTIONS)
     plain.add_generic_rpc_handlers(tuple(handlers))
     secured: grpc.aio.Server | None = None
     for text in listen:
-        ep = parse_endpoint(text)
+        asked = parse_endpoint(text)
+        ep = resolve_socket(asked)
         if ep.kind == "unix":
             path = Path(ep.path)
-            prepare_unix_socket(path)
+            if ep != asked:
+                log.info(
+                    "%s is shared (root's, writable by anyone: a Kubernetes emptyDir or /tmp); "
+                    "listening on %s, this user's own directory in it, where hooks aimed at %s "
+                    "look too",
+                    Path(asked.path).parent,
+                    ep,
+                    asked,
+                )
+            prepare_unix_socket(path, access)
             check_unix_bind(path)  # gRPC would only log "Failed to add port"
             try:
                 plain.add_insecure_port(ep.grpc_target)
@@ -155,11 +193,11 @@ async def open_servers(
     for server in out.servers:
         await server.start()
     for path in out.unix_paths:
-        os.chmod(path, 0o600)
+        os.chmod(path, sock_mode)
         ident = ident_socket_path(str(path)) if tickets is not None else ""
         if ident:
             try:
-                await tickets.listen(Path(ident))  # type: ignore[union-attr]
+                await tickets.listen(Path(ident), sock_mode)  # type: ignore[union-attr]
             except OSError as err:
                 raise ListenError(f"cannot serve the identity socket {ident}: {err}") from None
         elif tickets is not None:
