@@ -387,6 +387,19 @@ def test_a_node_relays_over_tls_to_the_upstream_it_pinned() -> None:
     with up, node, _proc(_hook("tls", node.target, steps=60)) as worker:
         wait_for(lambda: _stepping(up, "tls", worker.pid, 5), 30, what="worker over TLS")
         assert _row(up, "tls").verified
+        # The CLI over the same TLS listener, pinning the same certificate.
+        tcp = f"tcp://127.0.0.1:{port}"
+        ctl = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", tcp]
+        ctl += ["--token-file", token, "--json"]
+        out = subprocess.run(
+            [*ctl, "--tls-cert-file", str(cert_file)],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+        )
+        assert out.returncode == 0 and '"tls"' in out.stdout, out.stderr
+        plain = subprocess.run(ctl, capture_output=True, text=True, env=child_env())
+        assert plain.returncode != 0 and "Traceback" not in plain.stderr, plain.stderr
         worker.wait(30)  # hangs after 60 steps: its node kills it on the upstream's order
         assert worker.returncode is not None and worker.returncode < 0
         (record,) = wait_for(lambda: actions(up, "tls"), 10, what="the kill record")
