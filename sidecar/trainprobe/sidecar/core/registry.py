@@ -133,7 +133,8 @@ class Registry:
                     "ALREADY_EXISTS",
                     f"rank {hello.rank} of job {hello.job_id!r} is already reported by "
                     f"{'verified ' if old.verified else ''}pid {old.hello.pid} on "
-                    f"{old.hello.host}{' through another relay stream' if old.node else ''}"
+                    f"{old.hello.host}"
+                    f"{' through another relay stream' if old.node not in (None, node) else ''}"
                     "; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
                     "LivenessProbeHook",
                 )
