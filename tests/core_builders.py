@@ -15,7 +15,11 @@ def hello(
     interval_ms: int = 1000,
     host: str = "node-a",
     version: int = 1,
+    secret: bytes | None = None,
 ) -> HelloData:
+    """A Hello; by default with a session secret of its own process (pid and host),
+    as a real hook sends one, so the same pid and host reconnect as one process."""
+    pid = pid if pid is not None else 1000 + rank
     return HelloData(
         protocol_version=version,
         hook_version="test",
@@ -24,8 +28,9 @@ def hello(
         local_rank=rank,
         world_size=world,
         host=host,
-        pid=pid if pid is not None else 1000 + rank,
+        pid=pid,
         interval_ms=interval_ms,
+        session_secret=secret if secret is not None else f"{host}/{pid}".encode(),
     )
 
 

@@ -131,7 +131,7 @@ def test_a_node_refused_by_the_upstream_says_why_and_backs_off() -> None:
     port = free_port()
     upstream_flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
     with SidecarProcess(short_tmpdir(), *upstream_flags) as upstream:
-        node_flags = ("--relay-to", f"tcp://127.0.0.1:{port}", "--token", "wrong")
+        node_flags = ("--relay-to", f"tcp://127.0.0.1:{port}", "--token", "wrong", "--insecure")
         with SidecarProcess(short_tmpdir(), *node_flags) as node:
             wait_for(lambda: "is down" in node.log_text(), 30, what="the refusal logged")
             time.sleep(2.0)

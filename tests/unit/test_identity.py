@@ -70,27 +70,86 @@ def test_verified_worker_evicts_an_unverified_squatter_at_once() -> None:
     assert real.connected
 
 
-def test_silent_holder_loses_its_rank_after_a_heartbeat() -> None:
+def test_silent_unverified_holder_loses_its_rank_after_a_heartbeat() -> None:
     reg = Registry(takeover_after_s=10.0)
-    holder = reg.open(hello(pid=10), T0, me())
+    holder = reg.open(hello(pid=10), T0)
     with pytest.raises(RegistryError):
-        reg.open(hello(pid=11), T0 + 9.9, me(pid=11))
-    taker = reg.open(hello(pid=11), T0 + 10.1, me(pid=11))
+        reg.open(hello(pid=11), T0 + 9.9)
+    taker = reg.open(hello(pid=11), T0 + 10.1)
     assert reg.get(taker.key) is taker and not holder.connected
     # A relayed holder whose node batches every 5 s is silent only after 3 batches.
     reg = Registry(takeover_after_s=10.0)
-    holder = reg.open(hello(pid=10), T0, me())
+    holder = reg.open(hello(pid=10), T0)
     holder.relay_interval_ms = 5000
     with pytest.raises(RegistryError):
-        reg.open(hello(pid=11), T0 + 14.9, me(pid=11))
-    assert reg.open(hello(pid=11), T0 + 15.1, me(pid=11)).connected
+        reg.open(hello(pid=11), T0 + 14.9)
+    assert reg.open(hello(pid=11), T0 + 15.1).connected
 
 
-def test_unverified_sessions_with_the_same_pid_and_host_still_resume() -> None:
-    """Remote workers (no identity socket) keep their history across a blip."""
+def test_a_silent_verified_holder_is_judged_not_replaced() -> None:
+    """A verified worker's silence is a verdict to reach (UNRESPONSIVE, its kill),
+    never a vacancy: a squatter reporting in its place would mask a real hang."""
     reg = Registry(takeover_after_s=10.0)
-    w = reg.open(hello(pid=10), T0)
-    assert reg.open(hello(pid=10), T0 + 1) is w and not w.verified
+    holder = reg.open(hello(pid=10), T0, me())
+    for newcomer in (hello(pid=11), hello(pid=10)):  # any pid, unverified
+        with pytest.raises(RegistryError) as err:
+            reg.open(newcomer, T0 + 1000)
+        assert err.value.code == "ALREADY_EXISTS"
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=11), T0 + 1000, me(pid=11))  # verified, another process
+    assert reg.get(holder.key) is holder and holder.connected
+
+
+def test_an_unverified_claim_never_poisons_a_verified_session() -> None:
+    """The red team's attack: a Hello with the worker's job, rank, pid and host,
+    a report of 10^7 steps, gone. The worker's session keeps its own history,
+    live or ended."""
+    reg = Registry(takeover_after_s=10.0)
+    w = reg.open(hello(pid=10), T0, me())
+    reg.apply(w, report(T0 + 1, step=7), T0 + 1)
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=10), T0 + 2)
+    reg.close(w, w.generation, "vanished", T0 + 3, True)
+    fake = reg.open(hello(pid=10), T0 + 4)  # while the worker is away: a fresh session
+    assert fake is not w and not fake.verified and fake.last_step == 0
+    reg.apply(fake, report(T0 + 4.5, step=10**7), T0 + 4.5)
+    reg.close(fake, fake.generation, "vanished", T0 + 5, True)
+    back = reg.open(hello(pid=10), T0 + 6, me())  # the worker: not into the fake's session
+    assert back is not fake and back.verified and back.total_steps == 0
+
+
+def test_unverified_sessions_resume_only_with_their_session_secret() -> None:
+    """Remote workers (no identity socket) keep their history across a blip, if
+    the Hello carries the secret their hook drew; a pid and a host are public."""
+    reg = Registry(takeover_after_s=10.0)
+    w = reg.open(hello(pid=10, secret=b"s" * 16), T0)
+    reg.apply(w, report(T0 + 0.5, step=3), T0 + 0.5)
+    assert reg.open(hello(pid=10, secret=b"s" * 16), T0 + 1) is w and not w.verified
+    for other in (b"", b"t" * 16):
+        with pytest.raises(RegistryError) as err:
+            reg.open(hello(pid=10, secret=other), T0 + 2)
+        assert err.value.code == "ALREADY_EXISTS"
+    reg.close(w, w.generation, "vanished", T0 + 3, None)
+    fresh = reg.open(hello(pid=10, secret=b""), T0 + 4)  # an older hook: a new session
+    assert fresh is not w and fresh.last_step == 0
+    with pytest.raises(RegistryError):
+        reg.open(hello(pid=10, secret=b"s" * 16), T0 + 5)  # the fresh one holds, reporting
+
+
+def test_a_vouched_rank_is_bound_to_the_node_stream_that_owns_it() -> None:
+    reg = Registry(takeover_after_s=10.0)
+    node_a, node_b = object(), object()
+    w = reg.open(hello(pid=10), T0, me(), node=node_a)
+    assert w.verified and w.node is node_a
+    # Another stream vouching for the same process, even silent for long: refused.
+    with pytest.raises(RegistryError) as err:
+        reg.open(hello(pid=10), T0 + 1000, me(), node=node_b)
+    assert err.value.code == "ALREADY_EXISTS" and "another relay stream" in str(err.value)
+    # Its own stream: a reconnect of the worker to its node.
+    assert reg.open(hello(pid=10), T0 + 1000, me(), node=node_a) is w
+    # Once that stream has ended (relay_lost), the node's new stream resumes it.
+    reg.close(w, w.generation, "relay_lost", T0 + 1001, None)
+    assert reg.open(hello(pid=10), T0 + 1002, me(), node=node_b) is w and w.node is node_b
 
 
 # -- tickets ------------------------------------------------------------------------------

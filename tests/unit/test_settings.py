@@ -161,3 +161,35 @@ def test_token_file_is_read_and_must_be_private(tmp_path: Path) -> None:
         load_settings(env={}, cli={"token_file": str(f)})
     with pytest.raises(SettingsError, match="No such file"):
         load_settings(env={}, cli={"token_file": str(tmp_path / "absent")})
+
+
+def test_a_tcp_relay_needs_the_upstreams_certificate(tmp_path: Path) -> None:
+    """The node authenticates its upstream before it sends the token: TLS, pinned."""
+    import os
+
+    from trainprobe.sidecar.config.settings import SettingsError, load_settings
+
+    cert, key = tmp_path / "up.crt", tmp_path / "up.key"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n")
+    os.chmod(key, 0o600)
+    relay = {"relay_to": "tcp://up:7070", "token": "t"}
+    with pytest.raises(SettingsError, match="needs relay_tls_cert_file"):
+        load_settings(env={}, cli=relay)
+    assert load_settings(env={}, cli={**relay, "insecure": True}).relay_tls_cert_file is None
+    pinned = load_settings(env={}, cli={**relay, "relay_tls_cert_file": str(cert)})
+    assert pinned.relay_tls_cert_file == cert
+    with pytest.raises(SettingsError, match="is for a tcp:// relay_to"):
+        load_settings(env={}, cli={"relay_to": "unix:///x.sock", "relay_tls_cert_file": str(cert)})
+    with pytest.raises(SettingsError, match="No such file"):
+        load_settings(env={}, cli={**relay, "relay_tls_cert_file": str(tmp_path / "absent")})
+    served = {"tls_cert_file": str(cert), "tls_key_file": str(key)}
+    assert load_settings(env={}, cli=served).tls_key_file == key
+    with pytest.raises(SettingsError, match="go together"):
+        load_settings(env={}, cli={"tls_cert_file": str(cert)})
+    os.chmod(key, 0o640)
+    with pytest.raises(SettingsError, match="chmod 600"):
+        load_settings(env={}, cli=served)
+    (tmp_path / "plain").write_text("not pem\n")
+    with pytest.raises(SettingsError, match="not a PEM file"):
+        load_settings(env={}, cli={**relay, "relay_tls_cert_file": str(tmp_path / "plain")})

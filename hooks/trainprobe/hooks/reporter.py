@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 
@@ -60,6 +61,9 @@ class Reporter:
         self._on_command = on_command
         self._on_connected_cb = on_connected
         self._metadata = bearer_metadata(token)
+        #: Sent in every Hello: what makes a reconnect of an unverified session
+        #: (TCP) ours, since a pid and a host are public.
+        self._session_secret = secrets.token_bytes(16)
         self._buffer: collections.deque[probe_pb2.Report] = collections.deque(maxlen=max_buffered)
         self._dropped = 0
         self._backoff = Backoff(cap_s=backoff_cap_s)
@@ -213,6 +217,7 @@ class Reporter:
             try:
                 hello = self._make_hello()
                 hello.identity_ticket = ticket
+                hello.session_secret = self._session_secret
                 await asyncio.wait_for(
                     call.write(probe_pb2.WorkerMessage(hello=hello)), write_timeout
                 )

@@ -32,7 +32,7 @@ class RayIdentity(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., trial_or_run_name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket")
+    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Hello(_message.Message):
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_NATIVE_ID_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_TICKET_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     hook_version: str
     job_id: str
@@ -76,7 +77,8 @@ class Hello(_message.Message):
     thread_id: int
     thread_native_id: int
     identity_ticket: bytes
-    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ...) -> None: ...
+    session_secret: bytes
+    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
 
 class StepStats(_message.Message):
     __slots__ = ("count", "sum_s", "max_s")
@@ -441,16 +443,28 @@ class RelayBatch(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., interval_ms: _Optional[int] = ...) -> None: ...
 
 class RelayItem(_message.Message):
-    __slots__ = ("stream_id", "message", "ended", "kill_result")
+    __slots__ = ("stream_id", "message", "ended", "kill_result", "vouch")
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
     KILL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    VOUCH_FIELD_NUMBER: _ClassVar[int]
     stream_id: int
     message: bytes
     ended: StreamEnded
     kill_result: RelayKillResult
-    def __init__(self, stream_id: _Optional[int] = ..., message: _Optional[bytes] = ..., ended: _Optional[_Union[StreamEnded, _Mapping]] = ..., kill_result: _Optional[_Union[RelayKillResult, _Mapping]] = ...) -> None: ...
+    vouch: Vouch
+    def __init__(self, stream_id: _Optional[int] = ..., message: _Optional[bytes] = ..., ended: _Optional[_Union[StreamEnded, _Mapping]] = ..., kill_result: _Optional[_Union[RelayKillResult, _Mapping]] = ..., vouch: _Optional[_Union[Vouch, _Mapping]] = ...) -> None: ...
+
+class Vouch(_message.Message):
+    __slots__ = ("pid", "start_ticks", "uid")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    START_TICKS_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    start_ticks: int
+    uid: int
+    def __init__(self, pid: _Optional[int] = ..., start_ticks: _Optional[int] = ..., uid: _Optional[int] = ...) -> None: ...
 
 class StreamEnded(_message.Message):
     __slots__ = ("pid_alive",)

@@ -40,7 +40,11 @@ from trainprobe.sidecar.transport.pb import status_pb
 from trainprobe.sidecar.transport.servicer import SidecarServicer
 
 # ListenError is re-exported: callers catch it from here.
-from trainprobe.sidecar.transport.sockets import ListenError, open_servers  # noqa: F401
+from trainprobe.sidecar.transport.sockets import (  # noqa: F401
+    ListenError,
+    open_servers,
+    server_tls,
+)
 
 log = logging.getLogger("trainprobe.sidecar")
 SIDECAR_VERSION = VERSION
@@ -296,6 +300,7 @@ class Sidecar:
             (self.servicer.handler(self.relay.methods()), self.health.handler()),
             self.tickets,
             self.settings.socket_access,
+            server_tls(self.settings.tls_cert_file, self.settings.tls_key_file),
         )
         self._servers, self.addresses, self._unix_paths = (
             served.servers,

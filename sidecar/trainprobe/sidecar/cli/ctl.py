@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 from google.protobuf import json_format
@@ -66,8 +67,25 @@ def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, 
     # A socket in a directory another user could write may be an impostor's
     # (one in a shared directory is looked for in this user's own one in it).
     where = check_socket_dir(_endpoint(args.target))
-    channel = grpc.insecure_channel(where.grpc_target)
+    pinned = getattr(args, "tls_cert_file", None) or os.environ.get("TRAINPROBE_TLS_CERT_FILE")
+    if pinned and where.kind != "unix":
+        # The sidecar's own certificate as the only root: the token goes to it alone.
+        try:
+            with open(pinned, "rb") as fh:
+                creds = grpc.ssl_channel_credentials(root_certificates=fh.read())
+        except OSError as err:
+            raise EndpointError(f"--tls-cert-file {pinned}: {err.strerror}") from None
+        channel = grpc.secure_channel(where.grpc_target, creds)
+    else:
+        channel = grpc.insecure_channel(where.grpc_target)
     token = args.token or os.environ.get("TRAINPROBE_TOKEN")
+    if getattr(args, "token_file", None):
+        from trainprobe.sidecar.config.settings import SettingsError, read_token_file
+
+        try:
+            token = read_token_file(Path(args.token_file))
+        except SettingsError as err:
+            raise EndpointError(str(err)) from None
     metadata = bearer_metadata(token)
     return probe_pb2_grpc.SidecarStub(channel), metadata, channel
 
@@ -167,6 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"sidecar address (default ${DEFAULT_TARGET_ENV} or the per-user socket)",
         )
         p.add_argument("--token", help="bearer token for TCP sidecars (default $TRAINPROBE_TOKEN)")
+        p.add_argument(
+            "--token-file", help="file whose first line is the token (not shown in ps; chmod 600)"
+        )
+        p.add_argument(
+            "--tls-cert-file",
+            help="over TCP, the sidecar's TLS certificate (its --tls-cert-file), the only one "
+            "trusted (default $TRAINPROBE_TLS_CERT_FILE)",
+        )
         p.add_argument(
             "--job",
             default="",

@@ -66,7 +66,29 @@ OPTIONS: tuple[Option, ...] = (
         _S,
         default_text="none",
     ),
-    Option("insecure", v.boolean, "Allow TCP listeners without a token.", _S),
+    Option(
+        "insecure",
+        v.boolean,
+        "Allow TCP listeners without a token, and a tcp:// relay_to without TLS.",
+        _S,
+    ),
+    Option(
+        "tls_cert_file",
+        v.optional_path,
+        "PEM certificate (chain) that every TCP listener serves TLS with; with tls_key_file. "
+        "Relay nodes pin it (relay_tls_cert_file), and so does `trainprobe --tls-cert-file`; "
+        "hooks speak plain TCP, so let them reach a TLS upstream through their node. It must "
+        "name the host that clients dial (subjectAltName).",
+        _S,
+        default_text="none: plain TCP",
+    ),
+    Option(
+        "tls_key_file",
+        v.optional_path,
+        "Private key of tls_cert_file (PEM). Refused if group or others can read it.",
+        _S,
+        default_text="none",
+    ),
     Option(
         "socket_access",
         v.choice("user", "group", "all"),
@@ -338,8 +360,9 @@ OPTIONS: tuple[Option, ...] = (
         v.optional_endpoint,
         "Relay mode: run no rules here; forward every worker stream on this node, in "
         "batches, to the upstream sidecar at this address (unix:///path or tcp://host:port; "
-        "TCP sends the token), which runs the rules for all of them and sends back commands "
-        "and kill orders that this sidecar carries out with its own signals.",
+        "TCP sends the token, over TLS: relay_tls_cert_file), which runs the rules for all "
+        "of them and sends back commands and kill orders that this sidecar carries out with "
+        "its own signals.",
         _L,
         default_text="none",
     ),
@@ -361,6 +384,16 @@ OPTIONS: tuple[Option, ...] = (
         "Relay mode: most worker messages held while the upstream is unreachable; beyond it "
         "the oldest reports are dropped (counted, logged once per outage).",
         _L,
+    ),
+    Option(
+        "relay_tls_cert_file",
+        v.optional_path,
+        "Relay mode over tcp://: the upstream's certificate (its tls_cert_file), the only "
+        "one this node trusts. The node sends its token, and takes kill orders, only after "
+        "the TLS handshake proved the upstream holds that certificate's key. Required for a "
+        "tcp:// relay_to unless --insecure.",
+        _L,
+        default_text="none",
     ),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}

@@ -25,6 +25,7 @@ from trainprobe.sidecar.config.options import (
     OPTIONS_BY_NAME,
     Option,
 )
+from trainprobe.sidecar.config.tls import tls_problem
 from trainprobe.sidecar.core.actions import Action
 from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
 from trainprobe.sidecar.core.rules import RuleConfig
@@ -66,6 +67,8 @@ class Settings:
     token_file: Path | None = None
     insecure: bool = False
     socket_access: str = "user"
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir())
     incident_log: Path | None = None
     log_level: str = "info"
@@ -116,6 +119,7 @@ class Settings:
     #: upstream core carries about 1.5x the ranks it would at 200 ms (docs/perf/HISTORY.md).
     relay_interval_ms: int = 500
     relay_buffer_messages: int = 20_000
+    relay_tls_cert_file: Path | None = None
 
     @property
     def listen_addresses(self) -> tuple[str, ...]:
@@ -204,6 +208,9 @@ def load_settings(
             "which it is sent; "
             "pass --insecure to relay over TCP without authentication"
         )
+    problem = tls_problem(values)
+    if problem is not None:
+        raise SettingsError(problem)
     return Settings(**values)
 
 

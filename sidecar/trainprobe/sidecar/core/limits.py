@@ -26,6 +26,8 @@ MAX_SAMPLES = 256
 MAX_STARTS = 256
 #: Characters of a client-supplied path (the stack file).
 MAX_PATH_LEN = 4096
+#: A Hello's session secret (the hook draws 16 bytes).
+MAX_SECRET_BYTES = 64
 MAX_WORLD_SIZE = 1 << 20
 #: A step or collective lasting longer than a year is a unit bug, not training.
 MAX_DURATION_S = 365 * 86400.0

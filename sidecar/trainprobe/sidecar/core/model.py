@@ -83,6 +83,8 @@ class HelloData:
     #: The training thread: Python ident and OS thread id (0: unknown).
     thread_id: int = 0
     thread_native_id: int = 0
+    #: What resumes an unverified session (see Registry.open); never shown.
+    session_secret: bytes = field(default=b"", repr=False)
     #: (job_id, rank), built once: the report path asks for it on every report.
     key: WorkerKey = field(init=False, repr=False, compare=False)
 
@@ -220,6 +222,9 @@ class WorkerState:
     #: The relay route when the session came over a node sidecar's Relay stream
     #: (its node signals the process); None for a direct Connect stream.
     relay: Any = None
+    #: The Relay stream that vouched for this session and owns its rank (None: a
+    #: direct stream, or unvouched): no other stream may take or resume it.
+    node: Any = None
     #: The relaying node's batch interval (0: not relayed, or a node that does not
     #: say): this sidecar hears from the worker this often at best.
     relay_interval_ms: int = 0

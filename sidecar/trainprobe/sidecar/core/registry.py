@@ -7,6 +7,7 @@ seconds), so tests drive time by hand.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -81,18 +82,29 @@ class Registry:
         return out
 
     def open(
-        self, hello: HelloData, now: float, verified: VerifiedProcess | None = None
+        self,
+        hello: HelloData,
+        now: float,
+        verified: VerifiedProcess | None = None,
+        node: object | None = None,
     ) -> WorkerState:
         """Open a session, or resume the one this same process had.
 
         ``verified`` is the process the kernel named for this Hello (its
-        identity ticket), or None. The session rule (docs/SECURITY.md): a
-        (job, rank) with a live session goes to a new Hello only if it comes
-        from the same verified process (pid and start time: a reconnect), or
-        is verified while the holder is not (a squatter is evicted at once),
-        or the holder has been silent for a heartbeat; anything else is
-        refused with ALREADY_EXISTS. Two unverified sessions with the same pid
-        and host are one process reconnecting, as far as anyone can tell.
+        identity ticket, here or on the relay ``node`` that vouched for it),
+        or None. The session rule (docs/SECURITY.md):
+
+        - A Hello resumes a session only as the same process: both verified
+          with the same pid and start time (and, while the session is live,
+          through the same relay stream), or both unverified with the same
+          pid, host and non-empty session secret. A pid and a host are public.
+        - A live verified session is never taken: its silence is a verdict
+          to reach (UNRESPONSIVE, then its kill), not a vacancy.
+        - A live unverified one goes to a verified newcomer at once, and to an
+          unverified one once it has been silent for a heartbeat.
+        - Anything else is refused with ALREADY_EXISTS. An ended session a
+          newcomer does not resume is replaced by a fresh one: no history of
+          another process carries over.
 
         Raises :class:`RegistryError` for an unsupported protocol, a bad
         identity, or a rank another live process of the job holds.
@@ -105,22 +117,25 @@ class Registry:
         if verified is not None and verified.pid != hello.pid:
             raise ValueError("verified process does not match the Hello's pid")
         old = self._workers.get(hello.key)
-        if old is not None and _same_process(old, hello, verified):
+        if old is not None and _same_process(old, hello, verified, node):
             # The same process reconnecting (a blip, or its old stream is not yet
             # seen closed): keep its history; the old stream's close is ignored.
-            old.hello = hello
+            old.hello, old.node = hello, node if verified is not None else None
             old.connected, old.ended, old.pid_alive_at_end = True, "", None
             old.generation += 1
             self._ended.pop(old.key, None)
             return old
         if old is not None and old.connected:
             silent_s = now - old.last_report_at
-            if not (verified is not None and not old.verified) and silent_s <= self._holds(old):
+            takes = not old.verified and (verified is not None or silent_s > self._holds(old))
+            if not takes:
                 raise RegistryError(
                     "ALREADY_EXISTS",
                     f"rank {hello.rank} of job {hello.job_id!r} is already reported by "
                     f"{'verified ' if old.verified else ''}pid {old.hello.pid} on "
-                    f"{old.hello.host}; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
+                    f"{old.hello.host}"
+                    f"{' through another relay stream' if old.node not in (None, node) else ''}"
+                    "; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
                     "LivenessProbeHook",
                 )
             # Evicted: its stream sees the session closed and ends.
@@ -133,6 +148,7 @@ class Registry:
         if verified is not None:
             state.verified, state.uid = True, verified.uid
             state.proc_start_ticks = verified.start_ticks
+            state.node = node
         if old is not None:
             state.generation = old.generation + 1  # the old stream's close is ignored
         self._workers[hello.key] = state
@@ -265,12 +281,15 @@ class Registry:
         return gone
 
 
-def _same_process(old: WorkerState, hello: HelloData, verified: VerifiedProcess | None) -> bool:
+def _same_process(
+    old: WorkerState, hello: HelloData, verified: VerifiedProcess | None, node: object | None
+) -> bool:
     """Whether a Hello comes from the process that holds ``old``.
 
     Verified on either side: only the kernel's word counts (pid and start
-    time). Neither verified: the same pid on the same host, which is all an
-    unverified session ever said (and such a session is never signalled).
+    time), and a live session's relay stream owns it. Neither verified: the
+    same pid and host and the session secret that only that hook has sent
+    (an older hook sends none: its reconnect is a new session).
     """
     if verified is not None or old.verified:
         return (
@@ -278,8 +297,15 @@ def _same_process(old: WorkerState, hello: HelloData, verified: VerifiedProcess 
             and old.verified
             and verified.pid == old.hello.pid
             and verified.start_ticks == old.proc_start_ticks
+            and (old.node is node or not old.connected)
         )
-    return old.hello.pid == hello.pid and old.hello.host == hello.host
+    secret = hello.session_secret
+    return (
+        bool(secret)
+        and hmac.compare_digest(secret, old.hello.session_secret)
+        and old.hello.pid == hello.pid
+        and old.hello.host == hello.host
+    )
 
 
 def _fold_gpu(state: WorkerState, gpu: GpuMemoryData) -> None:

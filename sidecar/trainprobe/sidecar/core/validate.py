@@ -20,6 +20,7 @@ from trainprobe.sidecar.core.limits import (
     MAX_PHASES,
     MAX_RECENT,
     MAX_SAMPLES,
+    MAX_SECRET_BYTES,
     MAX_STARTS,
     MAX_WORLD_SIZE,
 )
@@ -78,6 +79,10 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
     _check(h.local_rank >= 0, f"local_rank={h.local_rank}: must be >= 0")
     _check(h.pid > 0, f"pid={h.pid}: must be > 0")
     _check(10 <= h.interval_ms <= 60_000, f"interval_ms={h.interval_ms}: must be in 10..60000")
+    _check(
+        len(h.session_secret) <= MAX_SECRET_BYTES,
+        f"session_secret is {len(h.session_secret)} bytes; at most {MAX_SECRET_BYTES}",
+    )
     _labels(h.labels)
     _ray(h)
     # The sidecar sends this signal to the worker's pid: only a real-time one

@@ -39,6 +39,7 @@ from trainprobe.proto import (
 )
 from trainprobe.sidecar.act.procs import still_alive, terminate
 from trainprobe.sidecar.config.settings import Settings
+from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.relay.wire import (
     Rejected,
@@ -52,7 +53,7 @@ from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport.health import DoomedPids, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.servicer import SERVICE, pump
-from trainprobe.sidecar.transport.sockets import open_servers
+from trainprobe.sidecar.transport.sockets import open_servers, server_tls
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -82,10 +83,18 @@ class RelayNode:
         self.connected = False
         self.sessions = 0
         self._streams: dict[int, WorkerStream] = {}
-        self._pids: OrderedDict[int, tuple[int, int | None]] = OrderedDict()
+        #: stream id -> (pid, start ticks, uid) of the worker this node verified
+        #: (pid 0: not verified): what it vouches for upstream and may signal.
+        self._pids: OrderedDict[int, tuple[int, int | None, int]] = OrderedDict()
         self._ids = itertools.count(1)
         # Unix sockets are guarded by file permissions; a token goes over TCP only.
         self._metadata = bearer_metadata(settings.token if self.upstream.kind != "unix" else None)
+        #: The upstream's own certificate, the only root this node trusts: the
+        #: handshake fails against anyone without its key, before the token is sent.
+        self._tls: grpc.ChannelCredentials | None = None
+        if self.upstream.kind != "unix" and settings.relay_tls_cert_file is not None:
+            pinned = read_pem(settings.relay_tls_cert_file, "relay_tls_cert_file")
+            self._tls = grpc.ssl_channel_credentials(root_certificates=pinned)
         self._stop = asyncio.Event()
         #: Ends the relay loop; set after the worker servers stopped, so the
         #: last batch (their Goodbyes) still goes up.
@@ -142,10 +151,9 @@ class RelayNode:
         # As in direct mode, only a pid the kernel vouched for is ours to signal.
         peer = self.tickets.redeem(ticket, pid) if ticket else None
         local = peer is not None
-        ticks = peer.start_ticks if peer is not None else None
         stream = WorkerStream(sid, first)
         self._streams[sid] = stream
-        self._pids[sid] = (pid if local else 0, ticks)
+        self._pids[sid] = (pid, peer.start_ticks, peer.uid) if peer is not None else (0, None, -1)
         while len(self._pids) > _REMEMBERED_STREAMS:
             self._pids.popitem(last=False)
         self._add(sid, Kind.HELLO, first)
@@ -201,10 +209,19 @@ class RelayNode:
         if not items and not dropped:
             return None
         return probe_pb2.RelayBatch(
-            items=[item_pb(i) for i in items],
+            items=[self._item_pb(i) for i in items],
             dropped_reports=dropped,
             interval_ms=self.settings.relay_interval_ms,
         )
+
+    def _item_pb(self, item: Any) -> probe_pb2.RelayItem:
+        """``item_pb``, and on a Hello this node's word for the pid it verified."""
+        out = item_pb(item)
+        if item[1] is Kind.HELLO:
+            pid, ticks, uid = self._pids.get(item[0], (0, None, -1))
+            if pid > 0:
+                out.vouch.pid, out.vouch.start_ticks, out.vouch.uid = pid, ticks or 0, uid
+        return out
 
     async def _relay_forever(self) -> None:
         backoff = Backoff()
@@ -234,9 +251,13 @@ class RelayNode:
     async def _relay_once(self) -> None:
         # Again on every try: the directory may have been made, or opened up, since.
         upstream = check_socket_dir(self.upstream, "not relaying to")
-        async with grpc.aio.insecure_channel(
-            upstream.grpc_target, options=MESSAGE_SIZE_OPTIONS
-        ) as channel:
+        target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
+        channel_cm = (
+            grpc.aio.insecure_channel(target, options=options)
+            if self._tls is None
+            else grpc.aio.secure_channel(target, self._tls, options=options)
+        )
+        async with channel_cm as channel:
             call = channel.stream_stream(
                 f"/{SERVICE}/Relay",
                 request_serializer=probe_pb2.RelayBatch.SerializeToString,
@@ -282,7 +303,7 @@ class RelayNode:
                 stream.outbox.put_nowait(cmd.reject)
 
     async def _kill(self, sid: int, order: probe_pb2.RelayKill) -> None:
-        pid, ticks = self._pids.get(sid, (0, None))
+        pid, ticks, _ = self._pids.get(sid, (0, None, -1))
         result = probe_pb2.RelayKillResult(kill_id=order.kill_id)
         if pid <= 0:
             result.error = NOT_SIGNALLABLE
@@ -308,6 +329,7 @@ class RelayNode:
             (self.handler(), self.health.handler()),
             self.tickets,
             self.settings.socket_access,
+            server_tls(self.settings.tls_cert_file, self.settings.tls_key_file),
         )
         self.addresses = self._servers.addresses
         self._relay_task = asyncio.ensure_future(self._relay_forever())

@@ -19,7 +19,7 @@ import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.act.procs import KillOutcome
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.transport.servicer import (
     Ending,
     Malformed,
@@ -205,7 +205,8 @@ class RelayUpstream:
         elif sid in refused:
             return
         elif body == "message":
-            self._open(link, sessions, refused, sid, item.message)
+            vouch = item.vouch if item.HasField("vouch") else None
+            self._open(link, sessions, refused, sid, item.message, vouch)
         elif body == "ended":
             self._end(sessions, sid, "vanished", item.ended.pid_alive)
         elif body == "kill_result":
@@ -218,10 +219,20 @@ class RelayUpstream:
         refused: set[int],
         sid: int,
         data: bytes,
+        vouch: probe_pb2.Vouch | None,
     ) -> None:
-        """The first message of a stream: it opens the session, or is refused."""
+        """The first message of a stream: it opens the session, or is refused.
+
+        A vouched Hello is verified by this node stream, which then owns the
+        rank: its route is the only one the session's kill order takes.
+        """
         route = RelayRoute(link, sid)
-        state, refusal = self.servicer.open_session(_parse_worker_message(data), route)
+        vouched = None
+        if vouch is not None and vouch.pid > 0:
+            vouched = VerifiedProcess(vouch.pid, vouch.uid, vouch.start_ticks or None)
+        state, refusal = self.servicer.open_session(
+            _parse_worker_message(data), route, vouched, link
+        )
         if state is None:
             self._refuse(link, refused, sid, refusal)
             return

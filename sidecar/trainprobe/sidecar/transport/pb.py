@@ -46,6 +46,7 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         stack_file=m.stack_file,
         thread_id=m.thread_id,
         thread_native_id=m.thread_native_id,
+        session_secret=m.session_secret,
     )
 
 

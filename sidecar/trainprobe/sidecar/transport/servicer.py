@@ -233,9 +233,19 @@ class SidecarServicer:
                 level, "worker %s (pid %d%s) stream ended: %s", state.key, state.hello.pid, via, how
             )
 
-    def open_session(self, first: Any, relay: Any) -> tuple[WorkerState | None, Refusal | None]:
+    def open_session(
+        self,
+        first: Any,
+        relay: Any,
+        vouched: VerifiedProcess | None = None,
+        node: object | None = None,
+    ) -> tuple[WorkerState | None, Refusal | None]:
         """Open a session from a stream's first message (Connect, or relayed when
-        ``relay`` names the relay route); on refusal, the status to send."""
+        ``relay`` names the relay route); on refusal, the status to send.
+
+        A relayed Hello is verified only by its ``node`` (the Relay stream that
+        carried it), which ``vouched`` for the pid it verified on its host.
+        """
         if isinstance(first, Malformed):
             return None, (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -246,9 +256,15 @@ class SidecarServicer:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
             )
-        verified = self._verify(first.hello) if relay is None else None
+        verified = self._verify(first.hello) if relay is None else vouched
+        if verified is not None and verified.pid != first.hello.pid:
+            return None, (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the relaying node vouched for pid {verified.pid}, the Hello names "
+                f"pid {first.hello.pid}",
+            )
         try:
-            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock(), verified)
+            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock(), verified, node)
         except RegistryError as err:
             return None, (getattr(grpc.StatusCode, err.code), str(err))
         # Only the kernel's word makes a process ours to signal; a relayed worker
@@ -260,7 +276,13 @@ class SidecarServicer:
             state.key,
             "" if relay is None else f" via relay {relay}",
             state.hello.pid,
-            f" (verified, uid {state.uid})" if state.verified else " (unverified)",
+            (
+                " (unverified)"
+                if not state.verified
+                else f" (verified, uid {state.uid})"
+                if relay is None
+                else " (verified by its node)"
+            ),
             state.hello.host,
             state.hello.world_size,
         )

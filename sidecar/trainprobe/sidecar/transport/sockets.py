@@ -31,6 +31,7 @@ from trainprobe.proto import (
     resolve_socket,
     socket_dir_problem,
 )
+from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.transport.auth import TokenInterceptor
 from trainprobe.sidecar.transport.identity import TicketDesk
 
@@ -141,10 +142,12 @@ async def open_servers(
     handlers: Sequence[grpc.GenericRpcHandler],
     tickets: TicketDesk | None = None,
     access: str = "user",
+    tls: grpc.ServerCredentials | None = None,
 ) -> Servers:
     """Serve ``handlers`` on every address: Unix sockets plain, TCP behind the
-    token; ``tickets`` serves an identity socket beside each Unix socket.
-    ``access`` (a :data:`SOCKET_ACCESS` key) says who may connect to them."""
+    token (and over TLS with ``tls``, see :func:`server_tls`); ``tickets``
+    serves an identity socket beside each Unix socket. ``access`` (a
+    :data:`SOCKET_ACCESS` key) says who may connect to them."""
     sock_mode = SOCKET_ACCESS[access][1]
     out = Servers()
     plain = grpc.aio.server(options=SERVER_OPTIONS)
@@ -185,7 +188,10 @@ async def open_servers(
             server = secured
         check_tcp_bind(ep.host, ep.port)  # gRPC would only log "Failed to bind"
         try:
-            port = server.add_insecure_port(ep.grpc_target)
+            if tls is None:
+                port = server.add_insecure_port(ep.grpc_target)
+            else:
+                port = server.add_secure_port(ep.grpc_target, tls)
         except RuntimeError as err:
             raise ListenError(f"cannot listen on {ep}: {err}") from None
         out.addresses.append(f"tcp://{ep.host}:{port}")
@@ -207,6 +213,19 @@ async def open_servers(
                 path,
             )
     return out
+
+
+def server_tls(cert_file: Path | None, key_file: Path | None) -> grpc.ServerCredentials | None:
+    """The TLS credentials TCP listeners serve with (None: plain TCP).
+
+    The files were checked when the settings were loaded (config/tls.py);
+    read again here, so a certificate renewed in place is used on restart.
+    """
+    if cert_file is None or key_file is None:
+        return None
+    cert = read_pem(cert_file, "tls_cert_file")
+    key = read_pem(key_file, "tls_key_file", private=True)
+    return grpc.ssl_server_credentials([(key, cert)])
 
 
 def check_unix_bind(path: Path) -> None:
