@@ -1,9 +1,11 @@
 """``trainprobe``: ask a running sidecar what it sees.
 
-trainprobe status [--target ADDR] [--job J] [--json]
+trainprobe status [--target ADDR] [--job J] [--wide] [--json]
 trainprobe diagnose [--job J] [--target ADDR] [--json]
 trainprobe diagnose --ray [--dot] [--target ADDR] [--json]
 trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
+trainprobe incidents [ID] [--log FILE] [--job J] [--since 2h] [--json]
+trainprobe report [--job J] [--target ADDR] [--log FILE] [--out DIR] [--watch-s 10]
 
 Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 """
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 import grpc
@@ -31,6 +34,9 @@ from trainprobe.proto import (
     probe_pb2,
     probe_pb2_grpc,
 )
+from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
+from trainprobe.sidecar.cli.report import add_report_args, report_main
+from trainprobe.sidecar.core.text import printable
 
 
 def _endpoint(text: str | None) -> Endpoint:
@@ -84,38 +90,43 @@ def _sync_text(w: probe_pb2.WorkerStatus) -> str:
     return f"{w.sync_p50_s * 1000:.1f}/{w.sync_max_s * 1000:.1f}ms"
 
 
-def format_status(reply: probe_pb2.StatusReply) -> str:
-    """The human table of ``trainprobe status``."""
-    head = (
-        f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
-        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
-    )
-    # Job ids are printed whole: users copy them into `diagnose --job`.
-    width = max([20, *(len(w.job_id) for w in reply.workers)])
-    head = f"{'JOB':<{width}}" + head[20:]
-    lines = [head]
-    for w in reply.workers:
-        gpu = "-"
-        if w.HasField("gpu_memory"):
-            g = w.gpu_memory
-            gpu = (
-                f"{_bytes(g.device_used_bytes)}/{_bytes(g.device_total_bytes)}"
-                if g.has_nvml
-                else _bytes(g.reserved_bytes)
-            )
-        step = str(w.step) if w.has_step else "-"
-        sync = _sync_text(w)
-        verdict, state = w.verdict, w.state
-        if w.killed_rule:
-            # What happened to it, not how its stream ended.
-            verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
-        elif w.suspect:
-            verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
-        lines.append(
-            f"{w.job_id:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
-            f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
-            f"{gpu:>13} {sync:>14} {verdict:<12} {state}"
+#: Columns ``trainprobe status`` fits in unless given ``--wide``.
+STATUS_WIDTH = 100
+
+
+def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
+    """One worker's cells, each escaped (every string in a status came from a client)."""
+    gpu = "-"
+    if w.HasField("gpu_memory"):
+        g = w.gpu_memory
+        gpu = (
+            f"{_bytes(g.device_used_bytes)}/{_bytes(g.device_total_bytes)}"
+            if g.has_nvml
+            else _bytes(g.reserved_bytes)
         )
+    verdict, state = w.verdict, w.state
+    if w.killed_rule:
+        # What happened to it, not how its stream ended.
+        verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
+    elif w.suspect:
+        verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
+    return {
+        "job": printable(w.job_id),
+        "step": str(w.step) if w.has_step else "-",
+        "phase": printable(w.phase or "-"),
+        "gpu": gpu,
+        "sync": _sync_text(w),
+        "verdict": printable(verdict),
+        "state": printable(state),
+    }
+
+
+def format_status(
+    reply: probe_pb2.StatusReply, wide: bool = False, width: int = STATUS_WIDTH
+) -> str:
+    """The human table of ``trainprobe status``: within ``width`` columns, by job;
+    ``wide``: one row per worker with every column."""
+    lines = _wide_rows(reply) if wide else _narrow_rows(reply, width)
     if not reply.workers and not reply.omitted:
         lines.append("(no workers have reported)")
     if reply.omitted:
@@ -124,8 +135,63 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             "narrow it with --job)"
         )
     if reply.HasField("ray_watch"):
-        lines += format_ray_watch(reply.ray_watch)
+        ray = format_ray_watch(reply.ray_watch)
+        lines += ray if wide else [wrapped for line in ray for wrapped in _wrap(line, width)]
     return "\n".join(lines)
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def _narrow_rows(reply: probe_pb2.StatusReply, width: int) -> list[str]:
+    # A job's id heads its rows, whole (users copy it into `diagnose --job`),
+    # so a long id costs one line, not every row's width.
+    head = (
+        f"  {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>7} {'AGE':>5} {'PHASE':<10} "
+        f"{'VERDICT':<12} "
+    )
+    room = max(20, width - len(head))
+    lines: list[str] = []
+    job = None
+    for w in reply.workers:
+        f = _worker_fields(w)
+        if w.job_id != job:
+            job = w.job_id
+            count = sum(1 for x in reply.workers if x.job_id == job)
+            lines += [
+                f"job {f['job']}  ({count} worker{'' if count == 1 else 's'})",
+                head + "STATE",
+            ]
+        row = (
+            f"  {w.rank:>4} {w.pid:>7} {f['step']:>8} {w.steps_per_s:>7.2f} "
+            f"{w.report_age_s:>4.1f}s {_cut(f['phase'], 10):<10} {_cut(f['verdict'], 12):<12} "
+        )
+        state = textwrap.wrap(f["state"], room, break_on_hyphens=False) or [""]
+        lines.append(row + state[0])
+        lines += [" " * len(head) + more for more in state[1:]]
+    return lines
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _wide_rows(reply: probe_pb2.StatusReply) -> list[str]:
+    fields = [_worker_fields(w) for w in reply.workers]
+    width = max([20, *(len(f["job"]) for f in fields)])
+    lines = [
+        f"{'JOB':<{width}} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
+        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
+    ]
+    for w, f in zip(reply.workers, fields, strict=True):
+        lines.append(
+            f"{f['job']:<{width}} {w.rank:>4} {w.pid:>7} {f['step']:>8} {w.steps_per_s:>8.2f} "
+            f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {f['phase'][:12]:<12} "
+            f"{f['gpu']:>13} {f['sync']:>14} {f['verdict']:<12} {f['state']}"
+        )
+    return lines
 
 
 def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
@@ -138,14 +204,25 @@ def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
     lines = ["", head]
     if rw.truncated:
         lines.append(
-            f"  lists cut at their limit (edges may be missing): {', '.join(rw.truncated)}"
+            f"  lists cut at their limit (edges may be missing): "
+            f"{printable(', '.join(rw.truncated))}"
         )
-    lines += [f"  error: {e}" for e in rw.errors]
+    lines += [f"  error: {printable(e)}" for e in rw.errors]
     for f in rw.findings:
         lines.append(
-            f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
+            printable(
+                f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
+            )
         )
     return lines
+
+
+def format_diagnosis(text: str, ray: bool) -> str:
+    """A diagnosis as the terminal gets it: a job's is one paragraph; the Ray
+    watcher's graph (text or DOT) keeps its own lines, each escaped."""
+    if not ray:
+        return printable(text)
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
         ("diagnose", "the current culprit analysis of a job"),
         ("top", "a live view: ranks x recent windows by arrival lag or step time, incidents"),
+        ("report", "an HTML page (and PNGs) of a job: step-time and lag heatmaps, incidents"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument(
@@ -176,14 +254,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
             p.add_argument("--interval-s", type=float, default=1.0, help="refresh period")
             p.add_argument("--once", action="store_true", help="print one frame and exit")
-        else:
+        elif name != "report":
             p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "status":
+            p.add_argument(
+                "--wide",
+                action="store_true",
+                help=f"every column, one row per worker (default: fits {STATUS_WIDTH} columns)",
+            )
+        if name == "report":
+            add_report_args(p)
         if name == "diagnose":
             p.add_argument(
                 "--ray", action="store_true", help="the Ray watcher's current wait graph"
             )
             p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
+    add_incidents_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "incidents":
+        return incidents_main(args)
     if args.command == "diagnose" and args.dot and not args.ray:
         parser.error("--dot goes with --ray")
     try:
@@ -197,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
             return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
+        if args.command == "report":
+            return report_main(args, stub, metadata)
         if args.command == "status":
             reply = stub.GetStatus(
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
@@ -208,14 +299,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(json.dumps(as_dict, indent=2))
             else:
-                print(format_status(reply))
+                print(format_status(reply, wide=args.wide))
         else:
             diag = stub.Diagnose(
                 probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),
                 timeout=args.timeout_s,
                 metadata=metadata,
             )
-            print(diag.json if args.json else diag.text)
+            print(diag.json if args.json else format_diagnosis(diag.text, args.ray))
             if diag.truncated_chars:
                 print(
                     f"trainprobe: the diagnosis was cut ({diag.truncated_chars} characters "
