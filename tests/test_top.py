@@ -39,7 +39,7 @@ def rank_line(screen: str, rank: int) -> str:
     plain = re.compile(r"\x1b\[[0-9;]*m")
     for line in screen.splitlines():
         cols = plain.sub("", line).replace("│", " ").split()
-        if len(cols) >= 2 and cols[0] == "top" and cols[1] == str(rank):
+        if len(cols) >= 2 and cols[0] == str(rank) and cols[1].isdigit():
             return line
     return ""
 

@@ -69,6 +69,6 @@ def test_culprits_are_marked_and_a_finding_enters_the_feed_once() -> None:
     console = Console(width=160, record=True, color_system=None)
     console.print(render(m))
     lines = console.export_text().splitlines()
-    (row1,) = [line for line in lines if line.split("│")[2:3] == ["    1 "]]
-    (row0,) = [line for line in lines if line.split("│")[2:3] == ["    0 "]]
+    (row1,) = [line for line in lines if line.split()[:2] == ["1", "5"]]
+    (row0,) = [line for line in lines if line.split()[:2] == ["0", "5"]]
     assert "CULPRIT" in row1 and "SUSPECT" in row0
