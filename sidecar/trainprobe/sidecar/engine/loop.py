@@ -307,8 +307,7 @@ class Engine:
             level,
             # The diagnosis on a line of its own (the format's newline: arguments are escaped).
             "incident %s: job %s %s (%s) culprits %s waiting %s, detected %.2fs after onset; "
-            "action %s on %s%s"
-            + ("\n  %s" if text else "%s"),
+            "action %s on %s%s" + ("\n  %s" if text else "%s"),
             incident.id,
             incident.job_id,
             incident.verdict.value,
