@@ -35,14 +35,19 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
     def culprit(self) -> tuple[list[int], dict[str, str]]:
-        """The culprits and where they are stuck: the live diagnosis, else the last incident's."""
-        if self.diagnosis.get("culprits"):
-            return list(self.diagnosis["culprits"]), dict(self.diagnosis.get("where") or {})
+        """The culprits and where they are stuck: the live diagnosis's, else the last
+        incident's; a place the live analysis lacks (no stacks read now) comes from it."""
+        culprits: list[int] = []
+        where: dict[str, str] = {}
         for s in reversed(self.stories):
             j = s.to_json()
             if j["culprits"]:
-                return j["culprits"], j["where"]
-        return [], {}
+                culprits, where = list(j["culprits"]), dict(j["where"])
+                break
+        if self.diagnosis.get("culprits"):
+            culprits = [int(r) for r in self.diagnosis["culprits"]]
+            where = {**where, **(self.diagnosis.get("where") or {})}
+        return culprits, where
 
 
 def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
@@ -51,6 +56,9 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")  # no display: a file, never a window
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    culprits = set(data.culprit()[0])
 
     written: dict[str, Path] = {}
     ranks = sorted(data.cells)
@@ -67,11 +75,35 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
             ]
             width = max(len(row) for row in grid)
             grid = [row + [math.nan] * (width - len(row)) for row in grid]
+            # Log colours: a 50 ms step and a 20 s stall on one scale.
+            finite = [v for row in grid for v in row if v == v and v > 0]
+            norm = LogNorm(min(finite), max(finite) * 1.01) if len(finite) > 1 else None
             im = ax.imshow(
-                grid, aspect="auto", cmap="magma_r", extent=extent, interpolation="nearest"
+                grid,
+                aspect="auto",
+                cmap="magma_r",
+                extent=extent,
+                interpolation="nearest",
+                norm=norm,
             )
             ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-            ax.set_title(f"{label} per rank")
+            for tick, r in zip(ax.get_yticklabels(), ranks, strict=True):
+                if r in culprits:
+                    tick.set_color("red")
+                    tick.set_fontweight("bold")
+            for t, what, kind in _events(data.stories):
+                if 0 <= t - t0 <= extent[1]:
+                    ax.axvline(t - t0, color="tab:blue", linewidth=1, linestyle="--")
+                    if idx == 0 and kind == "incident":  # the others: lines only
+                        ax.annotate(
+                            what.split(" ", 1)[1],
+                            (t - t0, -0.5),
+                            fontsize=7,
+                            xytext=(2, 2),
+                            textcoords="offset points",
+                            color="tab:blue",
+                        )
+            ax.set_title(f"{label} per rank (culprit in red; dashed: incident, decision, action)")
             ax.set_xlabel("seconds since the report began")
             fig.colorbar(im, ax=ax, label=label)
         fig.tight_layout()
@@ -82,8 +114,8 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
     if events:
         fig, ax = plt.subplots(figsize=(10, 1.2 + 0.3 * len(events)))
         events.sort()
-        t0 = min(t for t, _ in events)
-        for i, (t, label) in enumerate(events):
+        t0 = min(t for t, _, _ in events)
+        for i, (t, label, _) in enumerate(events):
             ax.plot([t - t0], [i], "o", color="tab:red")
             ax.annotate(printable(label), (t - t0, i), xytext=(6, -3), textcoords="offset points")
         ax.set_yticks([])
@@ -97,27 +129,28 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
     return written
 
 
-def _events(stories: list[IncidentStory]) -> list[tuple[float, str]]:
-    """(wall time, label) of each incident and of its decisions and actions.
+def _events(stories: list[IncidentStory]) -> list[tuple[float, str, str]]:
+    """(wall time, label, record type) of each incident and of its decisions and actions.
 
     Only an incident record carries a wall time; a decision is placed by its
     seconds after onset (onset = the incident's time less its detection
     latency), and its action just after it."""
-    out: list[tuple[float, str]] = []
+    out: list[tuple[float, str, str]] = []
     for s in stories:
         t = s.incident.get("time")
         if not isinstance(t, (int, float)):
             continue
-        out.append((float(t), f"{s.id} {s.incident.get('verdict')} ({s.incident.get('rule')})"))
+        verdict = f"{s.id} {s.incident.get('verdict')} ({s.incident.get('rule')})"
+        out.append((float(t), verdict, "incident"))
         onset = float(t) - float(s.incident.get("detection_latency_s") or 0.0)
         at = float(t)
         for r in s.later:
             kind = r.get("type")
             if kind == "decision" and isinstance(r.get("decided_after_s"), (int, float)):
                 at = max(at, onset + float(r["decided_after_s"]))
-                out.append((at, f"{s.id} decision: {r.get('rule')}"))
+                out.append((at, f"{s.id} decision: {r.get('rule')}", "decision"))
             elif kind == "action":
-                out.append((at, f"{s.id} {r.get('action')}: {_outcome_text(r)}"))
+                out.append((at, f"{s.id} {r.get('action')}: {_outcome_text(r)}", "action"))
     return sorted(out)
 
 
