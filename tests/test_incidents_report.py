@@ -215,7 +215,7 @@ def test_report_page_in_a_real_headless_browser(run: Run, tmp_path: Path) -> Non
         capture_output=True, text=True, timeout=120, check=False,
     ).stdout  # fmt: skip
     assert run.incident["id"] in dom
-    culprit = dom[dom.index("id=\"culprit\"") :].split("</p>")[0]
+    culprit = dom[dom.index('id="culprit"') :].split("</p>")[0]
     assert "Culprit: rank 1 stuck at ddp_worker.py:" in culprit, culprit
     assert f"job {JOB}" in dom
 
