@@ -191,11 +191,12 @@ def render(
     shown, hidden = _rows_to_show(model, max(1, room))
     rows = [_row_cells(model, key, model.rows[key], one_job) for key in shown]
     # The recent windows take what the other columns leave of the width.
-    used = sum(
-        max([len(name), *(len(r[i].plain) for r in rows)]) + 2
+    # Each column: its widest cell, 2 of padding and 1 of separator; 2 for the edges.
+    used = 2 + sum(
+        max([len(name), *(len(r[i].plain) for r in rows)]) + 3
         for i, (name, _) in enumerate(columns)
     )
-    windows = max(4, min(WINDOWS, width - used - 2))
+    windows = max(4, min(WINDOWS, width - used - 3))
     columns.append((f"RECENT {by.upper()} (newest right)"[:windows], "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True, overflow="crop")  # type: ignore[arg-type]
@@ -209,11 +210,13 @@ def render(
         culprit = key[1] in model.culprits.get(key[0], ())
         suspect = row.status.verdict not in ("", "OK")
         table.add_row(*cells, strip, style="bold red" if culprit else "yellow" if suspect else "")
+    # Notes under the table, not in a cell: a cell would widen its column.
+    feed: list[Text] = []
     if hidden:
-        table.add_row(Text(f"… {hidden} more ranks (narrow with --job)", style="dim"))
+        feed.append(Text(f"… {hidden} more ranks (narrow with --job)", style="dim"))
     if not model.rows:
-        table.add_row(Text("(no workers have reported)"))
-    feed: list[Text] = [Text("incidents:", style="bold")]
+        feed.append(Text("(no workers have reported)"))
+    feed.append(Text("incidents:", style="bold"))
     for line in list(model.feed)[-feed_lines:] or ["(none)"]:
         # A recovery in green, a new verdict or finding in red, stream changes plain.
         style = "green" if line.endswith("-> OK") else "red" if "stream " not in line else ""
