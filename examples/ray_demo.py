@@ -85,7 +85,7 @@ class Screen:
             from trainprobe.sidecar.cli.top import render
 
             for line in events:
-                self.console.print(line, highlight=False)
+                self.console.print(line, highlight=False, markup=False)
             with contextlib.suppress(Exception):  # the sidecar restarts with the workers
                 self.model.update(*self.fetch(), time.monotonic())
             width, height = self.console.size

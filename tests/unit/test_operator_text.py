@@ -7,6 +7,7 @@ import logging
 
 from trainprobe.sidecar.core import Incident, Verdict
 from trainprobe.sidecar.core.text import SafeLogFormatter, printable
+from trainprobe.sidecar.otel.incident_spans import incident_attributes
 
 
 class Key:
@@ -71,4 +72,6 @@ def test_culprits_and_waiting_mean_one_thing_under_every_rule() -> None:
         inc = _incident(rule, [0, 2], diag)
         rec = inc.to_record()
         assert (rec["culprits"], rec["waiting"], rec["ranks"]) == ([1], [0, 2], [0, 2])
+        attrs = incident_attributes(inc, 7)
+        assert (attrs["trainprobe.culprits"], attrs["trainprobe.waiting"]) == ([1], [0, 2])
     assert _incident("stall", [0, 1], {"kind": "inconclusive"}).culprits == []
