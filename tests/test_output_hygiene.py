@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ from tests.support import PYTHON, SidecarProcess, Workers, child_env, short_tmpd
 pytestmark = pytest.mark.slow
 
 FORGED = "0 99999 4242 OK forged"
-EVIL = f'[/]evil\x1b[31m\x07\n{FORGED}"}}{{\\[bold]x'
+EVIL = f'[/]evil\x1b[31m\x07\n{FORGED}"}}{{\\[bold]x<i>'
 #: What a terminal must never get from the client: ESC, BEL, any other control.
 HANG = ("--hang-rank", "1", "--hang-at", "15")
 RAW = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -119,3 +120,16 @@ def test_incidents_command_escapes_what_it_reads(hung: SidecarProcess) -> None:
     assert_clean(one.stdout, "incidents ID")
     as_json = ctl("incidents", "--json", "--log", str(hung.incident_log))
     assert {i["job_id"] for i in json.loads(as_json.stdout)} == {EVIL}
+
+
+def test_report_page_escapes_the_job_id(hung: SidecarProcess, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    r = ctl(
+        "report", "--target", hung.target, "--job", EVIL, "--log", str(hung.incident_log),
+        "--out", str(out), "--watch-s", "1", "--interval-s", "0.5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert_clean(r.stdout, "report")
+    page = (out / "report.html").read_text()
+    assert_clean(page, "the report page")
+    assert "<i>" not in page and "x&lt;i&gt;" in page  # HTML-escaped after printable()
