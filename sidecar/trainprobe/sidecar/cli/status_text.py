@@ -20,6 +20,8 @@ def _sync_text(w: probe_pb2.WorkerStatus) -> str:
         return f"wait {w.inflight_age_s:.0f}s"
     if not w.sync_max_s:
         return "-"
+    if w.sync_max_s >= 1.0:  # seconds-long syncs in seconds: the column stays narrow
+        return f"{w.sync_p50_s:.1f}/{w.sync_max_s:.1f}s"
     return f"{w.sync_p50_s * 1000:.1f}/{w.sync_max_s * 1000:.1f}ms"
 
 
