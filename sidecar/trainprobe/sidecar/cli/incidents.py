@@ -116,7 +116,7 @@ def _waiting(inc: dict[str, Any]) -> list[int]:
     return list((inc.get("diagnosis") or {}).get("waiting") or [])
 
 
-def _outcome(actions: list[dict[str, Any]]) -> str:
+def _outcome(actions: list[dict[str, Any]], detail: bool = False) -> str:
     parts = []
     for a in actions:
         if a.get("dry_run"):
@@ -124,7 +124,13 @@ def _outcome(actions: list[dict[str, Any]]) -> str:
             continue
         for rank, o in sorted((a.get("outcomes") or {}).items(), key=lambda x: str(x[0])):
             done = "exited" if o.get("exited") or o.get("pid_gone") else "NOT exited"
-            parts.append(f"rank {rank} {done}" + (f" ({o['error']})" if o.get("error") else ""))
+            how = ""
+            if detail:  # pid, signals (or Ray's method) and how long it took
+                steps = " -> ".join(o.get("signals") or []) or o.get("method") or ""
+                took = f" in {o['seconds']} s" if o.get("seconds") is not None else ""
+                how = f" (pid {o.get('pid')}{', ' + steps if steps else ''}{took})"
+            error = f" ({o['error']})" if o.get("error") else ""
+            parts.append(f"rank {rank} {done}{how}{error}")
     return ", ".join(parts) or "no outcome"
 
 
@@ -237,7 +243,7 @@ def timeline(story: IncidentStory) -> list[str]:
             )
             out += _evidence(r.get("evidence") or {})
         elif kind == "action":
-            out.append(f"  action    {r.get('action')} done: {_outcome([r])}")
+            out.append(f"  action    {r.get('action')} done: {_outcome([r], detail=True)}")
         elif kind == "recovery":
             out.append(
                 f"  recovery  rank {r.get('rank')} back as pid {r.get('new_pid')}, first step "
