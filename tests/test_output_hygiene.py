@@ -70,6 +70,9 @@ def test_status_escapes_the_job_id_and_no_row_is_forged(hung: SidecarProcess) ->
         assert r.returncode == 0, r.stderr
         assert_clean(r.stdout, f"status {flags}")
         assert "[/]evil\\x1b[31m\\x07\\n0 99999" in r.stdout
+        # Who is at fault and who waits, from the job's diagnosis, on its own line.
+        said = "straggler: culprits [1], waiting [0]"
+        assert any(x.endswith(said) for x in r.stdout.splitlines()), r.stdout
         if not flags:  # every row fits 100 columns; only the job's own line is its whole id
             assert all(len(x) <= 100 for x in r.stdout.splitlines() if not x.startswith("job "))
     as_json = ctl("status", "--json", "--target", hung.target)

@@ -13,6 +13,7 @@ Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ from trainprobe.sidecar.cli.status_text import (
     format_diagnosis,
     format_ray_watch,
     format_status,
+    troubled_jobs,
 )
 
 
@@ -158,7 +160,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(json.dumps(as_dict, indent=2))
             else:
-                print(format_status(reply, wide=args.wide))
+                # Who is at fault and who waits: asked only for jobs in trouble.
+                diagnoses = {}
+                for job in troubled_jobs(reply):
+                    with contextlib.suppress(grpc.RpcError, ValueError):
+                        d = stub.Diagnose(
+                            probe_pb2.DiagnoseRequest(job_id=job),
+                            timeout=args.timeout_s,
+                            metadata=metadata,
+                        )
+                        found = json.loads(d.json)
+                        if isinstance(found, dict):
+                            diagnoses[job] = found
+                print(format_status(reply, wide=args.wide, diagnoses=diagnoses))
         else:
             diag = stub.Diagnose(
                 probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),

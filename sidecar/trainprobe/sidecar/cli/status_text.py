@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.text import printable
 
-__all__ = ["STATUS_WIDTH", "format_diagnosis", "format_ray_watch", "format_status"]
+__all__ = [
+    "STATUS_WIDTH",
+    "culprits_line",
+    "format_diagnosis",
+    "format_ray_watch",
+    "format_status",
+    "troubled_jobs",
+]
+
+
+def troubled_jobs(reply: probe_pb2.StatusReply, limit: int = 8) -> list[str]:
+    """The jobs worth a Diagnose call: some worker not OK (at most ``limit``)."""
+    jobs = sorted({w.job_id for w in reply.workers if w.verdict not in ("", "OK") or w.suspect})
+    return jobs[:limit]
 
 
 def _bytes(n: int) -> str:
@@ -57,11 +72,18 @@ def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
 
 
 def format_status(
-    reply: probe_pb2.StatusReply, wide: bool = False, width: int = STATUS_WIDTH
+    reply: probe_pb2.StatusReply,
+    wide: bool = False,
+    width: int = STATUS_WIDTH,
+    diagnoses: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """The human table of ``trainprobe status``: within ``width`` columns, by job;
-    ``wide``: one row per worker with every column."""
-    lines = _wide_rows(reply) if wide else _narrow_rows(reply, width)
+    ``wide``: one row per worker with every column. ``diagnoses`` (job -> the
+    Diagnose RPC's JSON) adds each troubled job's culprits and waiting ranks."""
+    diagnoses = diagnoses or {}
+    lines = _wide_rows(reply) if wide else _narrow_rows(reply, width, diagnoses)
+    if wide:
+        lines += [line for job in sorted(diagnoses) if (line := culprits_line(job, diagnoses[job]))]
     if not reply.workers and not reply.omitted:
         lines.append("(no workers have reported)")
     if reply.omitted:
@@ -80,7 +102,21 @@ def _wrap(line: str, width: int) -> list[str]:
     return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
 
 
-def _narrow_rows(reply: probe_pb2.StatusReply, width: int) -> list[str]:
+def culprits_line(job: str, diag: Mapping[str, Any], named: bool = True) -> str:
+    """``job J: straggler: culprits [1], waiting [0, 2]``; '' for a healthy job."""
+    kind = str(diag.get("kind") or "healthy")
+    if kind == "healthy":
+        return ""
+    who = f"job {printable(job)}: " if named else "  "
+    return printable(
+        f"{who}{kind}: culprits {list(diag.get('culprits') or [])}, "
+        f"waiting {list(diag.get('waiting') or [])}"
+    )
+
+
+def _narrow_rows(
+    reply: probe_pb2.StatusReply, width: int, diagnoses: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     # A job's id heads its rows, whole (users copy it into `diagnose --job`),
     # so a long id costs one line, not every row's width. GPU memory and sync
     # latency get a column only when some worker reports them.
@@ -102,10 +138,10 @@ def _narrow_rows(reply: probe_pb2.StatusReply, width: int) -> list[str]:
         if w.job_id != job:
             job = w.job_id
             count = sum(1 for x in reply.workers if x.job_id == job)
-            lines += [
-                f"job {f['job']}  ({count} worker{'' if count == 1 else 's'})",
-                head + "STATE",
-            ]
+            lines.append(f"job {f['job']}  ({count} worker{'' if count == 1 else 's'})")
+            if diag := culprits_line(job, diagnoses.get(job) or {}, named=False):
+                lines.append(diag)
+            lines.append(head + "STATE")
         row = (
             f"  {w.rank:>4} {w.pid:>7} {f['step']:>8} {w.steps_per_s:>7.2f} "
             f"{w.report_age_s:>4.1f}s {_cut(f['phase'], 10):<10} "
