@@ -41,11 +41,12 @@ demo: $(VENV)/.installed
 demo-gloo: $(VENV)/.installed
 	$(VPY) examples/demo.py
 
-# tests/test_grafana_dashboard.py runs a real Prometheus (Debian's package) and
-# tests/test_top.py a real terminal (tmux): installed when missing and root,
+# tests/test_grafana_dashboard.py runs a real Prometheus (Debian's package),
+# tests/test_top.py a real terminal (tmux) and tests/test_incidents_report.py
+# a real headless browser (Debian's chromium): installed when missing and root,
 # else those tests skip and say why.
 test: $(VENV)/.installed $(PROTOGEN)/.installed
-	@for tool in prometheus tmux; do command -v $$tool >/dev/null && continue; \
+	@for tool in prometheus tmux chromium; do command -v $$tool >/dev/null && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && apt-get install -y -qq $$tool >/dev/null) || echo "could not install $$tool"; \
 	  else echo "$$tool is not installed (not root): its tests will skip"; fi; done

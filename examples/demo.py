@@ -33,7 +33,9 @@ from rich.live import Live
 
 from trainprobe.proto import probe_pb2_grpc
 from trainprobe.sidecar.cli.ctl import format_status
+from trainprobe.sidecar.cli.incidents import culprit_line
 from trainprobe.sidecar.cli.top import TopModel, fetcher, render
+from trainprobe.sidecar.core.text import printable
 
 HERE = Path(__file__).resolve().parent
 
@@ -126,7 +128,9 @@ def main() -> int:
                 reply, diagnoses = fetch()
                 if live:
                     model.update(reply, diagnoses, time.monotonic())
-                    live.update(render(model, "lag", title="trainprobe demo"), refresh=True)
+                    width, height = console.size
+                    view = render(model, "lag", "trainprobe demo", width=width, height=height)
+                    live.update(view, refresh=True)
                 else:
                     print("\n" + format_status(reply), flush=True)
                 for line in _lines(work / "progress.jsonl"):
@@ -136,7 +140,11 @@ def main() -> int:
                             f"\n!! rank {line['rank']} (pid {line['pid']}) hangs inside step "
                             f"{line['step']}; its peers now wait in the allreduce"
                         )
+                first = incident is None
                 incident = next((r for r in _lines(incidents) if r.get("type") == "incident"), None)
+                if first and incident is not None:
+                    for line in incident_lines(incident):
+                        say(line, **({"markup": False, "highlight": False} if live else {}))
                 if incident and all(w.poll() is not None for w in workers):
                     break
     finally:
@@ -150,12 +158,8 @@ def main() -> int:
         return 1
     actions = [r for r in _lines(incidents) if r.get("type") == "action"]
     print(f"\n== incident (the full record is in the sidecar's incident log {incidents})")
-    brief = {k: incident.get(k) for k in ("verdict", "rule", "ranks", "action", "targets")}
-    print(json.dumps(brief))
-    diagnosis = incident.get("diagnosis") or {}
-    print(f"   diagnosis ({diagnosis.get('kind')}): {diagnosis.get('summary')}")
-    for rank, where in sorted((diagnosis.get("where") or {}).items()):
-        print(f"   rank {rank} is stuck at {where}")
+    for line in incident_lines(incident):
+        print(line)
     for action in actions:
         for rank, out in sorted(action.get("outcomes", {}).items()):
             print(
@@ -172,6 +176,18 @@ def main() -> int:
     print("   the NCCL watchdog would have waited 600 s; gloo's default timeout is 1800 s")
     _trace_summary(work / "traces.otlp.jsonl")
     return 0
+
+
+def incident_lines(incident: dict) -> list[str]:
+    """The incident as the demo prints it: its verdict, the culprit line, the diagnosis."""
+    keys = ("verdict", "rule", "culprits", "waiting", "action", "targets")
+    out = [f"!! incident {incident.get('id')}: " + json.dumps({k: incident.get(k) for k in keys})]
+    if line := culprit_line(incident):
+        out.append(f"   {line}")
+    diagnosis = incident.get("diagnosis") or {}
+    if diagnosis:
+        out.append(printable(f"   diagnosis ({diagnosis.get('kind')}): {diagnosis.get('summary')}"))
+    return out
 
 
 def _trace_summary(path: Path) -> None:

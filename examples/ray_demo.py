@@ -85,10 +85,12 @@ class Screen:
             from trainprobe.sidecar.cli.top import render
 
             for line in events:
-                self.console.print(line, highlight=False)
+                self.console.print(line, highlight=False, markup=False)
             with contextlib.suppress(Exception):  # the sidecar restarts with the workers
                 self.model.update(*self.fetch(), time.monotonic())
-            self.live.update(render(self.model, "lag", title=f"job {JOB}"), refresh=True)
+            width, height = self.console.size
+            view = render(self.model, "lag", title="trainprobe", width=width, height=height)
+            self.live.update(view, refresh=True)
         else:
             for line in events:
                 print(line)
@@ -150,11 +152,15 @@ def describe(record: dict[str, Any], started_wall: float) -> list[str]:
     t = f"t+{record.get('time', time.time()) - started_wall:5.1f}s" if "time" in record else ""
     kind = record["type"]
     if kind == "incident":
-        return [
-            f"  >> {t} incident {record['id']}: ranks {record['ranks']} {record['verdict']} "
-            f"(rule {record['rule']}), detected {record['detection_latency_s']:.2f}s after "
-            f"the last step; action: {record['action']}"
+        from trainprobe.sidecar.cli.incidents import culprit_line
+
+        out = [
+            f"  >> {t} incident {record['id']}: {record['verdict']} (rule {record['rule']}), "
+            f"detected {record['detection_latency_s']:.2f}s after the last step; "
+            f"action: {record['action']}"
         ]
+        line = culprit_line(record)
+        return [*out, f"  >> {line}"] if line else out
     if kind == "action":
         out = []
         for rank, o in sorted(record.get("outcomes", {}).items()):
@@ -190,11 +196,15 @@ def summary(
             f"  hang       rank {h['rank']} (pid {h['pid']}) stopped inside step {h['step']} at "
             f"t+{h['t'] - started_wall:.1f}s (its peer waits for it in the allreduce)"
         )
+    from trainprobe.sidecar.cli.incidents import culprit_line
+
     for inc in incidents:
         lines.append(
             f"  detected   t+{inc['time'] - started_wall:.1f}s, {inc['detection_latency_s']:.2f}s "
-            f"after the last step: ranks {inc['ranks']} {inc['verdict']} (rule {inc['rule']})"
+            f"after the last step: {inc['verdict']} (rule {inc['rule']})"
         )
+        if line := culprit_line(inc):
+            lines.append(f"  {line}")
     for rec in (r for r in records if r["type"] == "action"):
         for rank, o in sorted(rec.get("outcomes", {}).items()):
             via = "through Ray: ray.kill" if o.get("method") == "ray.kill" else o.get("method")

@@ -113,10 +113,11 @@ def test_status_table_and_json_over_the_unix_socket() -> None:
             wait_for(lambda: sc.status().workers and sc.status().workers[0].step > 5, 30)
             table = ctl("status", "--target", sc.target)
             assert table.returncode == 0, table.stderr
-            header, row = table.stdout.splitlines()[:2]
+            job, header, row = table.stdout.splitlines()[:3]
             for col in ("RANK", "PID", "STEP", "STEPS/S", "AGE", "PHASE", "VERDICT"):
                 assert col in header
-            assert row.split()[0] == "loop" and str(proc.pid) in row and "OK" in row
+            assert job.split()[:2] == ["job", "loop"]
+            assert row.split()[:2] == ["0", str(proc.pid)] and "OK" in row
             data = json.loads(ctl("status", "--target", sc.target, "--json").stdout)
             w = data["workers"][0]
             assert w["pid"] == proc.pid and w["stepsPerS"] > 5 and w["verdict"] == "OK"

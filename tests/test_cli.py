@@ -61,11 +61,18 @@ def test_status_shows_whole_job_ids_and_diagnose_needs_no_job_for_one() -> None:
                 30,
                 what="the worker in status",
             )
-            # The id a user copies from status is the one diagnose knows.
-            (row,) = [line for line in status.stdout.splitlines() if "JOB" not in line]
-            copied = row.split()[0]
-            assert copied == LONG_JOB
-            header = status.stdout.splitlines()[0]
+            # The id a user copies from status is the one diagnose knows: whole,
+            # on its job's line, and every line fits 100 columns.
+            lines = status.stdout.splitlines()
+            assert lines[0].split()[:2] == ["job", LONG_JOB]
+            assert lines[1].split()[:2] == ["RANK", "PID"]
+            assert lines[2].split()[0] == "0"
+            assert max(len(line) for line in lines) <= 100, status.stdout
+            copied = lines[0].split()[1]
+            wide = ctl("status", "--wide", "--target", sc.target)
+            (row,) = [line for line in wide.stdout.splitlines() if "JOB" not in line]
+            assert row.split()[0] == LONG_JOB
+            header = wide.stdout.splitlines()[0]
             assert header.index("RANK") > len(LONG_JOB)  # the columns still line up
             by_id = ctl("diagnose", "--job", copied, "--target", sc.target)
             assert by_id.returncode == 0, by_id.stderr

@@ -5,7 +5,8 @@ inside a step, its peers wait in the allreduce). The sidecar only observes
 (no kill), so the hang lasts. ``trainprobe top`` runs in a tmux pane, typed
 in with ``send-keys``; ``capture-pane`` must show rank 1 marked CULPRIT on a
 red background, with red cells (its arrival lag), while the waiting ranks are
-not marked; ``q`` ends it.
+not marked; ``q`` ends it. Once in a wide pane, once in 80 x 24, where every
+rank's row must still be whole.
 """
 
 from __future__ import annotations
@@ -39,16 +40,17 @@ def rank_line(screen: str, rank: int) -> str:
     plain = re.compile(r"\x1b\[[0-9;]*m")
     for line in screen.splitlines():
         cols = plain.sub("", line).replace("│", " ").split()
-        if len(cols) >= 2 and cols[0] == "top" and cols[1] == str(rank):
+        if len(cols) >= 2 and cols[0] == str(rank) and cols[1].isdigit():
             return line
     return ""
 
 
 @pytest.mark.timeout(240)
-def test_top_marks_the_hanging_rank_red_in_a_real_terminal() -> None:
+@pytest.mark.parametrize("cols,rows", [(160, 40), (80, 24)])
+def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux; make test does as root)")
-    session = f"tp-top-{os.getpid()}"
+    session = f"tp-top-{os.getpid()}-{cols}"
     with (
         sidecar("--on-hung", "observe", "--stall-timeout-s", "3") as sc,
         Workers(
@@ -71,9 +73,9 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal() -> None:
             ],
         ),
     ):
-        env = child_env(TERM="xterm-256color", COLUMNS="160")
+        env = child_env(TERM="xterm-256color")
         tmux(
-            "new-session", "-d", "-s", session, "-x", "160", "-y", "40",
+            "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows),
             "-e", f"PATH={env['PATH']}", "bash --norc --noprofile",
         )  # fmt: skip
         try:
@@ -101,6 +103,15 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal() -> None:
             for peer in (0, 2):
                 assert "CULPRIT" not in rank_line(screen, peer), screen
             assert "incidents:" in screen
+            # Readable at any size: every rank's row whole, with its step and verdict,
+            # and the table's head on the screen.
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)
+            assert "RANK" in plain and "VERDICT" in plain, plain
+            for rank in (0, 1, 2):
+                cells = re.sub(r"\x1b\[[0-9;]*m", "", rank_line(screen, rank)).split()
+                assert cells[0] == str(rank) and cells[1].isdigit() and len(cells) >= 5, plain
+                assert "…" not in " ".join(cells[:5]), plain
+            assert max(len(line) for line in plain.splitlines()) <= cols
             tmux("send-keys", "-t", session, "q")
             wait_for(
                 lambda: (

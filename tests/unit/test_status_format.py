@@ -27,7 +27,26 @@ def test_a_watched_rank_reads_hung_with_its_patience_and_a_killed_one_killed() -
             probe_pb2.WorkerStatus(job_id="j", rank=3, verdict="OK", state="connected"),
         ]
     )
-    lines = format_status(reply).splitlines()
+    narrow = format_status(reply).splitlines()
+    assert narrow[0] == "job j  (3 workers)"
+    assert max(len(line) for line in narrow) <= 100
+    # A long state wraps under its column rather than widening the table.
+    assert narrow[2].split()[0] == "1" and narrow[2].split()[6] == "HUNG?"
+    assert narrow[3].startswith(" " * 40)
+    joined = " ".join(" ".join(line.split()) for line in narrow[2:4])
+    assert joined.endswith("12 s of 90 s patience — rank 1 at loader.py:88 in get (reading)")
+    assert narrow[4].split()[-4:] == ["by", "stopped", "(incident", "1a2b-3)"]
+    diag = {"j": {"kind": "straggler", "culprits": [1], "waiting": [3]}}
+    told = format_status(reply, diagnoses=diag).splitlines()
+    assert told[:2] == ["job j  (3 workers)", "  straggler: culprits [1], waiting [3]"]
+    assert format_status(reply, wide=True, diagnoses=diag).splitlines()[-1] == (
+        "job j: straggler: culprits [1], waiting [3]"
+    )
+    assert (
+        format_status(reply, diagnoses={"j": {"kind": "healthy"}}).splitlines()[1].split()[0]
+        == "RANK"
+    )
+    lines = format_status(reply, wide=True).splitlines()
     assert lines[1].endswith(
         "HUNG?        12 s of 90 s patience — rank 1 at loader.py:88 in get (reading)"
     )

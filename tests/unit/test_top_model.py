@@ -69,6 +69,39 @@ def test_culprits_are_marked_and_a_finding_enters_the_feed_once() -> None:
     console = Console(width=160, record=True, color_system=None)
     console.print(render(m))
     lines = console.export_text().splitlines()
-    (row1,) = [line for line in lines if line.split("│")[2:3] == ["    1 "]]
-    (row0,) = [line for line in lines if line.split("│")[2:3] == ["    0 "]]
+    (row1,) = [line for line in lines if line.split()[:2] == ["1", "5"]]
+    (row0,) = [line for line in lines if line.split()[:2] == ["0", "5"]]
     assert "CULPRIT" in row1 and "SUSPECT" in row0
+
+
+def _frame(m: TopModel, width: int, height: int) -> list[str]:
+    console = Console(width=width, height=height, record=True, color_system=None)
+    console.print(render(m, width=width, height=height))
+    return console.export_text().splitlines()
+
+
+def test_an_80_by_24_frame_shows_every_rank_whole_and_the_culprit_first() -> None:
+    m = TopModel()
+    rows = [(r, 5, 0.0, 1, 0, "HUNG" if r == 37 else "OK") for r in range(64)]
+    culprit = {"j": {"kind": "straggler", "culprits": [37], "summary": "rank 37 " + "x" * 200}}
+    for t in range(50):
+        m.update(reply(*rows), culprit, float(t))
+    for _ in range(10):
+        m.feed.append("12:00:00 j: straggler: a long line " + "y" * 200)
+    lines = _frame(m, 80, 24)
+    assert len(lines) <= 24 and max(len(x) for x in lines) <= 80, "\n".join(lines)
+    shown = [x.split() for x in lines if x.split() and x.split()[0].isdigit()]
+    assert any(s[0] == "37" and "CULPRIT" in s for s in shown)
+    assert any("more ranks" in x for x in lines) and "incidents:" in "\n".join(lines)
+    assert not any("…" in " ".join(s[:2]) for s in shown)  # rank and step never cut
+    (header,) = [x for x in lines if "RANK" in x]
+    assert header.split()[:5] == ["RANK", "STEP", "STEPS/S", "LAG", "VERDICT"], header
+    assert any(s[3] == "0/0ms" for s in shown)
+    # Few ranks: all shown, with as many recent windows as the width leaves.
+    small = TopModel()
+    for t in range(50):
+        small.update(reply(*rows[:3]), HEALTHY, float(t))
+    lines = _frame(small, 80, 24)
+    assert [s.split()[0] for s in lines if s.split() and s.split()[0].isdigit()] == ["0", "1", "2"]
+    assert max(len(x) for x in lines) <= 80
+    assert max(x.count("█") + x.count("·") for x in lines) >= 30

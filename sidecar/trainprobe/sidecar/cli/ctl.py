@@ -1,9 +1,11 @@
 """``trainprobe``: ask a running sidecar what it sees.
 
-trainprobe status [--target ADDR] [--job J] [--json]
+trainprobe status [--target ADDR] [--job J] [--wide] [--json]
 trainprobe diagnose [--job J] [--target ADDR] [--json]
 trainprobe diagnose --ray [--dot] [--target ADDR] [--json]
 trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
+trainprobe incidents [ID] [--log FILE] [--job J] [--since 2h] [--json]
+trainprobe report [--job J] [--target ADDR] [--log FILE] [--out DIR] [--watch-s 10]
 
 Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 """
@@ -11,6 +13,7 @@ Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,6 +35,15 @@ from trainprobe.proto import (
     probe_pb2,
     probe_pb2_grpc,
     resolve_socket,
+)
+from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
+from trainprobe.sidecar.cli.report import add_report_args, report_main
+from trainprobe.sidecar.cli.status_text import (
+    STATUS_WIDTH,
+    format_diagnosis,
+    format_ray_watch,
+    format_status,
+    troubled_jobs,
 )
 
 
@@ -90,81 +102,7 @@ def _stub(args: argparse.Namespace) -> tuple[probe_pb2_grpc.SidecarStub, tuple, 
     return probe_pb2_grpc.SidecarStub(channel), metadata, channel
 
 
-def _bytes(n: int) -> str:
-    return f"{n / 2**30:.1f}G" if n else "-"
-
-
-def _sync_text(w: probe_pb2.WorkerStatus) -> str:
-    if w.inflight_age_s >= 1.0:
-        # A collective stuck for seconds matters more than past latencies.
-        return f"wait {w.inflight_age_s:.0f}s"
-    if not w.sync_max_s:
-        return "-"
-    return f"{w.sync_p50_s * 1000:.1f}/{w.sync_max_s * 1000:.1f}ms"
-
-
-def format_status(reply: probe_pb2.StatusReply) -> str:
-    """The human table of ``trainprobe status``."""
-    head = (
-        f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
-        f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
-    )
-    # Job ids are printed whole: users copy them into `diagnose --job`.
-    width = max([20, *(len(w.job_id) for w in reply.workers)])
-    head = f"{'JOB':<{width}}" + head[20:]
-    lines = [head]
-    for w in reply.workers:
-        gpu = "-"
-        if w.HasField("gpu_memory"):
-            g = w.gpu_memory
-            gpu = (
-                f"{_bytes(g.device_used_bytes)}/{_bytes(g.device_total_bytes)}"
-                if g.has_nvml
-                else _bytes(g.reserved_bytes)
-            )
-        step = str(w.step) if w.has_step else "-"
-        sync = _sync_text(w)
-        verdict, state = w.verdict, w.state
-        if w.killed_rule:
-            # What happened to it, not how its stream ended.
-            verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
-        elif w.suspect:
-            verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
-        lines.append(
-            f"{w.job_id:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
-            f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
-            f"{gpu:>13} {sync:>14} {verdict:<12} {state}"
-        )
-    if not reply.workers and not reply.omitted:
-        lines.append("(no workers have reported)")
-    if reply.omitted:
-        lines.append(
-            f"({reply.omitted} more workers not shown: the reply is size-bounded; "
-            "narrow it with --job)"
-        )
-    if reply.HasField("ray_watch"):
-        lines += format_ray_watch(reply.ray_watch)
-    return "\n".join(lines)
-
-
-def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
-    """The Ray watcher's part of ``trainprobe status``: one line, then one per finding."""
-    age = f"{rw.last_snapshot_age_s:.1f}s ago" if rw.last_snapshot_age_s >= 0 else "none yet"
-    head = (
-        f"RAY WATCHER: {rw.snapshots} snapshots (last {age}), {rw.cpu_s:.2f} CPU s, "
-        f"{len(rw.findings)} finding{'' if len(rw.findings) == 1 else 's'}"
-    )
-    lines = ["", head]
-    if rw.truncated:
-        lines.append(
-            f"  lists cut at their limit (edges may be missing): {', '.join(rw.truncated)}"
-        )
-    lines += [f"  error: {e}" for e in rw.errors]
-    for f in rw.findings:
-        lines.append(
-            f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
-        )
-    return lines
+__all__ = ["error_line", "format_ray_watch", "format_status", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),
         ("diagnose", "the current culprit analysis of a job"),
         ("top", "a live view: ranks x recent windows by arrival lag or step time, incidents"),
+        ("report", "an HTML page (and PNGs) of a job: step-time and lag heatmaps, incidents"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument(
@@ -203,14 +142,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
             p.add_argument("--interval-s", type=float, default=1.0, help="refresh period")
             p.add_argument("--once", action="store_true", help="print one frame and exit")
-        else:
+        elif name != "report":
             p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "status":
+            p.add_argument(
+                "--wide",
+                action="store_true",
+                help=f"every column, one row per worker (default: fits {STATUS_WIDTH} columns)",
+            )
+        if name == "report":
+            add_report_args(p)
         if name == "diagnose":
             p.add_argument(
                 "--ray", action="store_true", help="the Ray watcher's current wait graph"
             )
             p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
+    add_incidents_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "incidents":
+        return incidents_main(args)
     if args.command == "diagnose" and args.dot and not args.ray:
         parser.error("--dot goes with --ray")
     try:
@@ -224,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
             return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
+        if args.command == "report":
+            return report_main(args, stub, metadata)
         if args.command == "status":
             reply = stub.GetStatus(
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
@@ -235,14 +187,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(json.dumps(as_dict, indent=2))
             else:
-                print(format_status(reply))
+                # Who is at fault and who waits: asked only for jobs in trouble.
+                diagnoses = {}
+                for job in troubled_jobs(reply):
+                    with contextlib.suppress(grpc.RpcError, ValueError):
+                        d = stub.Diagnose(
+                            probe_pb2.DiagnoseRequest(job_id=job),
+                            timeout=args.timeout_s,
+                            metadata=metadata,
+                        )
+                        found = json.loads(d.json)
+                        if isinstance(found, dict):
+                            diagnoses[job] = found
+                print(format_status(reply, wide=args.wide, diagnoses=diagnoses))
         else:
             diag = stub.Diagnose(
                 probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),
                 timeout=args.timeout_s,
                 metadata=metadata,
             )
-            print(diag.json if args.json else diag.text)
+            print(diag.json if args.json else format_diagnosis(diag.text, args.ray))
             if diag.truncated_chars:
                 print(
                     f"trainprobe: the diagnosis was cut ({diag.truncated_chars} characters "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from trainprobe.sidecar.config.settings import (
     defaults,
     load_settings,
 )
+from trainprobe.sidecar.core.text import configure_logging
 from trainprobe.sidecar.otel import TelemetryError
 from trainprobe.sidecar.relay.node import RelayNode
 from trainprobe.sidecar.server import ListenError, Sidecar
@@ -134,10 +134,7 @@ async def serve(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level)
     if settings.ray_per_node:
         from trainprobe.sidecar.ray import start_sidecars
 

@@ -18,196 +18,147 @@ import contextlib
 import json
 import os
 import select
-import statistics
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.cli.top_model import (
+    FEED_LINES,
+    LAG_BAD_S,
+    STYLES,
+    WINDOWS,
+    RankRow,
+    TopModel,
+    colour,
+    job_step_s,
+)
+from trainprobe.sidecar.core.text import printable
 
-__all__ = ["TopModel", "colour", "render", "run"]
+__all__ = ["LAG_BAD_S", "TopModel", "colour", "render", "run"]
 
-#: Windows of history shown per rank.
-WINDOWS = 40
-#: Lines of incident feed shown.
-FEED_LINES = 8
-#: Arrival lag above which a window is yellow, and red (seconds). A lag of
-#: 50 ms is scheduling noise on a busy host; half a second is a rank that
-#: holds its whole job back for a noticeable share of a step.
-LAG_WARN_S, LAG_BAD_S = 0.05, 0.5
-#: Step time, relative to the job's median rank: yellow above, red above.
-STEP_WARN, STEP_BAD = 1.5, 3.0
-_STYLES = ("green", "yellow", "bold red")
+#: Lines render itself takes besides the rank rows: the title, the header and
+#: its rule, the feed's head, and a spare line for the prompt.
+_CHROME_LINES = 5
 
 
-@dataclass
-class RankRow:
-    """What top keeps of one rank between refreshes."""
-
-    status: probe_pb2.WorkerStatus
-    #: (step_s, lag_s) per window, newest last; None where unknown.
-    cells: deque[tuple[float | None, float | None]] = field(
-        default_factory=lambda: deque(maxlen=WINDOWS)
+def render(
+    model: TopModel,
+    by: str = "lag",
+    title: str = "trainprobe top",
+    width: int = 120,
+    height: int = 0,
+) -> Group:
+    """The table and the feed, as rich renderables, fitted to ``width`` x ``height``
+    (0: any height). Every client string goes in as escaped plain text, never markup."""
+    jobs = sorted({job for job, _ in model.rows})
+    one_job = len(jobs) == 1
+    head = f"{title}" + (f"  job {printable(jobs[0])}" if one_job else "")
+    table = Table(
+        title=Text(f"{head}  (colour: {by}; q quits, l/s switch)", overflow="ellipsis"),
+        expand=False,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title_justify="left",
     )
-    last_step: int = -1
-    last_at: float = 0.0
-    lag_count: int = 0
-    lag_missed: int = 0
-    #: The lag of the collective the rank last failed to enter, while it still has not.
-    missing_s: float | None = None
-
-
-@dataclass
-class TopModel:
-    """Rows by (job, rank), culprits by job, and the feed; updated once per refresh."""
-
-    rows: dict[tuple[str, int], RankRow] = field(default_factory=dict)
-    culprits: dict[str, set[int]] = field(default_factory=dict)
-    #: The (kind, culprits) of each job's latest diagnosis, to note changes only.
-    findings: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
-    feed: deque[str] = field(default_factory=lambda: deque(maxlen=FEED_LINES))
-
-    def update(self, reply: probe_pb2.StatusReply, diagnoses: dict[str, dict], now: float) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        for w in reply.workers:
-            key = (w.job_id, w.rank)
-            row = self.rows.get(key)
-            if row is None:
-                row = self.rows[key] = RankRow(w)
-            else:
-                self._note_changes(stamp, row.status, w)
-            row.cells.append((_step_s(row, w, now), _lag_s(row, w)))
-            row.status = w
-        for job, diag in diagnoses.items():
-            culprits = {int(r) for r in diag.get("culprits") or []}
-            kind = str(diag.get("kind") or "healthy")
-            finding = (kind, tuple(sorted(culprits)))
-            # The summary's text changes every second ("5.7s ago"): note a new finding only.
-            if kind != "healthy" and finding != self.findings.get(job):
-                self.feed.append(f"{stamp} {job}: {kind}: {diag.get('summary', '')}")
-            self.findings[job] = finding
-            self.culprits[job] = culprits
-
-    def _note_changes(
-        self, stamp: str, old: probe_pb2.WorkerStatus, new: probe_pb2.WorkerStatus
-    ) -> None:
-        who = f"{new.job_id} rank {new.rank}"
-        if new.verdict != old.verdict:
-            self.feed.append(f"{stamp} {who}: {old.verdict} -> {new.verdict}")
-        if new.state != old.state:
-            self.feed.append(f"{stamp} {who}: stream {new.state}")
-
-
-def _step_s(row: RankRow, w: probe_pb2.WorkerStatus, now: float) -> float | None:
-    """Seconds per step over the window; a rank stuck in a step: its step's age so far."""
-    step_s = None
-    if row.last_step >= 0 and w.has_step:
-        done = w.step - row.last_step
-        if done > 0:
-            step_s = (now - row.last_at) / done
-        elif w.step_age_s > 0:
-            step_s = w.step_age_s
-    row.last_step, row.last_at = (w.step if w.has_step else -1), now
-    return step_s
-
-
-def _lag_s(row: RankRow, w: probe_pb2.WorkerStatus) -> float | None:
-    if not w.HasField("arrival_lag"):
-        return None
-    lag = w.arrival_lag
-    fresh = lag.count != row.lag_count
-    missed = lag.missed != row.lag_missed
-    row.lag_count, row.lag_missed = lag.count, lag.missed
-    if fresh:
-        # A rank counted missed has not entered a collective its peers are in:
-        # it stays that late until a comparison shows it arriving again.
-        row.missing_s = lag.last_s if missed else None
-        return lag.last_s
-    # No new comparison in this window: a blank, unless the rank is still missing.
-    return row.missing_s
-
-
-def colour(value: float | None, by: str, job_step_s: float | None) -> int:
-    """0 green, 1 yellow, 2 red; -1 unknown."""
-    if value is None:
-        return -1
-    if by == "lag":
-        return 2 if value >= LAG_BAD_S else 1 if value >= LAG_WARN_S else 0
-    if not job_step_s:
-        return 0
-    ratio = value / job_step_s
-    return 2 if ratio >= STEP_BAD else 1 if ratio >= STEP_WARN else 0
-
-
-def _job_step_s(model: TopModel, job: str) -> float | None:
-    latest = [
-        s
-        for (j, _), row in model.rows.items()
-        if j == job and row.cells and (s := row.cells[-1][0])
-    ]
-    return statistics.median(latest) if latest else None
-
-
-def render(model: TopModel, by: str = "lag", title: str = "trainprobe top") -> Group:
-    """The table and the feed, as rich renderables."""
-    table = Table(title=f"{title}  (colour: {by}; q quits, l/s switch)", expand=False)
-    for name, justify in (
-        ("JOB", "left"),
-        ("RANK", "right"),
-        ("STEP", "right"),
-        ("STEPS/S", "right"),
-        ("LAG P50/MAX", "right"),
-        ("VERDICT", "left"),
-        ("", "left"),
-        (f"RECENT {by.upper()} (newest right)", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    steps = {job: _job_step_s(model, job) for job, _ in model.rows}
-    for (job, rank), row in sorted(model.rows.items()):
-        w = row.status
-        culprit = rank in model.culprits.get(job, ())
-        suspect = w.verdict not in ("", "OK")
-        mark = (
-            Text("CULPRIT", style="bold white on red")
-            if culprit
-            else Text("SUSPECT", style="bold black on yellow")
-            if suspect
-            else Text("")
-        )
-        cells = Text()
-        idx = 1 if by == "lag" else 0
-        for cell in row.cells:
-            level = colour(cell[idx], by, steps.get(job))
-            cells.append("█" if level >= 0 else "·", style=_STYLES[level] if level >= 0 else "dim")
-        lag = w.arrival_lag if w.HasField("arrival_lag") else None
-        lag_text = f"{lag.p50_s * 1e3:.0f}/{lag.max_s * 1e3:.0f}ms" if lag and lag.count else "-"
-        row_style = "bold red" if culprit else "yellow" if suspect else ""
-        table.add_row(
-            job[:16],
-            str(rank),
-            str(w.step) if w.has_step else "-",
-            f"{w.steps_per_s:.2f}",
-            lag_text,
-            w.verdict + ("" if w.state == "connected" else f" ({w.state})"),
-            mark,
-            cells,
-            style=row_style,
-        )
+    columns = [("RANK", "right"), ("STEP", "right"), ("STEPS/S", "right"), ("LAG", "right")]
+    columns += [("VERDICT", "left"), ("", "left")]
+    if not one_job:
+        columns.insert(0, ("JOB", "left"))
+    steps = {job: job_step_s(model, job) for job in jobs}
+    feed_lines = min(FEED_LINES, max(1, len(model.feed)))
+    room = height - _CHROME_LINES - feed_lines - 1 if height else len(model.rows)
+    shown, hidden = _rows_to_show(model, max(1, room))
+    rows = [_row_cells(model, key, model.rows[key], one_job) for key in shown]
+    # The recent windows take what the other columns leave of the width.
+    # Each column: its widest cell, 2 of padding and 1 of separator; 2 for the edges.
+    used = 2 + sum(
+        max([len(name), *(len(r[i].plain) for r in rows)]) + 3
+        for i, (name, _) in enumerate(columns)
+    )
+    windows = max(4, min(WINDOWS, width - used - 3))
+    columns.append((f"RECENT {by.upper()} (newest right)"[:windows], "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True, overflow="crop")  # type: ignore[arg-type]
+    idx = 1 if by == "lag" else 0
+    for key, cells in zip(shown, rows, strict=True):
+        row = model.rows[key]
+        strip = Text()
+        for cell in list(row.cells)[-windows:]:
+            level = colour(cell[idx], by, steps.get(key[0]))
+            strip.append("█" if level >= 0 else "·", style=STYLES[level] if level >= 0 else "dim")
+        culprit = key[1] in model.culprits.get(key[0], ())
+        suspect = row.status.verdict not in ("", "OK")
+        table.add_row(*cells, strip, style="bold red" if culprit else "yellow" if suspect else "")
+    # Notes under the table, not in a cell: a cell would widen its column.
+    feed: list[Text] = []
+    if hidden:
+        feed.append(Text(f"… {hidden} more ranks (narrow with --job)", style="dim"))
     if not model.rows:
-        table.add_row("(no workers have reported)", "", "", "", "", "", "", "")
-    feed = Text("incidents:\n", style="bold")
-    for line in model.feed or ["(none)"]:
+        feed.append(Text("(no workers have reported)"))
+    feed.append(Text("incidents:", style="bold"))
+    for line in list(model.feed)[-feed_lines:] or ["(none)"]:
         # A recovery in green, a new verdict or finding in red, stream changes plain.
         style = "green" if line.endswith("-> OK") else "red" if "stream " not in line else ""
-        feed.append(f"  {line}\n", style=style if line != "(none)" else "dim")
-    return Group(table, feed)
+        feed.append(
+            Text(
+                f"  {printable(line)}",
+                style=style if line != "(none)" else "dim",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
+    return Group(table, *feed)
+
+
+def _rows_to_show(model: TopModel, room: int) -> tuple[list[tuple[str, int]], int]:
+    """The rows that fit: culprits, then suspects, then the rest, each in rank order."""
+    keys = sorted(model.rows)
+    if len(keys) <= room:
+        return keys, 0
+
+    def rank_of(key: tuple[str, int]) -> int:
+        if key[1] in model.culprits.get(key[0], ()):
+            return 0
+        return 1 if model.rows[key].status.verdict not in ("", "OK") else 2
+
+    room = max(1, room - 1)  # one line says how many are left out
+    chosen = sorted(sorted(keys, key=rank_of)[:room])
+    return chosen, len(keys) - len(chosen)
+
+
+def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, one_job: bool) -> list[Text]:
+    w = row.status
+    culprit = key[1] in model.culprits.get(key[0], ())
+    suspect = w.verdict not in ("", "OK")
+    mark = (
+        Text("CULPRIT", style="bold white on red")
+        if culprit
+        else Text("SUSPECT", style="bold black on yellow")
+        if suspect
+        else Text("")
+    )
+    lag = w.arrival_lag if w.HasField("arrival_lag") else None
+    lag_text = f"{lag.p50_s * 1e3:.0f}/{lag.max_s * 1e3:.0f}ms" if lag and lag.count else "-"
+    verdict = w.verdict + ("" if w.state == "connected" else f" ({w.state})")
+    cells = [
+        Text(str(key[1])),
+        Text(str(w.step) if w.has_step else "-"),
+        Text(f"{w.steps_per_s:.2f}"),
+        Text(lag_text),
+        Text(printable(verdict)),
+        mark,
+    ]
+    if not one_job:
+        job = printable(key[0])
+        cells.insert(0, Text(job if len(job) <= 16 else job[:15] + "…"))
+    return cells
 
 
 Fetch = Callable[[], tuple[probe_pb2.StatusReply, dict[str, dict]]]
@@ -266,12 +217,12 @@ def run(fetch: Fetch, interval_s: float, by: str, once: bool = False) -> int:
     console = Console()
     if once:
         model.update(*fetch(), time.monotonic())
-        console.print(render(model, by))
+        console.print(render(model, by, width=console.width))
         return 0
     with _keys() as key, Live(console=console, auto_refresh=False, screen=False) as live:
         while True:
             model.update(*fetch(), time.monotonic())
-            live.update(render(model, by), refresh=True)
+            live.update(_frame(model, by, console), refresh=True)
             deadline = time.monotonic() + interval_s
             while (left := deadline - time.monotonic()) > 0:
                 k = key(left).lower()
@@ -279,4 +230,9 @@ def run(fetch: Fetch, interval_s: float, by: str, once: bool = False) -> int:
                     return 0
                 if k in ("l", "s"):
                     by = "lag" if k == "l" else "step"
-                    live.update(render(model, by), refresh=True)
+                    live.update(_frame(model, by, console), refresh=True)
+
+
+def _frame(model: TopModel, by: str, console: Console) -> Group:
+    width, height = console.size
+    return render(model, by, width=width, height=height)

@@ -66,9 +66,9 @@ class Settings:
     token: str | None = None
     token_file: Path | None = None
     insecure: bool = False
-    socket_access: str = "user"
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    socket_access: str = "user"
     state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir())
     incident_log: Path | None = None
     log_level: str = "info"

@@ -68,6 +68,7 @@ from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, Regi
 from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
 from trainprobe.sidecar.core.stackframes import Frame, ThreadStack, parse_stacks, stuck_at
 from trainprobe.sidecar.core.summary import summarize
+from trainprobe.sidecar.core.text import SafeLogFormatter, printable
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, p99, stall_threshold
 from trainprobe.sidecar.core.validate import ValidationError, validate_hello, validate_report
 
@@ -110,6 +111,7 @@ __all__ = [
     "RegistryError",
     "ReportData",
     "RuleConfig",
+    "SafeLogFormatter",
     "StackSample",
     "Stall",
     "StallPolicy",
@@ -144,6 +146,7 @@ __all__ = [
     "parse_stacks",
     "plan_ray_kill",
     "plan_targets",
+    "printable",
     "refine",
     "stale_after_s",
     "stall_threshold",

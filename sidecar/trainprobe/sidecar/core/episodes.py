@@ -112,6 +112,8 @@ def update_record(episode_id: str, incident: Incident, expected: bool) -> dict[s
         "rule": incident.rule,
         "verdict": incident.verdict.value,
         "ranks": incident.ranks,
+        "culprits": incident.culprits,
+        "waiting": incident.waiting,
         "pids": incident.pids,
         "expected": expected,
         "evidence": incident.evidence,

@@ -16,6 +16,8 @@ from trainprobe.sidecar.core.actions import Action
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 
 _ids = itertools.count(1)
+#: The rule whose flagged ranks are the waiting ones (a collective in flight too long).
+WAITING_RULE = "sync_inflight"
 _PREFIX = f"{os.getpid():x}"
 
 
@@ -50,6 +52,22 @@ class Incident:
     decision: dict[str, object] | None = None
 
     @property
+    def culprits(self) -> list[int]:
+        """The ranks the trouble is with: the diagnosis's culprits once the job was
+        diagnosed (none when it was inconclusive); before, the ranks the rule
+        flagged, except under ``sync_inflight``, whose ranks wait in a collective."""
+        if self.diagnosis is not None:
+            return [int(r) for r in self.diagnosis.get("culprits") or []]  # type: ignore[attr-defined]
+        return [] if self.rule == WAITING_RULE else list(self.ranks)
+
+    @property
+    def waiting(self) -> list[int]:
+        """The ranks seen waiting for others in a collective (never culprits)."""
+        if self.diagnosis is not None:
+            return [int(r) for r in self.diagnosis.get("waiting") or []]  # type: ignore[attr-defined]
+        return list(self.ranks) if self.rule == WAITING_RULE else []
+
+    @property
     def detection_latency_s(self) -> float:
         return max(0.0, self.detected_at - self.onset_at)
 
@@ -62,7 +80,11 @@ class Incident:
             "job_id": self.job_id,
             "rule": self.rule,
             "verdict": self.verdict.value,
+            # The ranks the rule flagged (kept as it was: tools read it); who is
+            # at fault and who waits for it are culprits and waiting.
             "ranks": self.ranks,
+            "culprits": self.culprits,
+            "waiting": self.waiting,
             "pids": self.pids,
             "hosts": self.hosts,
             "action": self.action,

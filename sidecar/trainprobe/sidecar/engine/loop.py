@@ -305,17 +305,20 @@ class Engine:
         text = (incident.diagnosis or {}).get("text")
         log.log(
             level,
-            "incident %s: job %s ranks %s %s (%s), detected %.2fs after onset; action %s on %s%s%s",
+            # The diagnosis on a line of its own (the format's newline: arguments are escaped).
+            "incident %s: job %s %s (%s) culprits %s waiting %s, detected %.2fs after onset; "
+            "action %s on %s%s" + ("\n  %s" if text else "%s"),
             incident.id,
             incident.job_id,
-            incident.ranks,
             incident.verdict.value,
             incident.rule,
+            incident.culprits,
+            incident.waiting,
             incident.detection_latency_s,
             incident.action,
             incident.targets,
             " (dry run)" if incident.dry_run else "",
-            f"\n  {text}" if text else "",
+            text or "",
         )
         self.incident_log.write(incident.to_record())
         for sink in self.sinks:

@@ -297,6 +297,8 @@ def incident_attributes(incident: Incident, step: int) -> dict[str, AttrValue]:
         "trainprobe.verdict": incident.verdict.value,
         "trainprobe.step": step,
         "trainprobe.ranks": list(incident.ranks),
+        "trainprobe.culprits": incident.culprits,
+        "trainprobe.waiting": incident.waiting,
         "trainprobe.pids": list(incident.pids),
         "trainprobe.hosts": list(incident.hosts),
         "trainprobe.targets": list(incident.targets),

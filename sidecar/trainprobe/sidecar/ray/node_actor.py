@@ -10,7 +10,6 @@ needs to see the sidecar: :meth:`info`, :meth:`status`, :meth:`incidents`,
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 from trainprobe.sidecar.act.killers import SignalKiller
 from trainprobe.sidecar.config.settings import Settings
+from trainprobe.sidecar.core.text import configure_logging
 from trainprobe.sidecar.ray.handles import HandleHolder, HandleStore
 from trainprobe.sidecar.ray.killer import RayKiller
 from trainprobe.sidecar.ray.link import RayLink
@@ -48,10 +48,7 @@ class NodeSidecar(HandleHolder):
     def __init__(self, settings: Settings) -> None:
         import ray
 
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings.log_level)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.store = HandleStore()
         self.settings = settings_for_node(settings, self.node_id)

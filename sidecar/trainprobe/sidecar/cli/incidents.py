@@ -1,0 +1,265 @@
+"""``trainprobe incidents``: what happened, read back from the incident log.
+
+One line per incident (when, job, culprit and where, verdict, decision,
+action and outcome, time to verdict and to action), or one incident's
+timeline. The log is the sidecar's own JSON Lines file; a line that is not
+one of its records (a torn write, a foreign line) is named on stderr and
+skipped, and every other record is still shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from trainprobe.sidecar.core.text import printable
+
+__all__ = [
+    "IncidentStory",
+    "culprit_line",
+    "parse_since",
+    "read_log",
+    "stories",
+    "summary_line",
+    "timeline",
+]
+
+#: The record types the sidecar writes; any other line is foreign.
+KINDS = ("incident", "incident_update", "decision", "action", "recovery")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def read_log(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The log's records, and one problem per line that is not a record."""
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                problems.append(
+                    f"{path}:{n}: not a JSON record ({err.msg} at column {err.colno}; "
+                    "a torn write?): skipped"
+                )
+                continue
+            kind = rec.get("type") if isinstance(rec, dict) else None
+            key = rec.get("id" if kind == "incident" else "incident_id") if kind else None
+            if kind not in KINDS or not isinstance(key, str):
+                problems.append(f"{path}:{n}: not an incident-log record: skipped")
+                continue
+            records.append(rec)
+    return records, problems
+
+
+@dataclass
+class IncidentStory:
+    """An incident and every later record that names it."""
+
+    incident: dict[str, Any]
+    later: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return str(self.incident.get("id", ""))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.later if r.get("type") == kind]
+
+    def decided(self) -> dict[str, Any] | None:
+        """The decision that acted (or said the stall ended by itself), if any."""
+        ds = self.of("decision")
+        return next((d for d in ds if d.get("act")), ds[-1] if ds else None)
+
+    def to_json(self) -> dict[str, Any]:
+        inc, diag = self.incident, self.incident.get("diagnosis") or {}
+        d = self.decided()
+        actions = self.of("action")
+        return {
+            "id": self.id,
+            "time": inc.get("time"),
+            "job_id": inc.get("job_id"),
+            "rule": inc.get("rule"),
+            "verdict": inc.get("verdict"),
+            "culprits": _culprits(inc),
+            "waiting": _waiting(inc),
+            "where": diag.get("where") or {},
+            "diagnosis": diag.get("text") or diag.get("summary") or "",
+            "decision": (d or inc.get("decision") or {}).get("rule"),
+            "action": inc.get("action"),
+            "outcome": _outcome(actions) if actions else None,
+            "verdict_after_s": inc.get("detection_latency_s"),
+            "action_after_s": _action_after_s(inc, d, actions),
+        }
+
+
+def _culprits(inc: dict[str, Any]) -> list[int]:
+    if "culprits" in inc:
+        return list(inc["culprits"])
+    diag = inc.get("diagnosis") or {}
+    return list(diag.get("culprits") or [])
+
+
+def _waiting(inc: dict[str, Any]) -> list[int]:
+    if "waiting" in inc:
+        return list(inc["waiting"])
+    return list((inc.get("diagnosis") or {}).get("waiting") or [])
+
+
+def _outcome(actions: list[dict[str, Any]], detail: bool = False) -> str:
+    parts = []
+    for a in actions:
+        if a.get("dry_run"):
+            parts.append("dry run")
+            continue
+        for rank, o in sorted((a.get("outcomes") or {}).items(), key=lambda x: str(x[0])):
+            done = "exited" if o.get("exited") or o.get("pid_gone") else "NOT exited"
+            how = ""
+            if detail:  # pid, signals (or Ray's method) and how long it took
+                steps = " -> ".join(o.get("signals") or []) or o.get("method") or ""
+                took = f" in {o['seconds']} s" if o.get("seconds") is not None else ""
+                how = f" (pid {o.get('pid')}{', ' + steps if steps else ''}{took})"
+            error = f" ({o['error']})" if o.get("error") else ""
+            parts.append(f"rank {rank} {done}{how}{error}")
+    return ", ".join(parts) or "no outcome"
+
+
+def _action_after_s(
+    inc: dict[str, Any], decision: dict[str, Any] | None, actions: list[dict[str, Any]]
+) -> float | None:
+    if decision is not None and decision.get("act"):
+        return decision.get("decided_after_s")
+    if actions:  # acted at the verdict: no decision record in between
+        return inc.get("detection_latency_s")
+    return None
+
+
+def stories(records: Iterable[dict[str, Any]]) -> list[IncidentStory]:
+    """Incidents in log order, each with its later records."""
+    by_id: dict[str, IncidentStory] = {}
+    for r in records:
+        if r.get("type") == "incident":
+            by_id.setdefault(str(r["id"]), IncidentStory(r))
+        elif (story := by_id.get(str(r.get("incident_id")))) is not None:
+            story.later.append(r)
+    return list(by_id.values())
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """A wall time from ``2h``/``30m``/``90s``/``1d`` ago, or an ISO date or date-time."""
+    now = time.time() if now is None else now
+    m = _DURATION.match(text.strip())
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r}: use a duration (90s, 30m, 2h, 1d) or an ISO time "
+            "(2026-05-01 or 2026-05-01T14:30)"
+        ) from None
+
+
+def _when(t: object) -> str:
+    if not isinstance(t, (int, float)):
+        return "?"
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _secs(v: object) -> str:
+    return f"{v:.1f}s" if isinstance(v, (int, float)) else "-"
+
+
+def culprit_line(incident: dict[str, Any]) -> str:
+    """Who broke the job and where it is stuck, from an incident record; '' without culprit."""
+    culprits = _culprits(incident)
+    if not culprits:
+        return ""
+    diag = incident.get("diagnosis") or {}
+    where = diag.get("where") or {}
+    pids = dict(zip(incident.get("ranks") or [], incident.get("pids") or [], strict=False))
+    parts = []
+    for rank in culprits:
+        pid = f" (pid {pids[rank]})" if rank in pids else ""
+        at = f" stuck at {where[str(rank)]}" if where.get(str(rank)) else ""
+        parts.append(f"rank {rank}{pid}{at}")
+    waiting = _waiting(incident)
+    tail = f"; rank(s) {waiting} wait for it" if waiting else ""
+    kind = f" ({diag['kind']})" if diag.get("kind") else ""
+    return printable(f"culprit{kind}: {', '.join(parts)}{tail}")
+
+
+def summary_line(story: IncidentStory) -> str:
+    j = story.to_json()
+    who = ",".join(str(r) for r in j["culprits"]) or "-"
+    where = next(iter(j["where"].values()), "") if j["culprits"] else ""
+    culprit = f"rank {who}" + (f" at {where}" if where else "")
+    act = str(j["action"]) + (f": {j['outcome']}" if j["outcome"] else "")
+    text = (
+        f"{_when(j['time'])}  {j['id']}  job {j['job_id']}  {j['verdict']} ({j['rule']})  "
+        f"culprit {culprit}  decision {j['decision'] or '-'}  {act}  "
+        f"verdict {_secs(j['verdict_after_s'])} action {_secs(j['action_after_s'])}"
+    )
+    return printable(text)
+
+
+def timeline(story: IncidentStory) -> list[str]:
+    """One incident, record by record: verdict, evidence samples, decision, action."""
+    inc = story.incident
+    diag = inc.get("diagnosis") or {}
+    out = [
+        f"incident {story.id}  job {inc.get('job_id')}  {_when(inc.get('time'))}",
+        f"  verdict   {inc.get('verdict')} ({inc.get('rule')}), "
+        f"{_secs(inc.get('detection_latency_s'))} after onset; ranks flagged "
+        f"{inc.get('ranks')}, culprits {_culprits(inc)}, waiting {_waiting(inc)}",
+    ]
+    if diag:
+        out.append(f"  diagnosis {diag.get('kind')}: {diag.get('text') or diag.get('summary')}")
+    if line := culprit_line(inc):
+        out.append(f"  {line}")
+    watch = inc.get("decision") or {}
+    if watch:
+        out.append(f"  decision  {'act' if watch.get('act') else 'watch'}: {watch.get('why', '')}")
+        out += _evidence(watch.get("evidence") or {})
+    out.append(f"  action    {inc.get('action')}: {inc.get('action_reason') or ''}".rstrip(": "))
+    for r in story.later:
+        kind = r.get("type")
+        if kind == "incident_update":
+            out.append(f"  update    {r.get('verdict')} ({r.get('rule')}) ranks {r.get('ranks')}")
+        elif kind == "decision":
+            out.append(
+                f"  decision  {'act' if r.get('act') else 'no action'} by {r.get('rule')} "
+                f"after {_secs(r.get('decided_after_s', r.get('stalled_s')))}: {r.get('why', '')}"
+            )
+            out += _evidence(r.get("evidence") or {})
+        elif kind == "action":
+            out.append(f"  action    {r.get('action')} done: {_outcome([r], detail=True)}")
+        elif kind == "recovery":
+            out.append(
+                f"  recovery  rank {r.get('rank')} back as pid {r.get('new_pid')}, first step "
+                f"{r.get('first_step')} {_secs(r.get('resumed_after_s'))} after the kill"
+            )
+    return [printable(line) for line in out]
+
+
+def _evidence(per_rank: dict[str, Any]) -> list[str]:
+    out = []
+    for rank, ev in sorted(per_rank.items(), key=lambda x: str(x[0])):
+        if not isinstance(ev, dict):
+            continue
+        out.append(
+            f"    rank {rank}: {ev.get('label') or ev.get('state')}, process {ev.get('state')}, "
+            f"cpu {ev.get('cpu_ratio')}, stack same {ev.get('stack_same')}, "
+            f"{ev.get('samples')} samples" + (f", at {ev['where']}" if ev.get("where") else "")
+        )
+    return out

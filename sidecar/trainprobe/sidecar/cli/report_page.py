@@ -1,0 +1,217 @@
+"""The page of ``trainprobe report``: plots (matplotlib) and self-contained HTML.
+
+Plain functions over plain data: per-rank windows sampled from the sidecar's
+status (as ``trainprobe top`` keeps them) and the job's incident stories.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from trainprobe.sidecar.cli.incidents import IncidentStory, culprit_line, summary_line, timeline
+from trainprobe.sidecar.core.text import printable
+
+__all__ = ["ReportData", "render_pngs", "write_report"]
+
+
+@dataclass
+class ReportData:
+    """What one report shows."""
+
+    job_id: str
+    #: Wall time of each sampled window.
+    times: list[float] = field(default_factory=list)
+    #: rank -> one (step_s, lag_s) per window, None where unknown.
+    cells: dict[int, list[tuple[float | None, float | None]]] = field(default_factory=dict)
+    stories: list[IncidentStory] = field(default_factory=list)
+    #: The live diagnosis at the end of sampling (the Diagnose RPC's JSON), if any.
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def culprit(self) -> tuple[list[int], dict[str, str]]:
+        """The culprits and where they are stuck: the live diagnosis's, else the last
+        incident's; a place the live analysis lacks (no stacks read now) comes from it."""
+        culprits: list[int] = []
+        where: dict[str, str] = {}
+        for s in reversed(self.stories):
+            j = s.to_json()
+            if j["culprits"]:
+                culprits, where = list(j["culprits"]), dict(j["where"])
+                break
+        if self.diagnosis.get("culprits"):
+            culprits = [int(r) for r in self.diagnosis["culprits"]]
+            where = {**where, **(self.diagnosis.get("where") or {})}
+        return culprits, where
+
+
+def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
+    """Write the heatmap and timeline PNGs; returns them by name."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: a file, never a window
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    culprits = set(data.culprit()[0])
+
+    written: dict[str, Path] = {}
+    ranks = sorted(data.cells)
+    if ranks and data.times:
+        fig, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 0.9 * len(ranks)), squeeze=False)
+        t0 = data.times[0]
+        extent = (0.0, max(1e-3, data.times[-1] - t0), len(ranks) - 0.5, -0.5)
+        for ax, idx, label in (
+            (axes[0][0], 0, "step time (s)"),
+            (axes[1][0], 1, "arrival lag (s)"),
+        ):
+            grid = [
+                [math.nan if (v := c[idx]) is None else v for c in data.cells[r]] for r in ranks
+            ]
+            width = max(len(row) for row in grid)
+            grid = [row + [math.nan] * (width - len(row)) for row in grid]
+            # Log colours: a 50 ms step and a 20 s stall on one scale.
+            finite = [v for row in grid for v in row if v == v and v > 0]
+            norm = LogNorm(min(finite), max(finite) * 1.01) if len(finite) > 1 else None
+            im = ax.imshow(
+                grid,
+                aspect="auto",
+                cmap="magma_r",
+                extent=extent,
+                interpolation="nearest",
+                norm=norm,
+            )
+            ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+            for tick, r in zip(ax.get_yticklabels(), ranks, strict=True):
+                if r in culprits:
+                    tick.set_color("red")
+                    tick.set_fontweight("bold")
+            for t, what, kind in _events(data.stories):
+                if 0 <= t - t0 <= extent[1]:
+                    ax.axvline(t - t0, color="tab:blue", linewidth=1, linestyle="--")
+                    if idx == 0 and kind == "incident":  # the others: lines only
+                        ax.annotate(
+                            what.split(" ", 1)[1],
+                            (t - t0, -0.5),
+                            fontsize=7,
+                            xytext=(2, 2),
+                            textcoords="offset points",
+                            color="tab:blue",
+                        )
+            ax.set_title(f"{label} per rank (culprit in red; dashed: incident, decision, action)")
+            ax.set_xlabel("seconds since the report began")
+            fig.colorbar(im, ax=ax, label=label)
+        fig.tight_layout()
+        written["heatmap"] = out / "heatmap.png"
+        fig.savefig(written["heatmap"], dpi=100)
+        plt.close(fig)
+    events = _events(data.stories)
+    if events:
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.3 * len(events)))
+        events.sort()
+        t0 = min(t for t, _, _ in events)
+        for i, (t, label, _) in enumerate(events):
+            ax.plot([t - t0], [i], "o", color="tab:red")
+            ax.annotate(printable(label), (t - t0, i), xytext=(6, -3), textcoords="offset points")
+        ax.set_yticks([])
+        ax.set_xlabel(f"seconds after {datetime.fromtimestamp(t0):%H:%M:%S}")
+        ax.set_title("incident timeline")
+        ax.margins(x=0.3, y=0.3)
+        fig.tight_layout()
+        written["timeline"] = out / "timeline.png"
+        fig.savefig(written["timeline"], dpi=100)
+        plt.close(fig)
+    return written
+
+
+def _events(stories: list[IncidentStory]) -> list[tuple[float, str, str]]:
+    """(wall time, label, record type) of each incident and of its decisions and actions.
+
+    Only an incident record carries a wall time; a decision is placed by its
+    seconds after onset (onset = the incident's time less its detection
+    latency), and its action just after it."""
+    out: list[tuple[float, str, str]] = []
+    for s in stories:
+        t = s.incident.get("time")
+        if not isinstance(t, (int, float)):
+            continue
+        verdict = f"{s.id} {s.incident.get('verdict')} ({s.incident.get('rule')})"
+        out.append((float(t), verdict, "incident"))
+        onset = float(t) - float(s.incident.get("detection_latency_s") or 0.0)
+        at = float(t)
+        for r in s.later:
+            kind = r.get("type")
+            if kind == "decision" and isinstance(r.get("decided_after_s"), (int, float)):
+                at = max(at, onset + float(r["decided_after_s"]))
+                out.append((at, f"{s.id} decision: {r.get('rule')}", "decision"))
+            elif kind == "action":
+                out.append((at, f"{s.id} {r.get('action')}: {_outcome_text(r)}", "action"))
+    return sorted(out)
+
+
+def _outcome_text(record: dict[str, Any]) -> str:
+    outs = record.get("outcomes") or {}
+    gone = [
+        str(k)
+        for k, o in outs.items()
+        if isinstance(o, dict) and (o.get("exited") or o.get("pid_gone"))
+    ]
+    return (
+        f"rank(s) {', '.join(gone)} exited"
+        if gone
+        else ("dry run" if record.get("dry_run") else "done")
+    )
+
+
+def _e(text: object) -> str:
+    return html.escape(printable(text))
+
+
+def write_report(data: ReportData, out: Path) -> Path:
+    """``out/report.html`` (images inlined: one file to send), and its PNGs beside it."""
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = render_pngs(data, out)
+    culprits, where = data.culprit()
+    if culprits:
+        places = "; ".join(
+            f"rank {r}" + (f" stuck at {where[str(r)]}" if where.get(str(r)) else "")
+            for r in culprits
+        )
+        headline = f"Culprit: {places}"
+    else:
+        headline = "No culprit named (no hang seen)"
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>trainprobe report: {_e(data.job_id)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;background:#fff;color:#111}"
+        "h1{font-size:1.4em}.culprit{background:#fdd;border-left:6px solid #c00;padding:.6em}"
+        "pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}</style>",
+        "</head><body>",
+        f"<h1>trainprobe report: job {_e(data.job_id)}</h1>",
+        f"<p>written {datetime.now():%Y-%m-%d %H:%M:%S}; "
+        f"{len(data.times)} status samples, {len(data.stories)} incident(s)</p>",
+        f"<p class='culprit' id='culprit'>{_e(headline)}</p>",
+    ]
+    parts += [f"<p class='note'>{_e(n)}</p>" for n in data.notes]
+    for name, path in pngs.items():
+        b64 = base64.b64encode(path.read_bytes()).decode()
+        parts.append(f"<h2>{_e(name)}</h2><img alt='{_e(name)}' src='data:image/png;base64,{b64}'>")
+    parts.append("<h2>incidents</h2>")
+    if not data.stories:
+        parts.append("<p>(none in the incident log)</p>")
+    for s in data.stories:
+        line = culprit_line(s.incident)
+        parts.append(
+            f"<h3 id='incident-{_e(s.id)}'>incident {_e(s.id)}</h3>"
+            f"<p>{_e(summary_line(s))}</p>" + (f"<p>{_e(line)}</p>" if line else "")
+        )
+        parts.append("<pre>" + "\n".join(_e(x) for x in timeline(s)) + "</pre>")
+    parts.append("</body></html>")
+    page = out / "report.html"
+    page.write_text("\n".join(parts), encoding="utf-8")
+    return page

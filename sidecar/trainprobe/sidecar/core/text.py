@@ -1,0 +1,67 @@
+"""Client strings made safe to show: the one escaping function of the sidecar and CLIs.
+
+A job id, host, phase name or stack frame comes from a client, and a client
+can put an ANSI escape, a BEL or a newline in it (to recolour a terminal,
+forge a table row or a log line). :func:`printable` replaces every control
+character (C0, DEL, C1) and the invisible Unicode format characters that
+reorder or hide text (bidi overrides, zero-width, line and paragraph
+separators) by a visible escape, so what reaches a terminal, a table, rich
+text or a log line is exactly one line of visible characters. JSON output
+needs no such step: :func:`json.dumps` escapes them itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+__all__ = ["SafeLogFormatter", "configure_logging", "printable"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    return _NAMED.get(ch) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(value: object) -> str:
+    """``value`` as one line of visible text: control and format characters escaped."""
+    text = value if isinstance(value, str) else str(value)
+    return _UNSAFE.sub(_escape, text)
+
+
+class SafeLogFormatter(logging.Formatter):
+    """Escapes every string argument of a record, so a client's text cannot
+    start a forged log line or reach the operator's terminal as an escape.
+    Our own format strings are left as they are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        args = record.args
+        if isinstance(args, tuple) and args:
+            record.args = tuple(_safe_arg(a) for a in args)
+        elif isinstance(args, dict):
+            record.args = {k: _safe_arg(v) for k, v in args.items()}
+        try:
+            return super().format(record)
+        finally:
+            record.args = args
+
+
+def _safe_arg(arg: object) -> object:
+    # Anything but a number may carry a client's text (a worker key, an exception's
+    # message, a list of hosts); numbers stay numbers for %d and %.2f.
+    if arg is None or isinstance(arg, (int, float)):
+        return arg
+    return printable(arg)
+
+
+def configure_logging(level: str) -> None:
+    """The sidecar's root logging: :data:`LOG_FORMAT` through :class:`SafeLogFormatter`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(SafeLogFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler])

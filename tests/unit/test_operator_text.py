@@ -1,0 +1,77 @@
+"""The escaping function, the log formatter, and an incident's culprits and waiting ranks."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from trainprobe.sidecar.core import Incident, Verdict
+from trainprobe.sidecar.core.text import SafeLogFormatter, printable
+from trainprobe.sidecar.otel.incident_spans import incident_attributes
+
+
+class Key:
+    def __str__(self) -> str:
+        return "job\nrank0"
+
+
+def test_printable_escapes_controls_and_invisible_format_characters() -> None:
+    assert (
+        printable("a\x1b[31mb\x07\nc\r\t\x00\x7f\x9b")
+        == "a\\x1b[31mb\\x07\\nc\\r\\t\\x00\\x7f\\x9b"
+    )
+    # Bidi overrides and zero-width characters reorder or hide text.
+    assert printable("x\u202ey\u200bz\u2028") == "x\\u202ey\\u200bz\\u2028"
+    assert printable('[/]{"q": "\\"}é 漢') == '[/]{"q": "\\"}é 漢'  # visible text stays
+    assert printable(Key()) == "job\\nrank0"  # not a str: its str(), escaped
+
+
+def test_log_formatter_escapes_arguments_not_the_format() -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(SafeLogFormatter("%(message)s"))
+    log = logging.getLogger("test_operator_text")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning(
+            "job %s rank %d after %.1fs\n  %s", "x\nFORGED\x1b", 3, 1.25, ValueError("e\x07")
+        )
+    finally:
+        log.removeHandler(handler)
+    assert out.getvalue() == "job x\\nFORGED\\x1b rank 3 after 1.2s\n  e\\x07\n"
+
+
+def _incident(rule: str, ranks: list[int], diagnosis: dict | None = None) -> Incident:
+    return Incident(
+        id="1-1",
+        time=0.0,
+        detected_at=1.0,
+        job_id="j",
+        rule=rule,
+        verdict=Verdict.HUNG,
+        ranks=ranks,
+        pids=[100 + r for r in ranks],
+        hosts=[],
+        evidence={},
+        onset_at=0.0,
+        diagnosis=diagnosis,
+    )
+
+
+def test_culprits_and_waiting_mean_one_thing_under_every_rule() -> None:
+    # Before a diagnosis: sync_inflight flags the ranks waiting in a collective...
+    waiting = _incident("sync_inflight", [0, 2])
+    assert (waiting.culprits, waiting.waiting) == ([], [0, 2])
+    # ...stall flags the ranks that stopped stepping.
+    stalled = _incident("stall", [1])
+    assert (stalled.culprits, stalled.waiting) == ([1], [])
+    # Diagnosed: the diagnosis says who is at fault and who waits, whatever the rule.
+    diag = {"kind": "straggler", "culprits": [1], "waiting": [0, 2]}
+    for rule in ("sync_inflight", "stall"):
+        inc = _incident(rule, [0, 2], diag)
+        rec = inc.to_record()
+        assert (rec["culprits"], rec["waiting"], rec["ranks"]) == ([1], [0, 2], [0, 2])
+        attrs = incident_attributes(inc, 7)
+        assert (attrs["trainprobe.culprits"], attrs["trainprobe.waiting"]) == ([1], [0, 2])
+    assert _incident("stall", [0, 1], {"kind": "inconclusive"}).culprits == []
