@@ -110,7 +110,8 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             # What happened to it, not how its stream ended.
             verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
         elif w.suspect:
-            verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
+            # "HUNG? 12 s of 90 s patience — ..." or "PAUSED 15 s — ...": its first word.
+            verdict, _, state = w.suspect.partition(" ")
         lines.append(
             f"{w.job_id:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
