@@ -334,9 +334,7 @@ class HangWatch:
                     "paused_s": round(resumed_at - ep.paused_at, 3),
                 }
             )
-            log.info(
-                "job %s: resumed after a pause of %.1fs", ep.job_id, resumed_at - ep.paused_at
-            )
+            log.info("job %s: resumed after a pause of %.1fs", ep.job_id, resumed_at - ep.paused_at)
             return
         if ep.acted or ep.remote_id or ep.incident is None:
             return
