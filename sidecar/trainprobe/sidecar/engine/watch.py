@@ -34,19 +34,18 @@ from trainprobe.sidecar.core.decision import (
     ORPHANING_RULES,
     Judgement,
     judge,
-    paused_line,
     paused_reason,
     refine,
     suspect_line,
 )
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
-from trainprobe.sidecar.core.evidence import RankEvidence
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerKey, WorkerState
 from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.engine.hangs import MAX_INSPECTED, HangResponder
+from trainprobe.sidecar.engine.pause import close_paused, judge_pause
 
 __all__ = ["ROUND_S", "HangWatch"]
 
@@ -137,7 +136,17 @@ class HangWatch:
                 self.publish(incident)
             return True
         summaries = self.hangs.summaries(ep.job_id, now)
-        paused = self._paused(incident, ep, evidence, paused_reason(evidence, summaries), now)
+        reason = paused_reason(evidence, summaries)
+        paused = judge_pause(
+            ep,
+            incident.id,
+            evidence,
+            reason,
+            now,
+            self.patience,
+            self.hangs.registry,
+            self.incident_log,
+        )
         if paused is not None:
             if not ep.published:
                 self._fill(incident, ep.diagnosis, paused, gatherer, states)
@@ -172,53 +181,6 @@ class HangWatch:
             await self._act(incident, ep, j, now)
             return True
         return False
-
-    def _paused(
-        self,
-        incident: Incident,
-        ep: Episode,
-        evidence: dict[int, RankEvidence],
-        reason: str,
-        now: float,
-    ) -> Judgement | None:
-        """A paused job's judgement (None: not paused, judge it as usual).
-
-        Every live rank held (stopped, frozen) is a pause, not a hang: no kill,
-        and no clock runs. Once it runs again the episode is over (it closes)
-        and the registry restarts the job's clocks at the resume, so that the
-        time it was held is never counted as a stall, here or by the rules."""
-        if not reason and ep.paused_at is None:
-            return None
-        patience_s, basis = self.patience.patience_s(ep.job_id)
-        record: dict[str, object] = {str(r): ev.to_record() for r, ev in sorted(evidence.items())}
-        if not reason:  # it was paused and runs again
-            ep.resumed_at = now
-            self.hangs.registry.resume_job(ep.job_id, now)
-            held_s = now - (ep.paused_at or now)
-            why = f"resumed after {held_s:.1f}s paused: nothing was killed"
-            log.warning("job %s: %s", ep.job_id, why)
-            return Judgement(False, "resumed", why, False, patience_s, basis, now, now, record)
-        if ep.paused_at is None:
-            ep.paused_at = now
-            log.warning(
-                "job %s (incident %s): %s; nothing is killed", ep.job_id, incident.id, reason
-            )
-            self.incident_log.write(
-                {
-                    "type": "decision",
-                    "incident_id": incident.id,
-                    "job_id": ep.job_id,
-                    "act": False,
-                    "rule": "paused",
-                    "why": reason,
-                    "evidence": record,
-                }
-            )
-        why = f"{reason}: nothing is killed, and no stall clock runs until it resumes"
-        j = Judgement(False, "paused", why, False, patience_s, basis, ep.paused_at, now, record)
-        ep.decision = j.to_record()
-        ep.suspect = paused_line(reason, now - ep.paused_at)
-        return j
 
     def _states(self, ep: Episode) -> list[WorkerState]:
         """The job's ranks this sidecar serves: culprits first, at most MAX_INSPECTED."""
@@ -318,24 +280,8 @@ class HangWatch:
 
     def closed(self, ep: Episode, now: float) -> None:
         """An episode closed: if nobody acted, its stall ended by itself; remember it."""
-        if ep.paused_at is not None:
-            # A pause is no stall: nothing goes into the job's patience history.
-            # (It may close here first, the ranks stepping before a round saw them run.)
-            resumed_at = ep.resumed_at if ep.resumed_at is not None else now
-            self.incident_log.write(
-                {
-                    "type": "decision",
-                    "incident_id": ep.id,
-                    "job_id": ep.job_id,
-                    "act": False,
-                    "rule": "resumed",
-                    "why": "the job was paused (every live rank held) and resumed: nothing was "
-                    "killed; its clocks restart at the resume",
-                    "paused_s": round(resumed_at - ep.paused_at, 3),
-                }
-            )
-            log.info("job %s: resumed after a pause of %.1fs", ep.job_id, resumed_at - ep.paused_at)
-            return
+        if close_paused(ep, now, self.incident_log):
+            return  # a pause is no stall: nothing goes into the job's patience history
         if ep.acted or ep.remote_id or ep.incident is None:
             return
         stepped = any(
