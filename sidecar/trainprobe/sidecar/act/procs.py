@@ -152,6 +152,7 @@ async def terminate(
         out.exited = True
         return out
     kids: dict[int, Proc] = {}
+    terminated = False
     try:
         if tree:
             # Stopped, it forks no more while its tree is read.
@@ -168,6 +169,7 @@ async def terminate(
         order = (signal.SIGTERM, signal.SIGCONT) if out.stopped_first else None
         for sig in order or (signal.SIGCONT, signal.SIGTERM):
             root.signal(sig)
+        terminated = True
         if kids:
             # Concurrently: a leader's SIGTERM handler may wait for its workers.
             ending.append(asyncio.ensure_future(end_procs(kids.values(), grace_s, poll_s)))
@@ -187,6 +189,9 @@ async def terminate(
         out.exited = not root.alive()
         out.children = [kids[k].record() for k in sorted(kids)]
     finally:
+        if not terminated:  # failed or cancelled while its tree was read: undo our stops
+            for p in (root, *kids.values()):
+                p.signal(signal.SIGCONT)
         root.close()
         for p in kids.values():
             p.close()

@@ -88,11 +88,11 @@ class RayKiller:
         }
         try:
             record.update(await self._verify(state, plan, grace_s))
-            if kids:
+        finally:
+            if kids:  # the worker was decided killed: never leave its descendants stopped
                 # What Ray did not end: grandchildren, or any child of a SIGKILLed worker.
                 await end_procs(kids.values(), min(grace_s, 0.5))
                 record["children"] = [kids[k].record() for k in sorted(kids)]
-        finally:
             _close(kids)
         record["seconds"] = round(time.monotonic() - t0, 3)
         return record
