@@ -58,6 +58,9 @@ MAX_TREE = 512
 MAX_PASSES = 16
 #: How long a SIGSTOPped process is given to stop before its children are read.
 STOP_WAIT_S = 0.2
+#: The most one tree read waits for stops in all (a loaded machine may take
+#: long to run a process into its stop; the kill is not held up past this).
+STOP_BUDGET_S = 0.5
 
 
 def stat_fields(pid: int) -> list[bytes] | None:
@@ -227,10 +230,12 @@ def stop_descendants(
     stops ``root`` first (SIGSTOP): a root that runs may fork after the last pass.
     Passes go on until one finds nobody new *and* every process seen has
     stopped (a loaded machine may take a while to run a process into its
-    stop; until then it may still fork), at most :data:`MAX_PASSES`.
+    stop; until then it may still fork), at most :data:`MAX_PASSES`, and
+    waiting for stops at most :data:`STOP_BUDGET_S` in all.
     ``root_stopped=False``: the root runs (a last look just before its SIGKILL).
     """
     members = dict(known or {})
+    deadline = time.monotonic() + STOP_BUDGET_S
     unstopped = _wait_stopped([root, *members.values()] if root_stopped else members.values())
     for _ in range(MAX_PASSES):
         parents = {root.pid: root, **members}
@@ -247,9 +252,10 @@ def stop_descendants(
                     proc.signal(signal.SIGSTOP)
                     members[pid] = proc
                     new.append(proc)
-        if not new and not unstopped:
+        left = deadline - time.monotonic()
+        if not new and (not unstopped or left <= 0):
             break
-        unstopped = _wait_stopped([*unstopped, *new])
+        unstopped = _wait_stopped([*unstopped, *new], max(0.0, min(STOP_WAIT_S, left)))
     return members
 
 
