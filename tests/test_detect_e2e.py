@@ -93,7 +93,7 @@ def test_sigstopped_rank_without_watch_ddp_is_killed_at_once_and_alone() -> None
         assert dec["decided_after_s"] < 20.0
         assert inc["diagnosis"]["culprits"] == [2] and inc["targets"] == [2]
         assert list(action["outcomes"]) == ["2"]
-        assert action["outcomes"]["2"]["signals"][:2] == ["SIGCONT", "SIGTERM"]
+        assert action["outcomes"]["2"]["signals"][:2] == ["SIGTERM", "SIGCONT"]
         assert w.wait(60)[2] is not None
 
 

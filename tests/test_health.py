@@ -7,7 +7,9 @@ sending no token, as kubelet gRPC probes do.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -27,6 +29,7 @@ from tests.support import (
 )
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 from trainprobe.sidecar import SidecarThread, load_settings
+from trainprobe.sidecar.transport.health import MIN_NOT_SERVING_S
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -101,10 +104,10 @@ def test_workers_service_turns_not_serving_at_the_kill_decision_without_a_token(
         worker.wait()
 
 
-def test_a_worker_of_another_host_never_fails_this_pods_probe(tcp_sidecar: tuple) -> None:
-    """The kubelet asking restarts a container of this pod: a doomed worker that
-    names another host (the sidecar asks it to abort over its stream) is not
-    this pod's, so trainprobe.workers stays SERVING while it lingers."""
+def test_the_host_a_verified_worker_names_is_not_what_counts(tcp_sidecar: tuple) -> None:
+    """The kernel's word, not the client's: a worker whose pid this sidecar
+    verified is one it signals, whatever host it names (TRAINPROBE_HOST), so
+    its kill flips trainprobe.workers while the process lives."""
     sc, channel = tcp_sidecar
     stub = health_pb2_grpc.HealthStub(channel)
     worker = subprocess.Popen(
@@ -115,13 +118,9 @@ def test_a_worker_of_another_host_never_fails_this_pods_probe(tcp_sidecar: tuple
     )
     try:
         assert worker.stdout.readline().startswith("hang")
-        inc = sc.wait_incident(lambda r: r["job_id"] == "health-remote", timeout_s=30)
-        assert inc["action"] == "kill" and inc["targets"] == [0]
-        # SIGTERM ignored: the hook's abort exits only after kill_grace_s (4 s).
-        for _ in range(10):
-            assert worker.poll() is None
-            assert check(stub, "trainprobe.workers") == SERVING
-            time.sleep(0.1)
+        wait_for(lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 60, what="the flip")
+        assert worker.poll() is None  # SIGTERM ignored: alive until the SIGKILL
+        assert [w.verified for w in sc.status("health-remote").workers] == [True]
     finally:
         worker.kill()
         worker.wait()
@@ -227,3 +226,153 @@ def test_relay_node_serves_health_for_the_kills_it_carries_out() -> None:
         finally:
             worker.kill()
             worker.wait()
+
+
+# -- only a verified worker's kill moves trainprobe.workers --------------------------
+
+
+class Prober:
+    """The real grpc health client asking ``trainprobe.workers`` every ``period_s``,
+    as a kubelet's ``periodSeconds`` does, in a thread; every answer is kept."""
+
+    def __init__(self, stub: health_pb2_grpc.HealthStub, period_s: float) -> None:
+        self.stub, self.period_s = stub, period_s
+        self.seen: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(grpc.RpcError):
+                self.seen.append((time.monotonic(), check(self.stub, "trainprobe.workers")))
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._thread.join(10)
+        return self.seen
+
+
+def test_unverified_clients_naming_this_host_never_flip_the_workers_service() -> None:
+    """A TCP client with the token and a Unix client without an identity ticket
+    each name this host and a real local pid, then go silent: both are judged and
+    killed (asked to abort), and trainprobe.workers stays SERVING throughout.
+    Then a verified client does the same in the same sidecar, and it does flip:
+    the check is about who is verified, not a service that never flips."""
+    from tests.test_impostors import FAST, TOKEN, Impostor, Recorder, actions
+
+    workdir = short_tmpdir("hlt-")
+    port = free_port()
+    flags = [*FAST, "--listen", f"tcp://127.0.0.1:{port}", "--token", TOKEN]
+    with (
+        SidecarProcess(workdir, *flags) as sc,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        stub = health_pb2_grpc.HealthStub(channel)
+        wait_for(lambda: check(stub, "") == SERVING, 10, what="engine ticking")
+        prober = Prober(stub, 0.1)
+        victim = Recorder(workdir, "victim")
+        fakes = [
+            Impostor(
+                workdir, f"127.0.0.1:{port}", "tcp", token=TOKEN, pid=victim.pid, job_id="h-tcp"
+            ),
+            Impostor(workdir, sc.target, "unix", pid=victim.pid, job_id="h-unix"),
+        ]
+        try:
+            for job in ("h-tcp", "h-unix"):
+                wait_for(lambda job=job: actions(sc, job), 30, what=f"the kill of {job}")
+            # Past the time a flip would last at least, and past the abort's grace.
+            time.sleep(MIN_NOT_SERVING_S + 1.0)
+            seen = prober.stop()
+            assert len(seen) > 20
+            assert all(s == SERVING for _, s in seen), [s for _, s in seen]
+            victim.assert_untouched()
+            # The control: a verified client of this sidecar that goes silent flips it.
+            real = Impostor(
+                workdir, sc.target, "real", ticket=True, record=True, pid="self", job_id="h-real"
+            )
+            fakes.append(real)
+            wait_for(
+                lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 30, what="the real flip"
+            )
+            assert real.proc.poll() is None
+        finally:
+            prober.stop()
+            for f in fakes:
+                f.close()
+            victim.close()
+
+
+def test_a_probe_every_second_sees_a_real_hang_killed_at_once(tcp_sidecar: tuple) -> None:
+    """The red team's miss: a verified worker that hangs is killed within
+    milliseconds of the decision (SIGTERM, not caught), between two probes.
+    trainprobe.workers holds NOT_SERVING for MIN_NOT_SERVING_S, so the real
+    grpc health client polling every 1 s sees it, and is SERVING again after."""
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    wait_for(lambda: check(stub, "") == SERVING, 10, what="engine ticking")
+    prober = Prober(stub, 1.0)
+    worker = start_worker(sc.target, "health-1s")
+    try:
+        assert worker.stdout.readline().startswith("hang")
+        worker.wait(60)  # the sidecar's SIGTERM
+        action = wait_for(
+            lambda: next((r for r in sc.incidents("action") if r["job_id"] == "health-1s"), None),
+            10,
+            what="the kill's record",
+        )
+        assert action["outcomes"]["0"]["exited"] and action["outcomes"]["0"]["signals"]
+        time.sleep(MIN_NOT_SERVING_S + 2.5)
+        seen = prober.stop()
+        statuses = [s for _, s in seen]
+        assert NOT_SERVING in statuses, statuses
+        assert statuses[-1] == SERVING, statuses  # over once the process is gone
+    finally:
+        prober.stop()
+        worker.kill()
+        worker.wait()
+
+
+def test_workers_service_holds_not_serving_until_the_process_is_gone(tcp_sidecar: tuple) -> None:
+    """SIGTERM ignored: the process lives until the SIGKILL kill_grace_s (4 s)
+    later, well past the minimum; every probe in between says NOT_SERVING."""
+    sc, channel = tcp_sidecar
+    stub = health_pb2_grpc.HealthStub(channel)
+    worker = start_worker(sc.target, "health-until", "--ignore-term")
+    try:
+        assert worker.stdout.readline().startswith("hang")
+        wait_for(lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 60, what="the flip")
+        t0 = time.monotonic()
+        while worker.poll() is None:
+            status = check(stub, "trainprobe.workers")
+            if worker.poll() is not None:
+                break
+            assert status == NOT_SERVING, f"SERVING {time.monotonic() - t0:.2f}s after the flip"
+            time.sleep(0.1)
+        assert time.monotonic() - t0 > MIN_NOT_SERVING_S  # the process outlived the minimum
+        wait_for(lambda: check(stub, "trainprobe.workers") == SERVING, 10, what="SERVING again")
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses of the TCP sockets listening on ``port`` (/proc/net/tcp{,6})."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/net/{name}") as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, _, hexport = local.partition(":")
+                if state == "0A" and int(hexport, 16) == port:
+                    out.append(addr)
+    return out
+
+
+def test_metrics_bind_loopback_by_default() -> None:
+    port = free_port()
+    with sidecar("--metrics-port", str(port)) as sc:
+        wait_for(lambda: listening_addresses(port), 30, what="the Prometheus listener")
+        assert listening_addresses(port) == ["0100007F"], listening_addresses(port)  # 127.0.0.1
+        assert f"127.0.0.1:{port}" in sc.log_text()

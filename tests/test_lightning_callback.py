@@ -65,7 +65,7 @@ def test_a_hung_rank_is_named_and_killed_alone_without_waiting_for_lightning() -
         assert list(action["outcomes"]) == ["1"]
         out = action["outcomes"]["1"]
         # Lightning's SIGTERM handler only sets a flag: SIGKILL follows in 0.5 s, not 5.
-        assert out["sigterm_caught"] and out["signals"] == ["SIGCONT", "SIGTERM", "SIGKILL"]
+        assert out["sigterm_caught"] and out["signals"] == ["SIGTERM", "SIGCONT", "SIGKILL"]
         assert out["exited"] and out["seconds"] < 2.0, out
         assert proc.wait(60) != 0  # rank 0 fails once its peer is gone
         assert len(sc.incidents()) == 1

@@ -58,7 +58,7 @@ def test_a_caught_sigterm_is_followed_by_sigkill_without_waiting_out_the_grace()
         ticks = proc_start_ticks(child.pid)
         out = asyncio.run(terminate(child.pid, grace_s=5.0, start_ticks=ticks))
         assert out.exited and out.sigterm_caught
-        assert out.signals == ["SIGCONT", "SIGTERM", "SIGKILL"]
+        assert out.signals == ["SIGTERM", "SIGCONT", "SIGKILL"]
         assert CAUGHT_SIGTERM_GRACE_S <= out.seconds < 2.0, out
         assert child.wait(5) == -signal.SIGKILL
     finally:
@@ -72,7 +72,7 @@ def test_an_uncaught_sigterm_ends_the_process_and_no_sigkill_follows() -> None:
         # Python leaves SIGTERM at its default action unless a handler is set.
         wait_for(lambda: sigterm_caught(child.pid) is False, 10, 0.01, "the status file")
         out = asyncio.run(terminate(child.pid, grace_s=5.0))
-        assert out.exited and not out.sigterm_caught and out.signals == ["SIGCONT", "SIGTERM"]
+        assert out.exited and not out.sigterm_caught and out.signals == ["SIGTERM", "SIGCONT"]
         assert child.wait(5) == -signal.SIGTERM
     finally:
         child.kill()

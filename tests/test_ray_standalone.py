@@ -112,7 +112,7 @@ def test_unreachable_ray_falls_back_to_signalling_the_pid(local_ray: SimpleNames
             assert out["fallback"] == "signal"
             assert "not reachable" in out["ray_error"] and closed in out["ray_error"]
             assert out["actor_id"] == ids["actor_id"]
-            assert out["method"] == "signal" and out["signals"][:2] == ["SIGCONT", "SIGTERM"]
+            assert out["method"] == "signal" and out["signals"][:2] == ["SIGTERM", "SIGCONT"]
             assert out["exited"] is True and not pid_running(ids["pid"])
             with pytest.raises(ray.exceptions.RayActorError):
                 ray.get(run, timeout=30)

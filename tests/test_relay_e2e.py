@@ -56,7 +56,7 @@ def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
             outcome = action["outcomes"]["1"]
             # Signalled by the node, whose outcome came back up the relay.
             assert outcome["method"] == "relay-signal", outcome
-            assert outcome["exited"] and outcome["signals"][:2] == ["SIGCONT", "SIGTERM"]
+            assert outcome["exited"] and outcome["signals"][:2] == ["SIGTERM", "SIGCONT"]
             assert not outcome["error"]
             assert w.wait(30)[1] is not None  # the stopped process is really gone
             assert f"killed worker pid {w.pids[1]} for the upstream" in node.log_text()

@@ -78,7 +78,7 @@ def test_a_hung_rank_is_named_and_killed_alone() -> None:
         )[0]
         assert list(action["outcomes"]) == ["1"]
         out = action["outcomes"]["1"]
-        assert out["exited"] and out["signals"][:2] == ["SIGCONT", "SIGTERM"], out
+        assert out["exited"] and out["signals"][:2] == ["SIGTERM", "SIGCONT"], out
         assert proc.wait(60) != 0  # torchrun ends the job once a worker failed
         assert len(sc.incidents()) == 1
 

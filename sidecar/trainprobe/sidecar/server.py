@@ -197,7 +197,7 @@ class Sidecar:
             diagnose_ray=self.diagnose_ray,
         )
         #: The standard gRPC health service, for kubelet probes.
-        checks = EngineHealth(self.engine, self.registry, settings.engine_stall_s, clock=clock)
+        checks = EngineHealth(self.engine, settings.engine_stall_s, clock=clock)
         self.health = Health(checks.ticking, checks.workers_ok)
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer)

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
+from trainprobe.sidecar.act.cgroups import frozen
 from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
 from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.core.evidence import (
@@ -42,7 +43,7 @@ def _read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
         # A reused pid is another process: for us, ours is gone.
         if sample[0] and start is not None and proc_start_ticks(pid) not in (None, start):
             sample = ("", 0, None, None, sample[4])
-        out.append(sample)
+        out.append((*sample, frozen(pid) if sample[0] else None))
     return out
 
 
@@ -107,9 +108,9 @@ class EvidenceGatherer:
         targets = [(w.hello.pid, w.proc_start_ticks) for w in local]
         read = await asyncio.to_thread(_read_procs, targets)
         at = self._clock()
-        for w, (state, cpu, rchar, rbytes, hz) in zip(local, read, strict=True):
+        for w, (state, cpu, rchar, rbytes, hz, held) in zip(local, read, strict=True):
             history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
-            history.append(ProcSample(at, state, cpu, rchar, rbytes, hz))
+            history.append(ProcSample(at, state, cpu, rchar, rbytes, hz, held))
 
     async def _sample_stacks(
         self, states: Sequence[WorkerState], culprits: Collection[int]
@@ -146,4 +147,4 @@ class EvidenceGatherer:
         procs = self._procs.get(rank)
         if not procs or not self._frames.get(rank):
             return False
-        return procs[-1].state in ("T", "Z", "X", "")
+        return procs[-1].state in ("T", "Z", "X", "") or bool(procs[-1].frozen)

@@ -8,17 +8,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first),
-    or None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    return stat[stat.rfind(b")") + 2 :].split()
+from trainprobe.sidecar.act.tree import Proc, end_procs, open_proc, stat_fields, stop_descendants
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -27,7 +17,7 @@ def proc_start_ticks(pid: int) -> int | None:
     Together with the pid this names one process for its whole life, so a
     kill never hits a process that merely reused the number.
     """
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     try:
         return int(fields[19]) if fields is not None else None
     except (IndexError, ValueError):
@@ -37,7 +27,7 @@ def proc_start_ticks(pid: int) -> int | None:
 def proc_stopped(pid: int) -> bool:
     """True if ``pid`` is stopped (SIGSTOP, or a tracer's stop): none of its
     threads runs, so it can neither answer a command nor run a signal handler."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields is not None and bool(fields) and fields[0] in (b"T", b"t")
 
 
@@ -56,7 +46,7 @@ def sigterm_caught(pid: int) -> bool | None:
 
 def proc_parent(pid: int) -> int:
     """The parent pid of ``pid`` (0 if unknown)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     try:
         return int(fields[1]) if fields is not None else 0
     except (IndexError, ValueError):
@@ -94,7 +84,7 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return not fields or fields[0] != b"Z"
 
 
@@ -117,19 +107,33 @@ class KillOutcome:
     error: str = ""
     #: SIGTERM had a handler, so the wait before SIGKILL was cut to CAUGHT_SIGTERM_GRACE_S.
     sigterm_caught: bool = False
+    #: The process's descendants, ended with it (act/tree.py): pid, ppid, name,
+    #: the signals each got, whether it exited.
+    children: list[dict[str, object]] = field(default_factory=list)
+    #: SIGSTOPped while its descendants were read (so that it forked no more),
+    #: before the ``signals`` listed.
+    stopped_first: bool = False
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
 
 
 async def terminate(
-    pid: int, grace_s: float, start_ticks: int | None = None, poll_s: float = 0.02
+    pid: int,
+    grace_s: float,
+    start_ticks: int | None = None,
+    poll_s: float = 0.02,
+    tree: bool = True,
 ) -> KillOutcome:
-    """SIGCONT + SIGTERM, then SIGKILL after ``grace_s``; wait for the exit.
+    """SIGTERM (and SIGCONT), then SIGKILL after ``grace_s``; wait for the exit.
 
-    SIGCONT first so that a stopped process can run its SIGTERM handler.
+    With ``tree`` (the default): SIGSTOP, its descendants found and stopped,
+    then SIGTERM and SIGCONT, which resumes it straight into the pending
+    SIGTERM (its handler runs, if it has one). Without: SIGCONT first so that
+    a stopped process can run its SIGTERM handler, then SIGTERM.
     Where the kernel says SIGTERM is caught, SIGKILL follows after at most
-    CAUGHT_SIGTERM_GRACE_S instead (see there).
+    CAUGHT_SIGTERM_GRACE_S instead (see there). The descendants are found while
+    it lives (act/tree.py) and ended with it; the outcome lists them in ``children``.
     """
     out = KillOutcome(pid=pid)
     t0 = time.monotonic()
@@ -143,27 +147,65 @@ async def terminate(
         out.error = "pid was reused by another process; not signalled"
         out.exited = True
         return out
-    if not pid_alive(pid):
+    root = await asyncio.to_thread(open_proc, pid, start_ticks)
+    if root is None:  # gone (or a zombie) by now, or reused since the check above
         out.exited = True
         return out
-    out.sigterm_caught = bool(sigterm_caught(pid))
-    if out.sigterm_caught:
-        grace_s = min(grace_s, CAUGHT_SIGTERM_GRACE_S)
+    kids: dict[int, Proc] = {}
+    terminated = False
     try:
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            os.kill(pid, sig)
-            out.signals.append(sig.name)
-        if not await wait_gone(pid, grace_s, poll_s):
-            os.kill(pid, signal.SIGKILL)
-            out.signals.append("SIGKILL")
-            await wait_gone(pid, 10.0, poll_s)
-    except ProcessLookupError:
-        pass
-    except PermissionError as err:
-        out.error = f"not permitted to signal pid {pid}: {err}"
-    out.exited = not pid_alive(pid)
+        if tree:
+            # Stopped, it forks no more while its tree is read.
+            out.stopped_first = root.signal(signal.SIGSTOP)
+            root.signals.clear()
+            kids = await asyncio.to_thread(stop_descendants, root, None, protected_pid)
+        out.sigterm_caught = bool(sigterm_caught(pid))
+        if out.sigterm_caught:
+            grace_s = min(grace_s, CAUGHT_SIGTERM_GRACE_S)
+        ending = []
+        # Stopped by us: SIGTERM waits pending, and SIGCONT resumes it straight
+        # into it (no instant to fork in). Otherwise SIGCONT first, so that a
+        # process someone else stopped can run its SIGTERM handler.
+        order = (signal.SIGTERM, signal.SIGCONT) if out.stopped_first else None
+        for sig in order or (signal.SIGCONT, signal.SIGTERM):
+            root.signal(sig)
+        terminated = True
+        if kids:
+            # Concurrently: a leader's SIGTERM handler may wait for its workers.
+            ending.append(asyncio.ensure_future(end_procs(kids.values(), grace_s, poll_s)))
+        if not await _gone(root, grace_s, poll_s):
+            if tree:  # what a SIGTERM handler started meanwhile
+                more = await asyncio.to_thread(stop_descendants, root, kids, protected_pid, False)
+                late = [p for k, p in more.items() if k not in kids]
+                kids.update(more)
+                if late:
+                    ending.append(asyncio.ensure_future(end_procs(late, 0.0, poll_s)))
+            root.signal(signal.SIGKILL)
+            await _gone(root, 10.0, poll_s)
+        if ending:
+            await asyncio.gather(*ending)
+        out.signals = list(root.signals)
+        out.error = root.error
+        out.exited = not root.alive()
+        out.children = [kids[k].record() for k in sorted(kids)]
+    finally:
+        if not terminated:  # failed or cancelled while its tree was read: undo our stops
+            for p in (root, *kids.values()):
+                p.signal(signal.SIGCONT)
+        root.close()
+        for p in kids.values():
+            p.close()
     out.seconds = round(time.monotonic() - t0, 3)
     return out
+
+
+async def _gone(proc: Proc, timeout_s: float, poll_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while proc.alive():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(poll_s)
+    return True
 
 
 async def wait_gone(pid: int, timeout_s: float, poll_s: float = 0.02) -> bool:
@@ -195,7 +237,7 @@ def proc_sample(pid: int) -> tuple[str, int, int | None, int | None, int]:
     reads of /proc, never blocking on the process itself: the sidecar calls
     it from a worker thread all the same (``act/evidence.py``).
     """
-    fields = _stat_fields(pid) if pid > 0 else None
+    fields = stat_fields(pid) if pid > 0 else None
     if not fields:
         return "", 0, None, None, _TICKS_PER_S
     try:

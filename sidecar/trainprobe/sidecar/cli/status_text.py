@@ -59,7 +59,8 @@ def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
         # What happened to it, not how its stream ended.
         verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
     elif w.suspect:
-        verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
+        # "HUNG? 12 s of 90 s patience — ..." or "PAUSED 15 s — ...": its first word.
+        verdict, _, state = w.suspect.partition(" ")
     return {
         "job": printable(w.job_id),
         "step": str(w.step) if w.has_step else "-",

@@ -352,7 +352,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "metrics_host",
         v.host,
-        "Address the Prometheus endpoint binds to.",
+        "Address the Prometheus endpoint binds to: loopback unless told otherwise (its "
+        "per-rank labels name jobs and ranks, unauthenticated); 0.0.0.0 or the pod IP to "
+        "let a cluster Prometheus scrape it (see docs/SECURITY.md).",
         _I,
     ),
     Option(

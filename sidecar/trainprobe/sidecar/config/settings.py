@@ -112,7 +112,7 @@ class Settings:
     otlp_endpoint: str | None = None
     trace_every_n_steps: int = 100
     metrics_port: int | None = None
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
     # relay
     relay_to: str | None = None
     #: 500 ms: five hook reports of a worker fold into one (relay/coalesce.py), so one

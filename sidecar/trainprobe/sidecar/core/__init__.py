@@ -7,7 +7,14 @@ current time as an argument, so the whole decision path is unit-testable.
 from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
 from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
-from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
+from trainprobe.sidecar.core.decision import (
+    Judgement,
+    judge,
+    paused_line,
+    paused_reason,
+    refine,
+    suspect_line,
+)
 from trainprobe.sidecar.core.episodes import (
     CulpritPolicy,
     Episode,
@@ -144,6 +151,8 @@ __all__ = [
     "next_incident_id",
     "p99",
     "parse_stacks",
+    "paused_line",
+    "paused_reason",
     "plan_ray_kill",
     "plan_targets",
     "printable",

@@ -15,7 +15,7 @@ per rank, times on the sidecar's clock), a :class:`Judgement` out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.culprit import (
@@ -24,10 +24,19 @@ from trainprobe.sidecar.core.culprit import (
     STRAGGLER,
     UNRESPONSIVE,
     Diagnosis,
+    RankSummary,
 )
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
 
-__all__ = ["ORPHANING_RULES", "Judgement", "judge", "refine", "suspect_line"]
+__all__ = [
+    "ORPHANING_RULES",
+    "Judgement",
+    "judge",
+    "paused_line",
+    "paused_reason",
+    "refine",
+    "suspect_line",
+]
 
 #: What each definitive reason means, for the incident.
 _DEFINITIVE_WHY = {
@@ -196,3 +205,50 @@ def suspect_line(
     else:
         who = f"no culprit named ({diag.kind})"
     return f"HUNG? {now - j.onset_at:.0f} s of {j.patience_s:.0f} s patience — {who}"
+
+
+def paused_reason(evidence: Mapping[int, RankEvidence], summaries: Sequence[RankSummary]) -> str:
+    """Why the job is paused, not hung ("" when it is not).
+
+    A scheduler's suspend (Slurm's ``scontrol suspend``), an operator's
+    ``kill -STOP`` of every rank, or a cgroup freezer holds *every* rank at
+    once: nobody waits for anybody, and the job goes on when it is resumed.
+    Paused means: at least one rank the kernel shows held (stopped, stopped by
+    a tracer, or frozen: :attr:`RankEvidence.held`), no live rank sampled here
+    shown running, and no other live rank of the job reporting (a held
+    process's reporter thread is held too, so a rank that reports runs).
+
+    A held rank whose peers run and wait for it is no pause: that is a hang,
+    and the stopped rank its definitive culprit (:func:`definitive_reason`).
+    Ranks that are over (zombie, gone, ended streams) do not count either way.
+    """
+    held: list[int] = []
+    for rank, ev in sorted(evidence.items()):
+        if ev.state in ("zombie", "gone", "exiting"):
+            continue
+        if ev.held:
+            held.append(rank)
+        elif ev.state:
+            return ""  # a live rank the kernel shows running, sleeping or in I/O
+    if not held:
+        return ""
+    if any(s.reporting and not s.ended and s.rank not in held for s in summaries):
+        return ""
+    how = sorted({_HELD_HOW[_held_kind(evidence[r])] for r in held})
+    return f"every live rank is held ({', '.join(how)}: ranks {held}): the job is paused, not hung"
+
+
+_HELD_HOW = {
+    "frozen": "frozen by a cgroup freezer",
+    "stopped": "stopped by SIGSTOP",
+    "traced": "stopped by a tracer",
+}
+
+
+def _held_kind(ev: RankEvidence) -> str:
+    return "frozen" if ev.frozen else ev.state
+
+
+def paused_line(reason: str, paused_s: float) -> str:
+    """``PAUSED 12 s — every live rank is held (...)`` for ``trainprobe status``."""
+    return f"PAUSED {paused_s:.0f} s — {reason}; nothing is killed until it resumes"

@@ -86,6 +86,11 @@ class Episode:
     suspect: str = ""
     #: What the culprit was doing, for the patience history when the stall ends by itself.
     activity: str = ""
+    #: When the job was first seen paused (every live rank held: stopped or
+    #: frozen) and when it was seen resumed; a resumed episode closes, and the
+    #: job's clocks restart at the resume (Registry.resume_job).
+    paused_at: float | None = None
+    resumed_at: float | None = None
 
     @property
     def leader(self) -> bool:
@@ -290,10 +295,11 @@ class JobEpisodes:
         )
 
     def settle(self, states_by_job: dict[str, dict[int, WorkerState]]) -> list[Episode]:
-        """Close the episodes whose processes all exited, were replaced or progressed."""
+        """Close the episodes whose processes all exited, were replaced or progressed,
+        and those of jobs that resumed from a pause (nothing of a pause is a hang)."""
         closed = []
         for job_id, ep in list(self._open.items()):
-            if not self.remaining(ep, states_by_job.get(job_id, {})):
+            if ep.resumed_at is not None or not self.remaining(ep, states_by_job.get(job_id, {})):
                 del self._open[job_id]
                 closed.append(ep)
         return closed

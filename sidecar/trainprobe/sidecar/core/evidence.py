@@ -149,6 +149,9 @@ class ProcSample:
     rchar: int | None = None
     read_bytes: int | None = None
     ticks_per_s: int = 100
+    #: Frozen by a cgroup freezer (v2 ``cgroup.freeze``, v1 ``freezer.state``);
+    #: None where no freezer could be asked.
+    frozen: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,14 @@ class RankEvidence:
     where: str = ""
     reporter_alive: bool = True
     samples: int = 0
+    #: Frozen by a cgroup freezer in the last sample (None: no freezer to ask).
+    frozen: bool | None = None
+
+    @property
+    def held(self) -> bool:
+        """Paused from outside: stopped (SIGSTOP), stopped by a tracer, or frozen
+        by a cgroup freezer. Nothing in it runs until someone resumes it."""
+        return bool(self.frozen) or self.state in ("stopped", "traced")
 
     @property
     def cpu_busy(self) -> bool | None:
@@ -187,7 +198,7 @@ class RankEvidence:
 
         A stopped or vanished process waits for nothing, whatever its stack says.
         """
-        if self.state in ("stopped", "traced", "exiting", "zombie", "gone"):
+        if self.frozen or self.state in ("stopped", "traced", "exiting", "zombie", "gone"):
             return False
         if self.activity == COLLECTIVE:
             return True
@@ -196,6 +207,8 @@ class RankEvidence:
     @property
     def label(self) -> str:
         """What the rank is doing, in a word: ``reading``, ``stopped``..."""
+        if self.frozen:
+            return "frozen (cgroup freezer)"
         if self.state in ("stopped", "traced", "exiting", "zombie", "gone", "disk"):
             return {"disk": "uninterruptible I/O"}.get(self.state, self.state)
         if self.waiting:
@@ -215,6 +228,7 @@ class RankEvidence:
             "where": self.where,
             "reporter_alive": self.reporter_alive,
             "samples": self.samples,
+            "frozen": self.frozen,
         }
 
 
@@ -259,6 +273,7 @@ def assess(
         where=where,
         reporter_alive=reporter_alive,
         samples=max(len(procs), len(stacks)),
+        frozen=procs[-1].frozen if procs and procs[-1].state else None,
     )
 
 

@@ -259,6 +259,17 @@ class Registry:
             if w.connected:
                 w.fresh_after = resumed_at
 
+    def resume_job(self, job_id: str, resumed_at: float) -> None:
+        """The job was paused (every live rank stopped or frozen) and runs again:
+        no clock of its ranks counts the pause. Silence counts from the resume
+        and nothing else is judged until a report sent after it arrives (as
+        after our own freeze), and the stall, start-up and in-flight clocks
+        restart there, as at the end of a job-wide phase."""
+        for w in self._workers.values():
+            if w.connected and w.hello.job_id == job_id:
+                w.fresh_after = max(w.fresh_after, resumed_at)
+                w.last_phase_end_at = max(w.last_phase_end_at, resumed_at)
+
     def forget_stale(self, now: float) -> list[WorkerState]:
         """Drop ended sessions older than ``forget_after_s``.
 

@@ -127,10 +127,10 @@ class Engine:
         #: When the last tick completed (clock time; None before the first):
         #: the health service's proof that the rules run.
         self.last_tick_at: float | None = None
-        #: Sessions this sidecar has decided to kill or restart, from the moment
-        #: of the decision (before stacks are read and the kill starts): the
-        #: health service's ``trainprobe.workers`` answer.
-        self.kill_decided: dict[WorkerKey, WorkerState] = {}
+        #: Told of every session this sidecar decides to kill or restart, at the
+        #: moment of the decision (before stacks are read and the kill starts):
+        #: the health service's ``trainprobe.workers`` answer.
+        self.kill_listeners: list[Callable[[WorkerState], None]] = []
         #: A tick gap beyond this means our loop was frozen or starved (SIGSTOP,
         #: a CPU hog, a stalled VM); run() derives it from the tick interval.
         self.freeze_after_s = FREEZE_MIN_S
@@ -190,10 +190,6 @@ class Engine:
         for ep in self.hangs.settle(workers):
             self.watch.closed(ep, now)
             log.info("job %s: hang episode %s is over", ep.job_id, ep.id)
-        if self.kill_decided:  # a replaced or forgotten session is nobody's concern
-            for key, state in list(self.kill_decided.items()):
-                if self.registry.get(key) is not state:
-                    del self.kill_decided[key]
         return opened
 
     def _forget_ended_jobs(self, gone: list[WorkerState], workers: list[WorkerState]) -> None:
@@ -280,10 +276,14 @@ class Engine:
         if self.policy.dry_run or not is_destructive(action):
             return
         for rank in ranks:
-            key = WorkerKey(job_id, rank)
-            state = self.registry.get(key)
-            if state is not None:
-                self.kill_decided[key] = state
+            state = self.registry.get(WorkerKey(job_id, rank))
+            if state is None:
+                continue
+            for listener in self.kill_listeners:
+                try:
+                    listener(state)
+                except Exception:
+                    log.exception("kill listener %r failed", listener)
 
     async def _execute_decided(self, incident: Incident) -> None:
         """The hang path's action, once its evidence or patience decided: the health

@@ -34,6 +34,7 @@ from trainprobe.sidecar.core.decision import (
     ORPHANING_RULES,
     Judgement,
     judge,
+    paused_reason,
     refine,
     suspect_line,
 )
@@ -44,6 +45,7 @@ from trainprobe.sidecar.core.model import WorkerKey, WorkerState
 from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.engine.hangs import MAX_INSPECTED, HangResponder
+from trainprobe.sidecar.engine.pause import close_paused, judge_pause
 
 __all__ = ["ROUND_S", "HangWatch"]
 
@@ -133,7 +135,27 @@ class HangWatch:
                 ep.published = True
                 self.publish(incident)
             return True
-        diag = refine(analyze_job(self.hangs.summaries(ep.job_id, now)), evidence)
+        summaries = self.hangs.summaries(ep.job_id, now)
+        reason = paused_reason(evidence, summaries)
+        paused = judge_pause(
+            ep,
+            incident.id,
+            evidence,
+            reason,
+            now,
+            self.patience,
+            self.hangs.registry,
+            self.incident_log,
+        )
+        if paused is not None:
+            if not ep.published:
+                self._fill(incident, ep.diagnosis, paused, gatherer, states)
+                incident.targets, incident.action = [], Action.OBSERVE
+                incident.action_reason = f"paused: {paused.why}"
+                ep.published = True
+                self.publish(incident)
+            return ep.resumed_at is not None
+        diag = refine(analyze_job(summaries), evidence)
         where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
         diag = diag.with_where(where)
         patience_s, basis = self.patience.patience_s(ep.job_id)
@@ -258,6 +280,8 @@ class HangWatch:
 
     def closed(self, ep: Episode, now: float) -> None:
         """An episode closed: if nobody acted, its stall ended by itself; remember it."""
+        if close_paused(ep, now, self.incident_log):
+            return  # a pause is no stall: nothing goes into the job's patience history
         if ep.acted or ep.remote_id or ep.incident is None:
             return
         stepped = any(

@@ -8,7 +8,13 @@ What the action record of one rank holds after a kill through Ray:
   released its GPU memory; one that ``ray.kill`` did not end is signalled
   (``escalated`` lists the signals);
 - ``actor_state``, ``death_cause``, ``actor_pid``: what Ray's State API says
-  afterwards (for example ``DEAD`` / ``RAY_KILL: ...``).
+  afterwards (for example ``DEAD`` / ``RAY_KILL: ...``);
+- ``children``: the worker's descendants (a verified local pid only), found
+  and stopped before ``ray.kill`` (act/tree.py). Ray ends a worker's direct
+  children when it exits (``RAY_kill_child_processes_on_worker_exit``, on by
+  default), not their children, nor any child of a worker it had to SIGKILL;
+  what is still there once the worker is gone is ended here. A child listed
+  with only ``SIGSTOP`` was ended by Ray.
 
 When Ray cannot be used (not reachable in ``ray_timeout_s``, no handle was
 registered for the actor, the call failed), the record is the fallback
@@ -25,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainprobe.sidecar.act.killers import Killer
-from trainprobe.sidecar.act.procs import pid_alive, terminate, wait_gone
+from trainprobe.sidecar.act.procs import pid_alive, protected_pid, terminate, wait_gone
+from trainprobe.sidecar.act.tree import Proc, end_procs, open_proc, stop_descendants
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.ray_kill import (
     RayKillPlan,
@@ -63,10 +70,13 @@ class RayKiller:
             routed["route"] = plan.reason
             return routed
         t0 = time.monotonic()
+        kids: dict[int, Proc] = {}
         try:
             await self._call(self.link.wait_ready, self.timeout_s)
+            kids = await self._tree(state)
             await self._call(self.link.kill, plan.actor_id, plan.no_restart)
         except Exception as err:
+            _close(kids)  # the fallback's own kill finds (and ends) them again
             return await self._fall_back(state, grace_s, restart, plan, err)
         record: dict[str, object] = {
             "pid": state.hello.pid,
@@ -76,9 +86,29 @@ class RayKiller:
             "signals": [],
             "error": "",
         }
-        record.update(await self._verify(state, plan, grace_s))
+        try:
+            record.update(await self._verify(state, plan, grace_s))
+        finally:
+            if kids:  # the worker was decided killed: never leave its descendants stopped
+                # What Ray did not end: grandchildren, or any child of a SIGKILLed worker.
+                await end_procs(kids.values(), min(grace_s, 0.5))
+                record["children"] = [kids[k].record() for k in sorted(kids)]
+            _close(kids)
         record["seconds"] = round(time.monotonic() - t0, 3)
         return record
+
+    async def _tree(self, state: WorkerState) -> dict[int, Proc]:
+        """The verified local worker's descendants, held and stopped. The worker
+        itself keeps running: ``ray.kill`` needs it to exit through Ray."""
+        if not state.local:
+            return {}
+        root = await asyncio.to_thread(open_proc, state.hello.pid, state.proc_start_ticks)
+        if root is None:
+            return {}
+        try:
+            return await asyncio.to_thread(stop_descendants, root, None, protected_pid, False)
+        finally:
+            root.close()
 
     async def _fall_back(
         self,
@@ -147,3 +177,8 @@ class RayKiller:
             self.link.close()
         except Exception:
             log.debug("closing the Ray link failed", exc_info=True)
+
+
+def _close(procs: dict[int, Proc]) -> None:
+    for p in procs.values():
+        p.close()

@@ -6,17 +6,23 @@ Two services:
   NOT_SERVING when the last completed tick is older than ``engine_stall_s``
   (the engine task died, or every tick fails).
 - ``trainprobe.workers``: NOT_SERVING from the moment the sidecar has decided
-  to kill or restart a worker on its own host (the decision its own kill
-  action carries out, :attr:`~trainprobe.sidecar.engine.loop.Engine.kill_decided`)
-  until that process is gone or replaced; SERVING otherwise. Workers of other
-  hosts (over TCP, or relayed) do not count: the kubelet that asks restarts
-  a container of this pod, which would not end them. A training container's
+  to kill or restart a worker whose pid it verified itself (an identity
+  ticket over its Unix socket: :attr:`WorkerState.local`) until that process
+  is gone, and for at least :data:`MIN_NOT_SERVING_S` after the decision;
+  SERVING otherwise. Only the kernel's word counts: a session without a
+  verified pid (TCP, a Unix client without a ticket, a relayed one) never
+  moves it, whatever host it names, because a client that can go silent
+  could otherwise have the kubelet restart a healthy trainer. "Gone" is
+  read from ``/proc`` (the pid with the start time it had when verified),
+  not from the stream, so a process whose stream closed but which still
+  runs keeps it NOT_SERVING. A training container's
   ``livenessProbe: grpc: {port: <sidecar port>, service: trainprobe.workers}``
   then has the kubelet restart it, without Ray.
 
 A relay node (``--relay-to``) serves the same service: ``""`` while its relay
-loop runs, ``trainprobe.workers`` from an upstream kill order until the
-process is gone (:class:`DoomedPids`).
+loop runs, ``trainprobe.workers`` from an upstream kill order for a process
+it verified until that process is gone (:class:`DoomedPids`, with the same
+minimum).
 
 It is answered on every listener without a token (kubelet gRPC probes send
 no metadata; see :mod:`~trainprobe.sidecar.transport.auth`). It tells an
@@ -28,7 +34,6 @@ Watch streams, which hold server resources, are capped at
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -38,7 +43,6 @@ from grpc_health.v1 import health_pb2
 
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
 from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.registry import Registry
 
 if TYPE_CHECKING:
     from trainprobe.sidecar.engine.loop import Engine
@@ -46,12 +50,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HEALTH_SERVICE",
     "MAX_WATCHERS",
+    "MIN_NOT_SERVING_S",
     "SERVICE_SIDECAR",
     "SERVICE_WORKERS",
     "DoomedPids",
     "EngineHealth",
     "Health",
-    "session_alive",
 ]
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -59,6 +63,13 @@ SERVICE_SIDECAR = ""
 SERVICE_WORKERS = "trainprobe.workers"
 #: Concurrent Watch streams; kubelets use Check, so a few are plenty.
 MAX_WATCHERS = 16
+#: The least time ``trainprobe.workers`` stays NOT_SERVING after a kill
+#: decision, so that a probe polling every second sees it (twice the period,
+#: for a late probe). Below a kubelet's ``periodSeconds x (failureThreshold - 1)``
+#: it never restarts a container whose worker the kill already ended.
+MIN_NOT_SERVING_S = 2.0
+#: Doomed processes remembered at most (decisions are bounded by the kill budget).
+MAX_DOOMED = 4096
 #: How often a Watch stream looks for a change.
 WATCH_POLL_S = 0.1
 
@@ -68,75 +79,72 @@ NOT_SERVING = _Status.Value("NOT_SERVING")
 SERVICE_UNKNOWN = _Status.Value("SERVICE_UNKNOWN")
 
 
-def session_alive(state: WorkerState) -> bool:
-    """True while the process of ``state`` may still run: its stream is open,
-    or it is in our PID namespace and /proc shows the same process alive."""
-    if state.connected:
-        return True
-    pid = state.hello.pid
-    if not state.local or not pid_alive(pid):
-        return False
-    return state.proc_start_ticks is None or proc_start_ticks(pid) in (None, state.proc_start_ticks)
+class DoomedPids:
+    """Processes decided killed, each until /proc shows it gone and at least
+    ``min_s`` after the decision: ``trainprobe.workers`` is NOT_SERVING while
+    any is left.
+
+    The minimum makes the decision observable: a hung worker's kill usually
+    ends it within milliseconds, between two probes. Kept by pid and start
+    time, not by session, so a replaced or forgotten session does not hide
+    a process that still runs. Bounded (:data:`MAX_DOOMED`, the oldest first).
+    """
+
+    def __init__(
+        self, min_s: float = MIN_NOT_SERVING_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.min_s = min_s
+        self._clock = clock
+        #: pid -> (start ticks, decided at)
+        self._pids: dict[int, tuple[int | None, float]] = {}
+
+    def add(self, pid: int, start_ticks: int | None) -> None:
+        if pid <= 0:
+            return
+        self._pids.pop(pid, None)
+        self._pids[pid] = (start_ticks, self._clock())
+        while len(self._pids) > MAX_DOOMED:
+            del self._pids[next(iter(self._pids))]
+
+    def none_left(self) -> bool:
+        now = self._clock()
+        for pid, (ticks, at) in list(self._pids.items()):
+            if now - at < self.min_s:
+                continue
+            if not pid_alive(pid) or proc_start_ticks(pid) not in (None, ticks):
+                del self._pids[pid]
+        return not self._pids
 
 
 class EngineHealth:
-    """A full sidecar's answers, from its engine: is it ticking, is a worker of
-    this host doomed."""
+    """A full sidecar's answers, from its engine: is it ticking, is a verified
+    worker of this sidecar doomed."""
 
     def __init__(
         self,
         engine: Engine,
-        registry: Registry,
         stall_s: float,
         clock: Callable[[], float] = time.monotonic,
-        alive: Callable[[WorkerState], bool] = session_alive,
-        host: str = "",
+        min_not_serving_s: float = MIN_NOT_SERVING_S,
     ) -> None:
         self._engine = engine
-        self._registry = registry
         self._stall_s = stall_s
         self._clock = clock
-        self._alive = alive
-        self._host = host or socket.gethostname()
+        self.doomed = DoomedPids(min_not_serving_s, clock)
+        engine.kill_listeners.append(self.on_kill_decided)
+
+    def on_kill_decided(self, state: WorkerState) -> None:
+        """The engine decided to kill or restart ``state``: only a pid this
+        sidecar verified (and so could signal) counts."""
+        if state.local and state.verified and state.relay is None:
+            self.doomed.add(state.hello.pid, state.proc_start_ticks)
 
     def ticking(self) -> bool:
         last = self._engine.last_tick_at
         return last is not None and self._clock() - last <= self._stall_s
 
     def workers_ok(self) -> bool:
-        return not self.doomed()
-
-    def doomed(self) -> list[WorkerState]:
-        """Sessions on this host decided for a kill or restart whose process is
-        still there."""
-        return [
-            s
-            for k, s in list(self._engine.kill_decided.items())
-            if self._registry.get(k) is s and self._on_this_host(s) and self._alive(s)
-        ]
-
-    def _on_this_host(self, state: WorkerState) -> bool:
-        # By the host it names, not by being in our PID namespace: a pod's
-        # containers share its name without sharing PIDs, and there the
-        # kubelet's restart is the only kill that reaches the process.
-        return state.relay is None and state.hello.host == self._host
-
-
-class DoomedPids:
-    """Processes ordered killed, until /proc shows them gone: a relay node's
-    ``trainprobe.workers`` (the upstream decides; the node carries kills out)."""
-
-    def __init__(self) -> None:
-        self._pids: dict[int, int | None] = {}
-
-    def add(self, pid: int, start_ticks: int | None) -> None:
-        self._pids[pid] = start_ticks
-
-    def none_left(self) -> bool:
-        for pid, ticks in list(self._pids.items()):
-            if not pid_alive(pid) or proc_start_ticks(pid) not in (None, ticks):
-                del self._pids[pid]
-        return not self._pids
+        return self.doomed.none_left()
 
 
 class Health:

@@ -1,0 +1,126 @@
+"""A paused job is not a hang: the pure half, with a fake clock.
+
+Every rank held at once (SIGSTOP of the whole job, a cgroup freezer) is a
+pause: no kill, and no clock of the job counts the time it was held. One
+rank held while a peer runs and waits is a hang, its culprit definitive.
+"""
+
+from __future__ import annotations
+
+from tests.core_builders import connected, report
+from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, evaluate
+from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.decision import paused_line, paused_reason
+from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, assess, definitive_reason
+
+T0 = 100.0
+CFG = RuleConfig(heartbeat_timeout_s=3.0, stall=StallPolicy(timeout_s=2.0))
+
+
+def ev(rank: int, state: str, frozen: bool | None = None) -> RankEvidence:
+    return RankEvidence(rank=rank, state=state, frozen=frozen, reporter_alive=False)
+
+
+def summary(rank: int, reporting: bool, ended: str = "") -> RankSummary:
+    return RankSummary(rank=rank, world_size=4, reporting=reporting, ended=ended)
+
+
+def test_every_rank_stopped_is_paused() -> None:
+    evidence = {0: ev(0, "stopped"), 1: ev(1, "stopped")}
+    why = paused_reason(evidence, [summary(0, False), summary(1, False)])
+    assert "paused" in why and "stopped by SIGSTOP" in why and "[0, 1]" in why
+    assert paused_line(why, 15.2).startswith("PAUSED 15 s — every live rank is held")
+
+
+def test_a_stopped_rank_whose_peer_runs_is_no_pause_and_stays_definitive() -> None:
+    evidence = {0: ev(0, "sleeping"), 1: ev(1, "stopped")}
+    assert paused_reason(evidence, [summary(0, True), summary(1, False)]) == ""
+    assert definitive_reason(evidence[1]) == "stopped"
+
+
+def test_a_peer_seen_only_by_its_reports_decides_too() -> None:
+    """A rank of another host (no /proc here): reporting means it runs."""
+    evidence = {0: ev(0, "stopped"), 1: ev(1, "")}
+    assert paused_reason(evidence, [summary(0, False), summary(1, True)]) == ""
+    assert paused_reason(evidence, [summary(0, False), summary(1, False)]) != ""
+    # Another sidecar's rank that still reports (a Ray job on two nodes).
+    assert paused_reason({0: ev(0, "stopped")}, [summary(0, False), summary(3, True)]) == ""
+
+
+def test_a_report_that_left_before_the_stop_does_not_count_for_the_held_rank() -> None:
+    assert paused_reason({0: ev(0, "stopped")}, [summary(0, True)]) != ""
+
+
+def test_frozen_ranks_are_paused_whatever_their_proc_state() -> None:
+    # cgroup v2 freezes into S, v1 into D: the freezer's word decides.
+    evidence = {0: ev(0, "sleeping", frozen=True), 1: ev(1, "disk", frozen=True)}
+    why = paused_reason(evidence, [])
+    assert "frozen by a cgroup freezer" in why
+    # Frozen is not the kernel's proof of a hang: a freezer is a pause.
+    assert definitive_reason(evidence[0]) == ""
+    assert not evidence[0].waiting and evidence[0].label == "frozen (cgroup freezer)"
+    # One rank frozen while a peer runs: no pause (and judged as ambiguous).
+    assert paused_reason({0: ev(0, "sleeping", True), 1: ev(1, "running", False)}, []) == ""
+
+
+def test_ranks_that_are_over_count_neither_way() -> None:
+    evidence = {0: ev(0, "stopped"), 1: ev(1, "gone"), 2: ev(2, "zombie")}
+    assert paused_reason(evidence, [summary(1, False, ended="vanished")]) != ""
+    assert paused_reason({1: ev(1, "gone")}, []) == ""
+    assert paused_reason({}, []) == ""
+
+
+def test_a_debuggers_stop_of_every_rank_is_paused() -> None:
+    assert "stopped by a tracer" in paused_reason({0: ev(0, "traced"), 1: ev(1, "traced")}, [])
+
+
+def test_assess_carries_the_freezer_state_of_the_last_sample() -> None:
+    procs = [ProcSample(1.0, "S", 10, frozen=False), ProcSample(2.0, "S", 10, frozen=True)]
+    got = assess(0, procs, [], reporter_alive=False)
+    assert got.frozen is True and got.held and got.to_record()["frozen"] is True
+    assert assess(0, procs[:1], [], reporter_alive=True).held is False
+
+
+def stepping(reg: Registry, ranks: int, until: float, step_s: float = 0.1) -> None:
+    workers = [connected(reg, r, T0) for r in range(ranks)]
+    t, i = T0, 0
+    while t < until - 1e-9:
+        i += 1
+        t = T0 + i * step_s
+        for w in workers:
+            reg.apply(w, report(t, step=i, seq=i), t)
+
+
+def rules(findings: list) -> set[tuple[int, str]]:
+    return {(f.key.rank, f.rule) for f in findings}
+
+
+def test_resume_restarts_every_clock_of_the_job_at_the_resume() -> None:
+    reg = Registry()
+    stepping(reg, 2, T0 + 5)  # last step and report at T0+5
+    other = connected(reg, 0, T0, job="other")
+    reg.apply(other, report(T0 + 5, step=50, seq=50), T0 + 5)
+    held_until = T0 + 20  # the whole job was stopped 15 s
+    # Without the resume, both ranks read as silent for 15 s.
+    assert rules(evaluate(reg, CFG, held_until)) >= {(0, "heartbeat"), (1, "heartbeat")}
+    reg.resume_job("job", held_until)
+    # Silence counts from the resume; nothing else is judged before a fresh report.
+    assert [f for f in evaluate(reg, CFG, held_until + 1) if f.key.job_id == "job"] == []
+    # Their first reports after the resume still carry the step of before the stop:
+    # the stall clock restarted at the resume, so no stall yet...
+    for w in list(reg):
+        if w.hello.job_id == "job":
+            reg.apply(
+                w, report(held_until + 0.5, step=50, step_t_s=T0 + 5, seq=60), held_until + 0.5
+            )
+    assert [f for f in evaluate(reg, CFG, held_until + 1.5) if f.key.job_id == "job"] == []
+    # ...but it runs from there: a job that does not step again is stalled 2 s later.
+    for w in list(reg):
+        if w.hello.job_id == "job":
+            reg.apply(
+                w, report(held_until + 2.4, step=50, step_t_s=T0 + 5, seq=61), held_until + 2.4
+            )
+    found = {r for r, rule in rules(evaluate(reg, CFG, held_until + 2.5)) if rule == "stall"}
+    assert found == {0, 1}
+    # Another job's clocks are its own.
+    assert other.last_phase_end_at == 0.0 and other.fresh_after == 0.0
