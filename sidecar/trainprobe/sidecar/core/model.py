@@ -14,6 +14,7 @@ it is built (``dataclasses.replace`` makes a changed copy).
 from __future__ import annotations
 
 import enum
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -192,8 +193,65 @@ class ActivePhase:
     timeout_s: float
 
 
+class FloatRing:
+    """The last ``maxlen`` items of ``width`` floats each, oldest first, in one
+    ``array('d')``: 8 bytes a float, where a deque of float objects (and of
+    tuples of them) cost 40-110 bytes an item plus a 760-byte block (what a
+    session costs: bench/bench_sessions.py). An item is a float for width 1,
+    else a tuple."""
+
+    __slots__ = ("_a", "_head", "maxlen", "width")
+
+    def __init__(self, maxlen: int, width: int = 1) -> None:
+        self._a: array[float] = array("d")
+        self._head = 0  # the oldest item's index, once full
+        self.maxlen = maxlen
+        self.width = width
+
+    def append(self, item: Any) -> None:
+        a, w = self._a, self.width
+        if len(a) < self.maxlen * w:
+            if w == 1:
+                a.append(item)
+            else:
+                a.extend(item)
+            return
+        h = self._head
+        if w == 1:
+            a[h] = item
+        else:
+            for j, x in enumerate(item, h * w):
+                a[j] = x
+        self._head = h + 1 if h + 1 < self.maxlen else 0
+
+    def extend(self, items: Any) -> None:
+        for item in items:
+            self.append(item)
+
+    def __len__(self) -> int:
+        return len(self._a) // self.width
+
+    def __bool__(self) -> bool:
+        return bool(self._a)
+
+    def __getitem__(self, k: int) -> Any:
+        n = len(self._a) // self.width
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("ring index out of range")
+        i = (self._head + k) % n if n == self.maxlen else k
+        w = self.width
+        return self._a[i] if w == 1 else tuple(self._a[i * w : i * w + w])
+
+    def __iter__(self) -> Any:
+        return (self[k] for k in range(len(self)))
+
+
 #: Reports kept for the clock-offset estimate and the step rate.
 _OFFSET_WINDOW = 16
+#: NVML samples kept for the gpu_memory rule.
+GPU_RATIO_WINDOW = 64
 #: Step durations kept for threshold calibration.
 STEP_SAMPLE_WINDOW = 1000
 
@@ -246,15 +304,14 @@ class WorkerState:
     active_phases: list[ActivePhase] = field(default_factory=list)
     step_samples: StepWindow = field(default_factory=lambda: StepWindow(STEP_SAMPLE_WINDOW))
     #: (received_at, total_steps) of recent reports, for the step rate.
-    rate_points: deque[tuple[float, int]] = field(
-        default_factory=lambda: deque(maxlen=_OFFSET_WINDOW)
-    )
+    rate_points: FloatRing = field(default_factory=lambda: FloatRing(_OFFSET_WINDOW, 2))
     #: (receipt - send) of recent reports; see :meth:`note_offset`.
-    offsets: deque[float] = field(default_factory=lambda: deque(maxlen=_OFFSET_WINDOW))
+    offsets: FloatRing = field(default_factory=lambda: FloatRing(_OFFSET_WINDOW))
     #: The worker's clock offset: the smallest of ``offsets`` (0 before any report).
     offset_s: float = 0.0
-    #: Device memory used/total of recent NVML samples, newest last.
-    gpu_ratios: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    #: Device memory used/total of recent NVML samples, newest last (an empty
+    #: tuple until the first: most sessions never have one).
+    gpu_ratios: deque[float] | tuple[float, ...] = ()
     #: The latest GPU figures: the allocator's from the last report that had
     #: any, NVML's from the last report that carried a sample.
     gpu: GpuMemoryData | None = None
@@ -287,12 +344,12 @@ class WorkerState:
         # the window (it was 7% of the relayed upstream's core, bench_scale).
         offsets = self.offsets
         n = len(offsets)  # once: this runs for every report
-        evicted = offsets[0] if n == offsets.maxlen else None
+        evicted = offsets._a[offsets._head] if n == _OFFSET_WINDOW else None
         offsets.append(receipt_minus_send_s)
         if n == 0 or receipt_minus_send_s <= self.offset_s:
             self.offset_s = receipt_minus_send_s
         elif evicted is not None and evicted <= self.offset_s:
-            self.offset_s = min(offsets)
+            self.offset_s = min(offsets._a)
 
     def to_local(self, worker_mono_ns: int) -> float:
         """Map a worker monotonic timestamp onto the sidecar's clock (seconds)."""

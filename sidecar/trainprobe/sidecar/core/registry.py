@@ -7,12 +7,14 @@ seconds), so tests drive time by hand.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
 
 from trainprobe.sidecar.core.arrival import ArrivalTracker
 from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
+    GPU_RATIO_WINDOW,
     ActivePhase,
     GpuMemoryData,
     HelloData,
@@ -290,7 +292,10 @@ def _fold_gpu(state: WorkerState, gpu: GpuMemoryData) -> None:
     """
     ratio = gpu.used_ratio
     if ratio is not None:
-        state.gpu_ratios.append(ratio)
+        ratios = state.gpu_ratios
+        if not isinstance(ratios, deque):
+            ratios = state.gpu_ratios = deque(maxlen=GPU_RATIO_WINDOW)
+        ratios.append(ratio)
         state.gpu = gpu
         return
     prev = state.gpu
