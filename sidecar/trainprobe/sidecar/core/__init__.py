@@ -55,6 +55,7 @@ from trainprobe.sidecar.core.model import (
     WorkerState,
     heard_every_ms,
 )
+from trainprobe.sidecar.core.overload import IngestLoad, Shedder
 from trainprobe.sidecar.core.patience import PatienceBook, Stall
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.ray_kill import (
@@ -91,6 +92,7 @@ __all__ = [
     "GroupSeqData",
     "HelloData",
     "Incident",
+    "IngestLoad",
     "JobContext",
     "JobEpisodes",
     "JobView",
@@ -110,6 +112,7 @@ __all__ = [
     "RegistryError",
     "ReportData",
     "RuleConfig",
+    "Shedder",
     "StackSample",
     "Stall",
     "StallPolicy",
