@@ -123,6 +123,13 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             f"({reply.omitted} more workers not shown: the reply is size-bounded; "
             "narrow it with --job)"
         )
+    if reply.HasField("ingest") and (reply.ingest.overloaded or reply.ingest.shed):
+        ing = reply.ingest
+        lines.append(
+            f"sidecar {'OVERLOADED' if ing.overloaded else 'was overloaded'}: {ing.shed} reports "
+            f"shed (applied for liveness only), {ing.applied} applied in full; "
+            f"{ing.shed_per_s:.0f} shed/s, ingest lag up to {ing.max_lag_s:.1f}s lately"
+        )
     if reply.HasField("ray_watch"):
         lines += format_ray_watch(reply.ray_watch)
     return "\n".join(lines)
