@@ -193,22 +193,31 @@ class ActivePhase:
     timeout_s: float
 
 
-class FloatRing:
-    """The last ``maxlen`` items of ``width`` floats each, oldest first, in one
-    ``array('d')``: 8 bytes a float, where a deque of float objects (and of
-    tuples of them) cost 40-110 bytes an item plus a 760-byte block (what a
-    session costs: bench/bench_sessions.py). An item is a float for width 1,
-    else a tuple."""
+class Ring:
+    """The last ``maxlen`` items of ``width`` numbers each, oldest first, in one
+    ``array`` (``typecode`` "d": floats, "q": ints): 8 bytes a number, where a
+    deque of number objects (and of tuples of them) costs 40-170 bytes an
+    item plus a 760-byte block (what a session costs:
+    bench/session_structures.py). An item is a number for width 1, else a
+    tuple."""
 
     __slots__ = ("_a", "_head", "maxlen", "width")
 
-    def __init__(self, maxlen: int, width: int = 1) -> None:
-        self._a: array[float] = array("d")
+    def __init__(self, maxlen: int, width: int = 1, typecode: str = "d") -> None:
+        self._a: array[Any] = array(typecode)
         self._head = 0  # the oldest item's index, once full
         self.maxlen = maxlen
         self.width = width
 
     def append(self, item: Any) -> None:
+        try:
+            self._append(item)
+        except OverflowError:  # an int past 64 bits (a client's garbage): clamped
+            lim = (1 << 63) - 1
+            clamp = [max(-lim, min(lim, int(x))) for x in (item if self.width > 1 else (item,))]
+            self._append(clamp if self.width > 1 else clamp[0])
+
+    def _append(self, item: Any) -> None:
         a, w = self._a, self.width
         if len(a) < self.maxlen * w:
             if w == 1:
@@ -220,8 +229,7 @@ class FloatRing:
         if w == 1:
             a[h] = item
         else:
-            for j, x in enumerate(item, h * w):
-                a[j] = x
+            a[h * w : h * w + w] = array(a.typecode, item)
         self._head = h + 1 if h + 1 < self.maxlen else 0
 
     def extend(self, items: Any) -> None:
@@ -246,6 +254,13 @@ class FloatRing:
 
     def __iter__(self) -> Any:
         return (self[k] for k in range(len(self)))
+
+    def __reversed__(self) -> Any:
+        return (self[k] for k in range(len(self) - 1, -1, -1))
+
+
+#: The name it had when it held floats only.
+FloatRing = Ring
 
 
 #: Reports kept for the clock-offset estimate and the step rate.
