@@ -107,6 +107,11 @@ def run_round(sc: SidecarProcess, r: int, args: argparse.Namespace, rss_: Any) -
                     f"{args.connect_timeout_s:.0f} s (or one exited: {[p.poll() for p in gens]})"
                 )
             peak = max(peak, rss_())
+            if int(time.monotonic() - t0) % 15 == 0:
+                print(
+                    f"  round {r}: {time.monotonic() - t0:.0f} s, rss {rss_() / 1e6:.1f} MB",
+                    flush=True,
+                )
             time.sleep(1.0)
         connected_s = time.monotonic() - t0
         cap = one_more_hello(sc.target) if r == 1 else ""
