@@ -197,7 +197,9 @@ async def main_async(args: argparse.Namespace) -> dict:
     sims: list[tuple[Sim, list[float] | None]] = []
     for i in range(args.workers):
         rank = args.rank_offset + i
-        sim = Sim("load", rank, args.world_size, args.steps_per_report, args.fill, args.issue_times)
+        sim = Sim(
+            args.job, rank, args.world_size, args.steps_per_report, args.fill, args.issue_times
+        )
         sims.append((sim, None))
     probes: dict[str, list[float]] = {}
     for i in range(args.probes):
@@ -246,6 +248,7 @@ def build_parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--hz", type=float, default=10.0)
     p.add_argument("--rank-offset", type=int, default=0)
+    p.add_argument("--job", default="load", help="the simulated workers' job id")
     p.add_argument("--world-size", type=int, required=True)
     p.add_argument("--ready", required=True, help="touched once every worker has reported")
     p.add_argument("--stop", required=True, help="the generator stops when this file exists")

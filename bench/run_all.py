@@ -89,6 +89,18 @@ EXTRA = [
     *(["bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
     ["bench_grpc_relay.py", "--parse"],
     ["bench_otel_export.py"],
+    # Issue 21: what a session costs, by structure and as the process's RSS at
+    # the 10,000-session cap, over churn rounds and after close (goal <= 150 MB).
+    ["session_structures.py", "--json", "bench/results/session_structures.json"],
+    ["bench_sessions.py", "--json", "bench/results/sessions.json"],
+    # Issue 21: 2,000 workers at 10 Hz over direct streams, as shipped (telemetry
+    # on): false incidents, reports shed, and the probes' time to a verdict.
+    [
+        "bench_scale.py",
+        *("--telemetry", "on", "--workers", "2000", "--hz", "10"),
+        *("--duration", "30", "--profile-workers", "0"),
+        *("--json", "bench/results/scale_overload.json"),
+    ],
     ["speed_probe.py"],
 ]
 

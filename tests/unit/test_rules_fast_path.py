@@ -9,6 +9,7 @@ form below (each job's context from every rank's figures through
 from __future__ import annotations
 
 import random
+from collections import deque
 
 from tests.core_builders import hello, report
 from trainprobe.sidecar.core import (
@@ -67,7 +68,7 @@ def random_worker(rng: random.Random, reg: Registry, job: str, rank: int) -> Wor
     if some() < 0.1:
         w.inflight_since = {"g0": NOW - rng.uniform(0, 10)}
     if some() < 0.1:
-        w.gpu_ratios.extend([rng.choice([0.5, 0.96])] * rng.randint(1, 4))
+        w.gpu_ratios = deque([rng.choice([0.5, 0.96])] * rng.randint(1, 4), maxlen=64)
         w.gpu = GpuMemoryData(has_nvml=True, device_used_bytes=96, device_total_bytes=100)
     if some() < 0.5:
         sync = None

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 from trainprobe.sidecar.core.thresholds import StepWindow, p99
+
+
+def f32(x: float) -> float:
+    """``x`` as the window keeps it (a 32-bit float)."""
+    return array("f", [x])[0]
 
 
 def test_window_p99_matches_sorting_the_last_n_samples() -> None:
@@ -14,7 +20,7 @@ def test_window_p99_matches_sorting_the_last_n_samples() -> None:
     for _ in range(1000):
         x = rng.choice([rng.random(), 0.5, 0.25])  # duplicates exercise eviction
         window.append(x)
-        history.append(x)
+        history.append(f32(x))
         assert len(window) == min(len(history), 100)
         assert list(window) == history[-100:]
         assert p99(window) == p99(history[-100:])
@@ -30,10 +36,35 @@ def test_extend_positive_is_append_of_each_positive_sample() -> None:
     fast, slow = StepWindow(50), StepWindow(50)
     for _ in range(300):
         batch = [rng.choice([0.0, rng.random(), 0.5, 0.25]) for _ in range(rng.randrange(0, 5))]
-        positive = [x for x in batch if x > 0]
+        positive = [f32(x) for x in batch if x > 0]
         assert fast.extend_positive(batch) == len(positive)
         for x in positive:
             slow.append(x)
         assert list(fast) == list(slow)
         assert fast.sorted() == slow.sorted() == sorted(slow)
         assert fast.p99() == p99(slow) == p99(list(slow))
+
+
+def test_window_p99_holds_when_its_largest_leave_first() -> None:
+    """Falling step times (a warm-up ending) evict one of the largest samples at
+    every append: they are rebuilt, and the p99 is still that of the last N."""
+    for seq in (
+        [10.0 - i * 0.001 for i in range(3000)],
+        [float(1 + (i % 7)) for i in range(3000)],  # ties
+        [random.Random(i).random() for i in range(3000)],
+    ):
+        window, history = StepWindow(1000), []
+        for i in range(0, len(seq), 37):
+            window.extend_positive(seq[i : i + 37])
+            history.extend(f32(x) for x in seq[i : i + 37])
+            assert window.p99() == p99(history[-1000:])
+            assert len(window) == min(len(history), 1000)
+            assert list(window) == history[-1000:]
+
+
+def test_a_full_window_holds_its_times_in_4_kb() -> None:
+    window = StepWindow(1000)
+    assert window._fifo is None  # nothing allocated before the first sample
+    window.extend_positive([0.05] * 5000)
+    assert window._fifo is not None and window._fifo.itemsize * len(window._fifo) == 4000
+    assert len(window._top) <= 12

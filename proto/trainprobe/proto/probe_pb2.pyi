@@ -363,18 +363,34 @@ class ArrivalLag(_message.Message):
     def __init__(self, count: _Optional[int] = ..., last_s: _Optional[float] = ..., p50_s: _Optional[float] = ..., p99_s: _Optional[float] = ..., max_s: _Optional[float] = ..., missed: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("workers", "sidecar_version", "node", "omitted", "ray_watch")
+    __slots__ = ("workers", "sidecar_version", "node", "omitted", "ray_watch", "ingest")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     OMITTED_FIELD_NUMBER: _ClassVar[int]
     RAY_WATCH_FIELD_NUMBER: _ClassVar[int]
+    INGEST_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     sidecar_version: str
     node: str
     omitted: int
     ray_watch: RayWatchStatus
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ...) -> None: ...
+    ingest: IngestStatus
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ..., ingest: _Optional[_Union[IngestStatus, _Mapping]] = ...) -> None: ...
+
+class IngestStatus(_message.Message):
+    __slots__ = ("overloaded", "applied", "shed", "max_lag_s", "shed_per_s")
+    OVERLOADED_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    SHED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    SHED_PER_S_FIELD_NUMBER: _ClassVar[int]
+    overloaded: bool
+    applied: int
+    shed: int
+    max_lag_s: float
+    shed_per_s: float
+    def __init__(self, overloaded: bool = ..., applied: _Optional[int] = ..., shed: _Optional[int] = ..., max_lag_s: _Optional[float] = ..., shed_per_s: _Optional[float] = ...) -> None: ...
 
 class RayWatchStatus(_message.Message):
     __slots__ = ("snapshots", "last_snapshot_age_s", "truncated", "errors", "findings", "cpu_s")

@@ -198,7 +198,11 @@ class Sidecar:
         )
         #: The standard gRPC health service, for kubelet probes.
         checks = EngineHealth(self.engine, settings.engine_stall_s, clock=clock)
-        self.health = Health(checks.ticking, checks.workers_ok)
+        self.health = Health(
+            checks.ticking,
+            checks.workers_ok,
+            lambda: not self.servicer.shedder.load(clock()).overloaded,
+        )
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
@@ -242,6 +246,16 @@ class Sidecar:
             node=socket.gethostname(),
             omitted=omitted,
         )
+        load = self.servicer.shedder.load(now)
+        reply.ingest.CopyFrom(
+            probe_pb2.IngestStatus(
+                overloaded=load.overloaded,
+                applied=load.applied,
+                shed=load.shed,
+                max_lag_s=load.max_lag_s,
+                shed_per_s=load.shed_per_s,
+            )
+        )
         if self.ray_responder is not None:
             reply.ray_watch.CopyFrom(self.ray_responder.status())
         return reply
@@ -281,6 +295,7 @@ class Sidecar:
             lags=self.registry.arrivals.lags,
         )
         if self.telemetry is not None:
+            self.telemetry.ingest = self.servicer.shedder.load
             self.engine.sinks.append(self.telemetry)
             self.servicer.report_listeners.append(self.telemetry.on_report)
             self.actions.listeners.append(self.telemetry.on_action)

@@ -92,6 +92,14 @@ def format_status(
             f"({reply.omitted} more workers not shown: the reply is size-bounded; "
             "narrow it with --job)"
         )
+    if reply.HasField("ingest") and (reply.ingest.overloaded or reply.ingest.shed):
+        ing = reply.ingest
+        line = (
+            f"sidecar {'OVERLOADED' if ing.overloaded else 'was overloaded'}: {ing.shed} reports "
+            f"shed (applied for liveness only), {ing.applied} applied in full; "
+            f"{ing.shed_per_s:.0f} shed/s, ingest lag up to {ing.max_lag_s:.1f}s lately"
+        )
+        lines += [line] if wide else _wrap(line, width)
     if reply.HasField("ray_watch"):
         ray = format_ray_watch(reply.ray_watch)
         lines += ray if wide else [wrapped for line in ray for wrapped in _wrap(line, width)]

@@ -62,6 +62,7 @@ from trainprobe.sidecar.core.model import (
     WorkerState,
     heard_every_ms,
 )
+from trainprobe.sidecar.core.overload import IngestLoad, Shedder
 from trainprobe.sidecar.core.patience import PatienceBook, Stall
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.ray_kill import (
@@ -99,6 +100,7 @@ __all__ = [
     "GroupSeqData",
     "HelloData",
     "Incident",
+    "IngestLoad",
     "JobContext",
     "JobEpisodes",
     "JobView",
@@ -119,6 +121,7 @@ __all__ = [
     "ReportData",
     "RuleConfig",
     "SafeLogFormatter",
+    "Shedder",
     "StackSample",
     "Stall",
     "StallPolicy",

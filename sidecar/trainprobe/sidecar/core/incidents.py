@@ -50,6 +50,10 @@ class Incident:
     diagnosis: dict[str, object] | None = None
     #: For a hang: whether to act now or watch, and on which evidence (core/decision.py).
     decision: dict[str, object] | None = None
+    #: How long after their send the reports it was judged on reached the rules
+    #: (the sidecar's backlog, or a relay's batching), at most: part of the
+    #: detection latency that is not the rule's own threshold.
+    ingest_lag_s: float = 0.0
 
     @property
     def culprits(self) -> list[int]:
@@ -92,6 +96,7 @@ class Incident:
             "dry_run": self.dry_run,
             "targets": self.targets,
             "detection_latency_s": round(self.detection_latency_s, 3),
+            "ingest_lag_s": round(self.ingest_lag_s, 3),
             "evidence": self.evidence,
             "diagnosis": self.diagnosis,
             "decision": self.decision,
@@ -116,6 +121,11 @@ def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
     if state is None:
         return now
     ev = finding.evidence
+    # Ages judged as of the last report's send (rules.py): the onset as the
+    # reports show it, not as late as the sidecar got round to them.
+    lag = ev.get("as_of_lag_s")
+    if isinstance(lag, (int, float)) and lag > 0:
+        now -= lag
     for name in ("step_age_s", "report_age_s", "inflight_age_s", "elapsed_s"):
         value = ev.get(name)
         if isinstance(value, (int, float)):
@@ -124,6 +134,11 @@ def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
                 return now - value + limit  # the phase became late at its deadline
             return now - value
     return now
+
+
+def _lag_of(f: Finding) -> float:
+    lag = f.evidence.get("as_of_lag_s", 0.0)
+    return float(lag) if isinstance(lag, (int, float)) else 0.0
 
 
 def group_incidents(
@@ -156,6 +171,7 @@ def group_incidents(
                 evidence={str(f.key.rank): f.evidence for f in fs},
                 onset_at=min(onset_of(f, states.get(f.key), now) for f in fs),
                 targets=[f.key.rank for f in fs],
+                ingest_lag_s=max(_lag_of(f) for f in fs),
             )
         )
     incidents.sort(key=lambda i: -i.verdict.severity)

@@ -8,12 +8,14 @@ seconds), so tests drive time by hand.
 from __future__ import annotations
 
 import hmac
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
 
 from trainprobe.sidecar.core.arrival import ArrivalTracker
 from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
+    GPU_RATIO_WINDOW,
     ActivePhase,
     GpuMemoryData,
     HelloData,
@@ -177,15 +179,19 @@ class Registry:
         self._workers.pop(key, None)
         self.evicted += 1
 
-    def apply(self, state: WorkerState, report: ReportData, now: float) -> None:
+    def apply(
+        self, state: WorkerState, report: ReportData, now: float, sampled: bool = True
+    ) -> None:
         """Fold a report into its session. Raises ValidationError if absurd.
 
         Runs for every report: parts a report does not carry (phases, sync,
-        GPU) cost a test, not a new empty list or dict.
+        GPU) cost a test, not a new empty list or dict. ``sampled=False`` (a
+        late report, core/overload.py) applies what a verdict reads and
+        drops its samples: step times, GPU and sync figures, issue times.
         """
         validate_report(report)
         sent_s = report.mono_ns / 1e9
-        state.note_offset(now - sent_s)
+        state.note_offset(now - sent_s, now)
         sent_at = sent_s + state.offset_s
         state.last_sent_at = sent_at
         state.ingest_lag_s = now - sent_at
@@ -210,6 +216,22 @@ class Registry:
                 ActivePhase(p.name, state.to_local(p.start_mono_ns), p.timeout_s)
                 for p in report.active_phases
             ]
+        if sampled:
+            self._samples(state, report)
+        if report.sync is not None:
+            if sampled and report.sync.count:
+                state.sync_window = report.sync
+            state.inflight_since = {
+                g.group: state.to_local(g.oldest_inflight_start_mono_ns)
+                for g in report.sync.groups
+                if g.oldest_inflight_start_mono_ns
+            }
+            if sampled and report.sync.groups:
+                self.arrivals.observe(state, report.sync, now)
+        elif state.inflight_since:
+            state.inflight_since = {}
+
+    def _samples(self, state: WorkerState, report: ReportData) -> None:
         window = state.step_samples
         if report.recent_step_s:
             if window.extend_positive(report.recent_step_s):
@@ -220,18 +242,6 @@ class Registry:
             state.step_p99_s = window.p99()
         if report.gpu is not None:
             _fold_gpu(state, report.gpu)
-        if report.sync is not None:
-            if report.sync.count:
-                state.sync_window = report.sync
-            state.inflight_since = {
-                g.group: state.to_local(g.oldest_inflight_start_mono_ns)
-                for g in report.sync.groups
-                if g.oldest_inflight_start_mono_ns
-            }
-            if report.sync.groups:
-                self.arrivals.observe(state, report.sync, now)
-        elif state.inflight_since:
-            state.inflight_since = {}
 
     def close(
         self, state: WorkerState, generation: int, how: str, now: float, pid_alive: bool | None
@@ -327,7 +337,10 @@ def _fold_gpu(state: WorkerState, gpu: GpuMemoryData) -> None:
     """
     ratio = gpu.used_ratio
     if ratio is not None:
-        state.gpu_ratios.append(ratio)
+        ratios = state.gpu_ratios
+        if not isinstance(ratios, deque):
+            ratios = state.gpu_ratios = deque(maxlen=GPU_RATIO_WINDOW)
+        ratios.append(ratio)
         state.gpu = gpu
         return
     prev = state.gpu

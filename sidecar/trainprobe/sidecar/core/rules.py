@@ -176,22 +176,24 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     report_age = now - max(w.last_report_at, w.fresh_after)
     limit = heartbeat_limit_s(w, cfg)
     if report_age > limit:
-        out.append(
-            _finding(
-                w,
-                "heartbeat",
-                Verdict.UNRESPONSIVE,
-                report_age_s=round(report_age, 3),
-                timeout_s=limit,
-            )
+        silent = _finding(
+            w,
+            "heartbeat",
+            Verdict.UNRESPONSIVE,
+            report_age_s=round(report_age, 3),
+            timeout_s=limit,
         )
+        if not w.fresh_after:
+            _as_of(silent, w.ingest_lag_s)  # its last report was sent that much earlier
+        out.append(silent)
         return out  # every other rule needs fresh reports
     if not w.connected or w.fresh_after:
         return out  # fresh_after: its reports predate our freeze; wait for a new one
     # Ages as of the last report's send: what reached us late (the sidecar lagged)
     # is not the worker's fault, nor is a relaying node's wait for its next batch
     # (no report can come sooner). Bounded, so no clock a client sends hides a hang.
-    now -= min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit)
+    shift = min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit)
+    now -= shift
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(_degraded(w, cfg))
     if w.active_phases:
@@ -201,8 +203,17 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     else:
         hung = _progress(w, cfg, job, now)
     if hung is not None:
+        _as_of(hung, shift)
         out.append(hung)
     return out
+
+
+def _as_of(f: Finding, lag_s: float) -> None:
+    """Say that ``f``'s ages were judged as of ``lag_s`` before now (the last
+    report's send, or its relay batch): the onset is then that much earlier
+    than ``now - age``, and the incident's detection latency counts it."""
+    if lag_s >= 0.001:
+        f.evidence["as_of_lag_s"] = round(lag_s, 3)
 
 
 def _phase_overrun(w: WorkerState, cfg: RuleConfig, now: float) -> Finding | None:

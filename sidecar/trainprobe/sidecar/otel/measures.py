@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import HelloData, ReportData, WorkerState
+from trainprobe.sidecar.core.overload import IngestLoad
 from trainprobe.sidecar.otel.spans import AttrValue
 
 #: Bucket bounds in seconds: 1 ms .. 100 s for steps, 100 µs .. 60 s for syncs.
@@ -90,6 +91,26 @@ GPU_MEMORY_USAGE = InstrumentSpec(
 )
 GPU_MEMORY_LIMIT = InstrumentSpec("hw.gpu.memory.limit", "updown", "By", "GPU memory size")
 
+#: The sidecar's own load (core/overload.py): 1 while it sheds late reports.
+OVERLOADED = InstrumentSpec(
+    "trainprobe.sidecar.overloaded",
+    "gauge",
+    "1",
+    "1 while the sidecar sheds reports it got too late to apply in full (last 10 s), else 0",
+)
+REPORTS_SHED = InstrumentSpec(
+    "trainprobe.sidecar.reports.shed",
+    "gauge",
+    "{report}",
+    "Reports applied for liveness only since the sidecar started (they came too late)",
+)
+INGEST_LAG = InstrumentSpec(
+    "trainprobe.sidecar.ingest.lag",
+    "gauge",
+    "s",
+    "The largest lag from a report's send to the sidecar applying it, over the last 10-20 s",
+)
+
 INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     STEP_DURATION,
     SYNC_DURATION,
@@ -102,6 +123,9 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     WORKERS,
     GPU_MEMORY_USAGE,
     GPU_MEMORY_LIMIT,
+    OVERLOADED,
+    REPORTS_SHED,
+    INGEST_LAG,
 )
 
 Point = tuple[float, Mapping[str, AttrValue]]
@@ -164,9 +188,16 @@ class GaugeSnapshot:
         return self.points.get(spec.name, [])
 
 
-def gauge_snapshot(workers: Iterable[WorkerState], now: float) -> GaugeSnapshot:
-    """Gauges of every connected worker, and worker counts by verdict, at ``now``."""
+def gauge_snapshot(
+    workers: Iterable[WorkerState], now: float, ingest: IngestLoad | None = None
+) -> GaugeSnapshot:
+    """Gauges of every connected worker, and worker counts by verdict, at ``now``;
+    the sidecar's own load from ``ingest``."""
     snap = GaugeSnapshot()
+    if ingest is not None:
+        snap.add(OVERLOADED, 1.0 if ingest.overloaded else 0.0, {})
+        snap.add(REPORTS_SHED, float(ingest.shed), {})
+        snap.add(INGEST_LAG, ingest.max_lag_s, {})
     counts: dict[tuple[str, str, str], int] = {}
     for w in workers:
         state = "connected" if w.connected else (w.ended or "disconnected")

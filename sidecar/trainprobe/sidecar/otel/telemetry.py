@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import ReportData, WorkerState
+from trainprobe.sidecar.core.overload import IngestLoad
 from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError, telemetry_config
 from trainprobe.sidecar.otel.incident_spans import IncidentTracer
 from trainprobe.sidecar.otel.measures import (
@@ -71,6 +72,8 @@ class Telemetry:
         #: Arrival lags as the registry's comparisons close (drained here).
         self._lags = lags
         self._workers = workers
+        #: The sidecar's own load at a time (set by the server; None: not exported).
+        self.ingest: Callable[[float], IngestLoad] | None = None
         self._loop = loop
         self._clock = clock
         self._wall = wall_clock
@@ -150,7 +153,8 @@ class Telemetry:
         """A registry snapshot, taken on the loop (called from reader threads)."""
 
         def take() -> GaugeSnapshot:
-            return gauge_snapshot(self._workers(), self._clock())
+            now = self._clock()
+            return gauge_snapshot(self._workers(), now, self.ingest(now) if self.ingest else None)
 
         try:
             if asyncio.get_running_loop() is self._loop:

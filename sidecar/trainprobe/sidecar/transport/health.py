@@ -19,6 +19,11 @@ Two services:
   ``livenessProbe: grpc: {port: <sidecar port>, service: trainprobe.workers}``
   then has the kubelet restart it, without Ray.
 
+- ``trainprobe.ingest``: NOT_SERVING while the sidecar sheds load (a report
+  reached it too late to apply in full in the last 10 s, core/overload.py),
+  SERVING otherwise. For readiness probes and alerts: an overloaded sidecar
+  still judges every worker, so nothing should be restarted for it.
+
 A relay node (``--relay-to``) serves the same service: ``""`` while its relay
 loop runs, ``trainprobe.workers`` from an upstream kill order for a process
 it verified until that process is gone (:class:`DoomedPids`, with the same
@@ -51,6 +56,7 @@ __all__ = [
     "HEALTH_SERVICE",
     "MAX_WATCHERS",
     "MIN_NOT_SERVING_S",
+    "SERVICE_INGEST",
     "SERVICE_SIDECAR",
     "SERVICE_WORKERS",
     "DoomedPids",
@@ -61,6 +67,7 @@ __all__ = [
 HEALTH_SERVICE = "grpc.health.v1.Health"
 SERVICE_SIDECAR = ""
 SERVICE_WORKERS = "trainprobe.workers"
+SERVICE_INGEST = "trainprobe.ingest"
 #: Concurrent Watch streams; kubelets use Check, so a few are plenty.
 MAX_WATCHERS = 16
 #: The least time ``trainprobe.workers`` stays NOT_SERVING after a kill
@@ -151,8 +158,15 @@ class Health:
     """The gRPC service: Check and Watch, each answer computed when asked from
     two predicates (the sidecar serves; no worker of this host is doomed)."""
 
-    def __init__(self, sidecar_ok: Callable[[], bool], workers_ok: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        sidecar_ok: Callable[[], bool],
+        workers_ok: Callable[[], bool],
+        ingest_ok: Callable[[], bool] | None = None,
+    ) -> None:
         self._checks = {SERVICE_SIDECAR: sidecar_ok, SERVICE_WORKERS: workers_ok}
+        if ingest_ok is not None:
+            self._checks[SERVICE_INGEST] = ingest_ok
         self._watchers = 0
 
     def status(self, service: str) -> int:

@@ -20,7 +20,14 @@ import grpc
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.procs import still_alive
-from trainprobe.sidecar.core.model import ReportData, VerifiedProcess, WorkerState
+from trainprobe.sidecar.core.model import (
+    ReportData,
+    VerifiedProcess,
+    WorkerState,
+    heard_every_ms,
+    trim_applied,
+)
+from trainprobe.sidecar.core.overload import Shedder
 from trainprobe.sidecar.core.registry import Registry, RegistryError
 from trainprobe.sidecar.core.validate import ValidationError
 from trainprobe.sidecar.tasks import TaskSet
@@ -94,6 +101,8 @@ class SidecarServicer:
         self._diagnose_ray = diagnose_ray
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
+        #: Which reports are too late to apply in full (core/overload.py), and counts.
+        self.shedder = Shedder()
         self._closing = TaskSet()
         self._collect_pending = False
 
@@ -331,15 +340,23 @@ class SidecarServicer:
         kind = msg.WhichOneof("body")
         if kind == "report":
             report = pb.report_from_pb(msg.report)
+            now = self._clock()
+            # Late (newer ones are queued behind it): applied for liveness only.
+            late = state.reports > 0 and self.shedder.is_late(
+                now - (report.mono_ns / 1e9 + state.offset_s), heard_every_ms(state) / 1000.0
+            )
             try:
-                self.registry.apply(state, report, self._clock())
+                self.registry.apply(state, report, now, sampled=not late)
             except ValidationError as err:
                 return "rejected", (grpc.StatusCode.INVALID_ARGUMENT, f"bad report: {err}")
-            for listener in self.report_listeners:
-                try:
-                    listener(state, report)
-                except Exception:
-                    log.exception("report listener %r failed", listener)
+            self.shedder.note(now, state.ingest_lag_s, late)
+            if not late:
+                for listener in self.report_listeners:
+                    try:
+                        listener(state, report)
+                    except Exception:
+                        log.exception("report listener %r failed", listener)
+            trim_applied(report)
         elif kind == "command_result":
             self.commander.resolve(msg.command_result, state.key)
         elif kind == "goodbye":
