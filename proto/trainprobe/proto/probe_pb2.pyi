@@ -319,7 +319,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag")
+    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag", "replica", "evicted")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -347,6 +347,8 @@ class WorkerStatus(_message.Message):
     KILLED_RULE_FIELD_NUMBER: _ClassVar[int]
     KILLED_INCIDENT_FIELD_NUMBER: _ClassVar[int]
     ARRIVAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank: int
     local_rank: int
@@ -374,7 +376,9 @@ class WorkerStatus(_message.Message):
     killed_rule: str
     killed_incident: str
     arrival_lag: ArrivalLag
-    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ...) -> None: ...
+    replica: str
+    evicted: bool
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ..., replica: _Optional[str] = ..., evicted: bool = ...) -> None: ...
 
 class ArrivalLag(_message.Message):
     __slots__ = ("count", "last_s", "p50_s", "p99_s", "max_s", "missed", "group")

@@ -106,7 +106,10 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
         step = str(w.step) if w.has_step else "-"
         sync = _sync_text(w)
         verdict, state = w.verdict, w.state
-        if w.killed_rule:
+        if w.killed_rule and getattr(w, "evicted", False):
+            verdict = "EVICTED"
+            state = f"replica {w.replica} by {w.killed_rule} (incident {w.killed_incident})"
+        elif w.killed_rule:
             # What happened to it, not how its stream ended.
             verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
         elif w.suspect:
