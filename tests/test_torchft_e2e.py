@@ -222,3 +222,23 @@ def test_an_8s_stall_that_ends_by_itself_evicts_nothing(job: FtJob) -> None:
     time.sleep(1.0)
     resumed = [d for d in job.records("decision") if d.get("rule") == "resumed"]
     assert resumed, job.records("incident")
+
+
+@pytest.mark.parametrize("job", [("lock", 60), ("gil", 60)], indirect=True)
+def test_a_deadlocked_or_gil_holding_replica_is_evicted(job: FtJob) -> None:
+    out = run_fault(job)
+    assert_evicted_once(job, out["culprit"].pid, out["survivor"].pid)
+    decision = next(d for d in job.records("decision") if d.get("action") == "evict")
+    assert decision["rule"] == "patience" and not decision["definitive"]
+
+
+@pytest.mark.parametrize("job", [("checkpoint", 45), ("eval", 60)], indirect=True)
+def test_a_checkpoint_or_an_eval_on_every_replica_evicts_nothing(job: FtJob) -> None:
+    # checkpoint: one replica declares a 15 s checkpoint while the other waits for it;
+    # eval: every replica evaluates 5 s every 25 steps.
+    a = job.start("train_0", "eval" if job.fault == "eval" else "none")
+    b = job.start("train_1", job.fault)
+    wait_for(lambda: len(job.rows("done")) == 2, 240, 0.2, "both replicas to finish")
+    assert a.wait(30) == 0 and b.wait(30) == 0
+    assert [r.get("action") for r in job.records("action")] == []
+    assert {r["pid"] for r in job.rows("done")} == {a.pid, b.pid}
