@@ -51,6 +51,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--fault-at", type=int, default=20, help="committed step the fault starts at")
     p.add_argument("--fault-marker", type=Path, help="fault only while this file is absent")
     p.add_argument("--interval-ms", type=int, default=250, help="the hook's report interval")
+    p.add_argument(
+        "--stop-file", type=Path, help="once it holds a step number, train up to that step only"
+    )
     return p.parse_args()
 
 
@@ -126,8 +129,12 @@ def main() -> None:
     optimizer = torchft.Optimizer(manager, opt)
     faulty = args.fault != "none" and not (args.fault_marker and args.fault_marker.exists())
     emit(args.progress, event="start", replica=args.replica_id)
-    while manager.current_step() < args.steps:
+    last = args.steps
+    while manager.current_step() < last:
         step = manager.current_step()
+        if args.stop_file is not None and args.stop_file.exists():
+            text = args.stop_file.read_text().strip()
+            last = min(last, int(text)) if text.isdigit() else last
         optimizer.zero_grad()  # starts the quorum for this step
         g = torch.Generator().manual_seed(step)
         x = torch.randn(16, 8, generator=g)
