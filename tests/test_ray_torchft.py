@@ -36,7 +36,7 @@ def test_an_evicted_replica_group_is_replaced_alone() -> None:
 
             progress = workdir / "progress.jsonl"
             trainer = ray_torchft_job.make_trainer(
-                {"fault": "sleep", "fault_rank": 1, "steps": 60, "progress": str(progress)},
+                {"fault": "sleep", "fault_rank": 1, "steps": 200, "progress": str(progress)},
                 str(workdir / "storage"),
                 "ft-evict",
             )
