@@ -84,7 +84,8 @@ def train_func(config: dict[str, Any]) -> None:
             optimizer.zero_grad()
             x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step))
             time.sleep(float(cfg["step_s"]))
-            if faulty and step >= int(cfg["fault_at"]):
+            # Once another replica is in this step's quorum: it then waits for this one.
+            if faulty and step >= int(cfg["fault_at"]) and manager.num_participants() >= 2:
                 faulty = False
                 if marker is not None:
                     marker.touch()

@@ -48,7 +48,13 @@ def parse() -> argparse.Namespace:
     p.add_argument("--own-store", action="store_true", help="host this group's TCPStore")
     p.add_argument("--progress", type=Path, help="append one JSON line per committed step")
     p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--fault-at", type=int, default=20, help="committed step the fault starts at")
+    p.add_argument(
+        "--fault-at",
+        type=int,
+        default=20,
+        help="committed step the fault starts at, at the "
+        "first step from there whose quorum has another replica",
+    )
     p.add_argument("--fault-marker", type=Path, help="fault only while this file is absent")
     p.add_argument("--interval-ms", type=int, default=250, help="the hook's report interval")
     p.add_argument(
@@ -139,7 +145,9 @@ def main() -> None:
         g = torch.Generator().manual_seed(step)
         x = torch.randn(16, 8, generator=g)
         time.sleep(args.step_s)
-        if faulty and step >= args.fault_at:
+        # The fault comes once another replica trains with this one (the quorum of
+        # this step has both), so that replica waits for this one.
+        if faulty and step >= args.fault_at and manager.num_participants() >= 2:
             faulty = False
             if args.fault_marker is not None:
                 args.fault_marker.touch()
