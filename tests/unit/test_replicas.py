@@ -177,3 +177,17 @@ def test_replicated_patience_acts_before_torchft_timeouts_and_backs_off() -> Non
     assert fresh.replica_patience_s("job", "train.py:40", 200.0)[0] == MAX_BACKOFF_S
     assert fresh.replica_patience_s("job", "train.py:40", 160.0 + BACKOFF_WINDOW_S)[0] == 12.0
     assert PatienceBook(replica_setting_s=5.0).replica_patience_s("j", "", 0.0)[0] == 5.0
+
+
+def test_a_thread_waiting_inside_torchft_counts_as_a_collective_wait() -> None:
+    from trainprobe.sidecar.core.evidence import COLLECTIVE, classify_frames
+    from trainprobe.sidecar.core.stackframes import Frame
+
+    sp = "/venv/lib/python3.11/site-packages"
+    frames = [  # innermost first: the quorum future's wait, called from training
+        Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+        Frame(f"{sp}/torchft/manager.py", 627, "wait_quorum"),
+        Frame(f"{sp}/trainprobe/hooks/torchft.py", 188, "ft_comm_hook"),
+        Frame("/work/train.py", 40, "main", "loss.backward()"),
+    ]
+    assert classify_frames(frames) == COLLECTIVE
