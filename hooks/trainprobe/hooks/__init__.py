@@ -20,6 +20,9 @@ Framework callbacks, in their own modules (imported only from there, so
   ``Trainer(callbacks=[LivenessProbeCallback()])``.
 - ``trainprobe.hooks.transformers.LivenessProbeCallback``: Hugging Face
   ``Trainer``/``Seq2SeqTrainer``, ``Trainer(..., callbacks=[LivenessProbeCallback()])``.
+- ``trainprobe.hooks.torchft``: ``DistributedDataParallel(manager, module)``,
+  torchft's wrapper with a comm hook whose error path works; the hook's
+  :meth:`LivenessProbeHook.watch_torchft` reports the replica group.
 """
 
 # First: gRPC must be imported with its fork handlers off (see _grpc_fork).

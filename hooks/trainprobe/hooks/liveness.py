@@ -104,6 +104,9 @@ class LivenessProbeHook(CollectiveMethods):
             figures; by default the current device if CUDA is already
             initialized, else learned later (see :class:`~trainprobe.hooks.gpu.GpuMonitor`).
         start: start the background thread now (tests may delay it).
+        torchft: a torchft ``Manager`` to watch from the first Hello on (the
+            same as :meth:`watch_torchft` right after construction, without
+            a first session under the replica-local rank).
 
     :meth:`on_step_end` is the only call on the training thread's hot path: it
     stores a timestamp and a counter and nothing else. All I/O happens in one
@@ -121,6 +124,7 @@ class LivenessProbeHook(CollectiveMethods):
         token: str | None = None,
         cuda_device: int | None = None,
         start: bool = True,
+        torchft: Any = None,
     ) -> None:
         if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
             raise ValueError(f"interval_ms must be an integer in 10..60000, got {interval_ms!r}")
@@ -129,6 +133,8 @@ class LivenessProbeHook(CollectiveMethods):
         self._reader = StepWindowReader(self._ring)
         self._init_collectives(self._ring, cuda_device)
         self._collectors: list[Collector] = [self._gpu.collect, self._collect_sync]
+        #: The torchft Manager's view of this process's replica (watch_torchft).
+        self._replica: Any = None
         self._args = (job_id, rank, world_size, local_rank)
         self._seq = 0
         self._closed = False
@@ -165,6 +171,8 @@ class LivenessProbeHook(CollectiveMethods):
                 "create one per process and share it (both would report as rank %d)",
                 self.identity.rank,
             )
+        if torchft is not None:
+            self.watch_torchft(torchft)
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
         self._thread_ids = (threading.get_ident(), threading.get_native_id())
@@ -212,6 +220,63 @@ class LivenessProbeHook(CollectiveMethods):
                 log.warning("trainprobe: phase %r: ignoring bad timeout_s=%r", name, timeout_s)
                 t = 0.0
         return _Phase(self, str(name), t)
+
+    def watch_torchft(self, manager: Any, num_replicas: int | None = None) -> bool:
+        """Report this process's replica group from a torchft ``Manager``.
+
+        Hello then carries the replica id, group rank and group world size, and
+        every report the quorum id, committed step and what the training thread
+        waits for inside torchft (quorum, replicated allreduce, commit). The
+        sidecar judges the job as replica groups: a replica that stopped
+        stepping while the others wait for it is the culprit, the waiting ones
+        are never killed, and its action is to evict the culprit group.
+
+        The job-wide rank is torchft's own (the replica id's trailing digits x
+        group world size + group rank) when the identity did not already give
+        a job-wide one (Ray Train does; one torchrun per replica group does not);
+        ``num_replicas`` sets the job-wide world size in that case (default: the
+        Manager's ``min_replica_size``). Set ``TRAINPROBE_JOB_ID`` alike in every
+        replica so they are one job. Use :class:`trainprobe.hooks.torchft.
+        DistributedDataParallel` (torchft's wrapper with a comm hook whose error
+        path works) to also count the replicated allreduce. Never raises.
+        """
+        try:
+            from trainprobe.hooks import torchft as ft
+
+            first = self._replica is None
+            watch = ft.install(manager, self._sync.group(ft.GROUP))
+            self._replica = watch
+            if first:
+                self._collectors.append(watch.collect)
+            self._adopt_replica_rank(watch, manager, num_replicas)
+            return True
+        except Exception:
+            log.warning("trainprobe: watch_torchft failed; no replica reported", exc_info=True)
+            return False
+
+    def _adopt_replica_rank(self, watch: Any, manager: Any, num_replicas: int | None) -> None:
+        from trainprobe.hooks.torchft import replica_rank
+
+        job_id, rank, world_size, local_rank = self._args
+        ident = self.identity
+        if rank is not None or ident.world_size > watch.group_world_size:
+            return  # the identity is already job-wide (Ray Train, or given)
+        global_rank = replica_rank(watch.replica_id, watch.group_rank, watch.group_world_size)
+        if global_rank is None:
+            log.warning(
+                "trainprobe: torchft replica id %r has no trailing number: give the hook a "
+                "job-wide rank (TRAINPROBE_RANK) so replicas do not share ranks",
+                watch.replica_id,
+            )
+            return
+        replicas = num_replicas or int(getattr(manager, "_min_replica_size", 1) or 1)
+        world = max(world_size or 0, replicas * watch.group_world_size, global_rank + 1)
+        local = ident.local_rank if local_rank is None else local_rank
+        if (global_rank, world) == (ident.rank, ident.world_size):
+            return
+        self._args = (job_id, global_rank, world, local)
+        self.identity = resolve_identity(*self._args, ray_info=self._ray)
+        self._reporter.renew()  # a new session, under the job-wide rank
 
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
@@ -267,6 +332,7 @@ class LivenessProbeHook(CollectiveMethods):
             stack_file=self.stack_signal.path,
             thread_id=self._thread_ids[0],
             thread_native_id=self._thread_ids[1],
+            replica=self._replica.identity_pb() if self._replica is not None else None,
             ray=probe_pb2.RayIdentity(
                 job_id=ident.ray.job_id,
                 node_id=ident.ray.node_id,
@@ -318,6 +384,13 @@ class LivenessProbeHook(CollectiveMethods):
             )
         if kind == "notice":
             notices.receive_pb(command.notice)
+            replica = self._replica
+            if command.notice.evicted_replica and replica is not None:
+                # The survivors discard this step now (should_commit() is False)
+                # instead of committing one the evicted replica took part in.
+                told = replica.report_error(notices.latest_line())
+                method = "report_error" if told else "logged"
+                return probe_pb2.CommandResult(command_id=command.id, ok=True, method=method)
             return probe_pb2.CommandResult(command_id=command.id, ok=True, method="logged")
         if kind == "abort":
             self._abort(command.abort.reason, command.abort.grace_s)

@@ -17,7 +17,7 @@ from typing import Any
 
 log = logging.getLogger("trainprobe.hooks")
 
-__all__ = ["KillNotice", "explain", "latest", "receive", "receive_pb"]
+__all__ = ["KillNotice", "explain", "latest", "latest_line", "receive", "receive_pb"]
 
 #: A notice explains errors for this long after it came (the peers' errors
 #: follow the kill within seconds; gloo's own timeout is at most minutes).
@@ -37,6 +37,8 @@ class KillNotice:
         verdict: str,
         rule: str,
         reason: str,
+        evicted_replica: str = "",
+        replicas_left: int = 0,
     ) -> None:
         self.incident_id = incident_id[:64]
         self.job_id = job_id[:128]
@@ -46,6 +48,11 @@ class KillNotice:
         which = "ranks" if len(self.killed_ranks) > 1 else "rank"
         why = f"{verdict} ({rule})" if rule else verdict
         text = f"trainprobe killed {which} {ranks} of job {self.job_id}: {why}"
+        if evicted_replica:
+            text = (
+                f"trainprobe evicted replica {evicted_replica[:128]} ({which} {ranks}) of job "
+                f"{self.job_id}; {replicas_left} replicas go on: {why}"
+            )
         if reason:
             text += f": {reason}"
         self.line = f"{text[:_MAX_TEXT]} [incident {self.incident_id}]"
@@ -65,7 +72,24 @@ def receive(notice: KillNotice) -> None:
 
 def receive_pb(n: Any) -> None:
     """:func:`receive` a ``probe_pb2.Notice``."""
-    receive(KillNotice(n.incident_id, n.job_id, list(n.killed_ranks), n.verdict, n.rule, n.reason))
+    receive(
+        KillNotice(
+            n.incident_id,
+            n.job_id,
+            list(n.killed_ranks),
+            n.verdict,
+            n.rule,
+            n.reason,
+            getattr(n, "evicted_replica", ""),
+            getattr(n, "replicas_left", 0),
+        )
+    )
+
+
+def latest_line() -> str:
+    """The last notice's line, or a generic one."""
+    notice = _latest
+    return notice.line if notice is not None else "trainprobe evicted a replica"
 
 
 def latest() -> KillNotice | None:

@@ -69,6 +69,8 @@ class Reporter:
         self._backoff = Backoff(cap_s=backoff_cap_s)
         self._watch = SocketWatch(target)
         self._closing = False
+        #: Set by renew(): end this session with a Goodbye and open a new one at once.
+        self._renewing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._next_build = 0.0
@@ -94,6 +96,14 @@ class Reporter:
                 loop.call_soon_threadsafe(self._poke)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
+
+    def renew(self) -> None:
+        """Start a new session (a new Hello: the identity changed). Returns at once."""
+        self._renewing = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._poke)
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -134,6 +144,9 @@ class Reporter:
             self.connected = False
             if self._closing:
                 break
+            if self._renewing:
+                self._renewing = False
+                continue
             if self._watch.note_failure():
                 self._backoff.reset()
             await self._idle(
@@ -215,6 +228,7 @@ class Reporter:
             self._outbox = asyncio.Queue()
             reader = asyncio.ensure_future(self._read_commands(call))
             try:
+                self._renewing = False  # this Hello has the newest identity
                 hello = self._make_hello()
                 hello.identity_ticket = ticket
                 hello.session_secret = self._session_secret
@@ -261,7 +275,7 @@ class Reporter:
             if reader.done():
                 reader.result()  # raises the stream's error
                 return
-            if self._closing:
+            if self._closing or self._renewing:
                 await self._say_goodbye(call, reader, write_timeout)
                 return
             wait_s = self._next_build - loop.time()

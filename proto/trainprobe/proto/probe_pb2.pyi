@@ -32,7 +32,7 @@ class RayIdentity(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., trial_or_run_name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret")
+    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret", "replica")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class Hello(_message.Message):
     THREAD_NATIVE_ID_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_TICKET_FIELD_NUMBER: _ClassVar[int]
     SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     hook_version: str
     job_id: str
@@ -78,7 +79,34 @@ class Hello(_message.Message):
     thread_native_id: int
     identity_ticket: bytes
     session_secret: bytes
-    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
+    replica: ReplicaIdentity
+    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ..., replica: _Optional[_Union[ReplicaIdentity, _Mapping]] = ...) -> None: ...
+
+class ReplicaIdentity(_message.Message):
+    __slots__ = ("replica_id", "group_rank", "group_world_size")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_RANK_FIELD_NUMBER: _ClassVar[int]
+    GROUP_WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    group_rank: int
+    group_world_size: int
+    def __init__(self, replica_id: _Optional[str] = ..., group_rank: _Optional[int] = ..., group_world_size: _Optional[int] = ...) -> None: ...
+
+class ReplicaProgress(_message.Message):
+    __slots__ = ("quorum_id", "step", "participants", "waiting", "waiting_since_mono_ns", "errored")
+    QUORUM_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_SINCE_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    ERRORED_FIELD_NUMBER: _ClassVar[int]
+    quorum_id: int
+    step: int
+    participants: int
+    waiting: str
+    waiting_since_mono_ns: int
+    errored: bool
+    def __init__(self, quorum_id: _Optional[int] = ..., step: _Optional[int] = ..., participants: _Optional[int] = ..., waiting: _Optional[str] = ..., waiting_since_mono_ns: _Optional[int] = ..., errored: bool = ...) -> None: ...
 
 class StepStats(_message.Message):
     __slots__ = ("count", "sum_s", "max_s")
@@ -181,7 +209,7 @@ class SyncStats(_message.Message):
     def __init__(self, count: _Optional[int] = ..., p50_s: _Optional[float] = ..., max_s: _Optional[float] = ..., bytes: _Optional[int] = ..., sum_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[CollectiveSample, _Mapping]]] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("seq", "mono_ns", "wall_ns", "has_step", "last_step", "last_step_mono_ns", "step_stats", "active_phases", "finished_phases", "dropped_reports", "recent_steps", "recent_step_end_mono_ns", "recent_step_s", "total_steps", "gpu_memory", "sync")
+    __slots__ = ("seq", "mono_ns", "wall_ns", "has_step", "last_step", "last_step_mono_ns", "step_stats", "active_phases", "finished_phases", "dropped_reports", "recent_steps", "recent_step_end_mono_ns", "recent_step_s", "total_steps", "gpu_memory", "sync", "replica")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     MONO_NS_FIELD_NUMBER: _ClassVar[int]
     WALL_NS_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +226,7 @@ class Report(_message.Message):
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_FIELD_NUMBER: _ClassVar[int]
     SYNC_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     seq: int
     mono_ns: int
     wall_ns: int
@@ -214,7 +243,8 @@ class Report(_message.Message):
     total_steps: int
     gpu_memory: GpuMemory
     sync: SyncStats
-    def __init__(self, seq: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., has_step: bool = ..., last_step: _Optional[int] = ..., last_step_mono_ns: _Optional[int] = ..., step_stats: _Optional[_Union[StepStats, _Mapping]] = ..., active_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., finished_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., recent_steps: _Optional[_Iterable[int]] = ..., recent_step_end_mono_ns: _Optional[_Iterable[int]] = ..., recent_step_s: _Optional[_Iterable[float]] = ..., total_steps: _Optional[int] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync: _Optional[_Union[SyncStats, _Mapping]] = ...) -> None: ...
+    replica: ReplicaProgress
+    def __init__(self, seq: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., has_step: bool = ..., last_step: _Optional[int] = ..., last_step_mono_ns: _Optional[int] = ..., step_stats: _Optional[_Union[StepStats, _Mapping]] = ..., active_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., finished_phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., recent_steps: _Optional[_Iterable[int]] = ..., recent_step_end_mono_ns: _Optional[_Iterable[int]] = ..., recent_step_s: _Optional[_Iterable[float]] = ..., total_steps: _Optional[int] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync: _Optional[_Union[SyncStats, _Mapping]] = ..., replica: _Optional[_Union[ReplicaProgress, _Mapping]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "error", "python_stacks", "flight_recorder_json", "method")
@@ -253,20 +283,24 @@ class Abort(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., grace_s: _Optional[float] = ...) -> None: ...
 
 class Notice(_message.Message):
-    __slots__ = ("incident_id", "job_id", "killed_ranks", "verdict", "rule", "reason")
+    __slots__ = ("incident_id", "job_id", "killed_ranks", "verdict", "rule", "reason", "evicted_replica", "replicas_left")
     INCIDENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     KILLED_RANKS_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_LEFT_FIELD_NUMBER: _ClassVar[int]
     incident_id: str
     job_id: str
     killed_ranks: _containers.RepeatedScalarFieldContainer[int]
     verdict: str
     rule: str
     reason: str
-    def __init__(self, incident_id: _Optional[str] = ..., job_id: _Optional[str] = ..., killed_ranks: _Optional[_Iterable[int]] = ..., verdict: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    evicted_replica: str
+    replicas_left: int
+    def __init__(self, incident_id: _Optional[str] = ..., job_id: _Optional[str] = ..., killed_ranks: _Optional[_Iterable[int]] = ..., verdict: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., evicted_replica: _Optional[str] = ..., replicas_left: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
     __slots__ = ("id", "dump_stacks", "abort", "notice")
@@ -287,7 +321,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag")
+    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag", "replica", "evicted")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +349,8 @@ class WorkerStatus(_message.Message):
     KILLED_RULE_FIELD_NUMBER: _ClassVar[int]
     KILLED_INCIDENT_FIELD_NUMBER: _ClassVar[int]
     ARRIVAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank: int
     local_rank: int
@@ -342,7 +378,9 @@ class WorkerStatus(_message.Message):
     killed_rule: str
     killed_incident: str
     arrival_lag: ArrivalLag
-    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ...) -> None: ...
+    replica: str
+    evicted: bool
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ..., replica: _Optional[str] = ..., evicted: bool = ...) -> None: ...
 
 class ArrivalLag(_message.Message):
     __slots__ = ("count", "last_s", "p50_s", "p99_s", "max_s", "missed", "group")

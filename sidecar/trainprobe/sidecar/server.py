@@ -184,7 +184,9 @@ class Sidecar:
             stacks=self.stacks,
             job_view=self.job_view,
             sidecar_id=sidecar_id or f"{socket.gethostname()}:{os.getpid()}",
-            patience=PatienceBook(settings.hang_patience_s),
+            patience=PatienceBook(
+                settings.hang_patience_s, replica_setting_s=settings.replica_patience_s
+            ),
         )
         self.job_sync = _job_sync(self.engine, killer, settings)
         self.servicer = SidecarServicer(

@@ -16,7 +16,12 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.killers import DUMP_TIMEOUT_S, Killer
 from trainprobe.sidecar.act.stacks import proc_uid, remove_stack_file
-from trainprobe.sidecar.core.actions import Action, action_record, is_destructive
+from trainprobe.sidecar.core.actions import (
+    Action,
+    action_record,
+    eviction_line,
+    is_destructive,
+)
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.recovery import RecoveryWatch
@@ -119,6 +124,8 @@ class Actions:
             return
         if action == Action.DUMP:
             await self.dump(incident, targets)
+        elif action == Action.EVICT:
+            await self.evict(incident, targets)
         elif is_destructive(action):
             await self.kill(incident, targets, restart=action == Action.RESTART)
 
@@ -153,7 +160,47 @@ class Actions:
         )
         self._record(incident, ok=ok, outcomes=records)
 
-    async def _notify_peers(self, incident: Incident, targets: list[WorkerState]) -> None:
+    async def evict(self, incident: Incident, targets: list[WorkerState]) -> None:
+        """End a replicated job's culprit replica group; the other replicas go on.
+
+        The survivors are told first, over each one's command stream: a hook
+        that watches a torchft Manager reports the error to it, so the step
+        the evicted replica was part of is discarded (``should_commit()`` is
+        False) and the next quorum forms without it. Then the group's
+        processes are ended through the same killer as a kill (verified pids
+        only; a gone process is simply recorded as exited). Nothing else of
+        the job is touched: no sweep follows.
+        """
+        ev = (incident.diagnosis or {}).get("eviction")
+        ev = ev if isinstance(ev, dict) else {}
+        replicas = [str(r) for r in ev.get("replicas") or ()]
+        left = int(ev.get("replicas_left") or 0)
+        line = eviction_line(replicas, left)
+        await self._notify_peers(incident, targets, ",".join(replicas), left)
+        records, ok = await self._kill_all(incident.id, targets, restart=False)
+        log.warning(
+            "incident %s: %s (ranks %s) -> %s",
+            incident.id,
+            line,
+            incident.targets,
+            "done" if ok else records,
+        )
+        self._record(
+            incident,
+            ok=ok,
+            outcomes=records,
+            evicted_replicas=replicas,
+            replicas_left=left,
+            summary=line,
+        )
+
+    async def _notify_peers(
+        self,
+        incident: Incident,
+        targets: list[WorkerState],
+        evicted_replica: str = "",
+        replicas_left: int = 0,
+    ) -> None:
         """Tell the job's other connected ranks whom we kill and why, before we do.
 
         Their next collective fails because the peer is gone; with the notice
@@ -177,6 +224,8 @@ class Actions:
             verdict=incident.verdict.value,
             rule=incident.rule,
             reason=text.splitlines()[0][:300] if text else "",
+            evicted_replica=evicted_replica,
+            replicas_left=replicas_left,
         )
         await asyncio.gather(
             *(self.commander.request(w.key, NOTICE_TIMEOUT_S, notice=notice) for w in peers)

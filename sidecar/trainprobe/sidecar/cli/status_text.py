@@ -55,7 +55,10 @@ def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
             else _bytes(g.reserved_bytes)
         )
     verdict, state = w.verdict, w.state
-    if w.killed_rule:
+    if w.killed_rule and w.evicted:
+        verdict = "EVICTED"
+        state = f"replica {w.replica} by {w.killed_rule} (incident {w.killed_incident})"
+    elif w.killed_rule:
         # What happened to it, not how its stream ended.
         verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
     elif w.suspect:

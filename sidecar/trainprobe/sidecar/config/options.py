@@ -247,6 +247,17 @@ OPTIONS: tuple[Option, ...] = (
         default_text="auto",
     ),
     Option(
+        "replica_patience_s",
+        v.auto_or_seconds(0, 604800),
+        "hang_patience_s for a replicated (torchft) job whose culprit replica group is "
+        "named: its action is to evict that group while the others go on, which costs one "
+        "replica's restart, not the job's. 'auto' = max(12 s, 2 x the longest stall of the "
+        "job that ended by itself), before torchft's own timeouts (30-60 s) end the step; "
+        "a replica evicted again at the same place waits 2x longer each time (at most 600 s).",
+        _A,
+        default_text="auto",
+    ),
+    Option(
         "job_kill_grace_s",
         v.seconds(0, 3600),
         "After a hang's culprits are killed, the job's other ranks that are still alive and "

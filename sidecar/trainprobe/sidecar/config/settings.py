@@ -96,6 +96,7 @@ class Settings:
     max_kills_per_hour: int = 10
     on_inconclusive: str = INCONCLUSIVE_CHOICES[0]
     hang_patience_s: float | None = None
+    replica_patience_s: float | None = None
     job_kill_grace_s: float = 10.0
     stack_timeout_s: float = 1.0
     # integrations

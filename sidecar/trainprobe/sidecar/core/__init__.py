@@ -4,7 +4,14 @@ Nothing here imports gRPC, Ray or OpenTelemetry, and every function takes the
 current time as an argument, so the whole decision path is unit-testable.
 """
 
-from trainprobe.sidecar.core.actions import ACTIONS, Action, action_record, is_destructive
+from trainprobe.sidecar.core.actions import (
+    ACTIONS,
+    Action,
+    action_record,
+    eviction_line,
+    for_replicas,
+    is_destructive,
+)
 from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
 from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
 from trainprobe.sidecar.core.decision import (
@@ -73,6 +80,7 @@ from trainprobe.sidecar.core.ray_kill import (
 )
 from trainprobe.sidecar.core.recovery import RecoveryWatch
 from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
+from trainprobe.sidecar.core.replicas import ReplicaEvidence, apply_replicas, replica_evidence
 from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
 from trainprobe.sidecar.core.stackframes import Frame, ThreadStack, parse_stacks, stuck_at
 from trainprobe.sidecar.core.summary import summarize
@@ -118,6 +126,7 @@ __all__ = [
     "RecoveryWatch",
     "Registry",
     "RegistryError",
+    "ReplicaEvidence",
     "ReportData",
     "RuleConfig",
     "SafeLogFormatter",
@@ -139,11 +148,14 @@ __all__ = [
     "aged",
     "analyze",
     "analyze_job",
+    "apply_replicas",
     "assess",
     "classify_frames",
     "decide",
     "definitive_reason",
     "evaluate",
+    "eviction_line",
+    "for_replicas",
     "group_incidents",
     "heard_every_ms",
     "is_destructive",
@@ -160,6 +172,7 @@ __all__ = [
     "plan_targets",
     "printable",
     "refine",
+    "replica_evidence",
     "stale_after_s",
     "stall_threshold",
     "stuck_at",

@@ -10,13 +10,16 @@ class Action(str, Enum):
 
     A ``str`` enum so settings, incident records and comparisons with plain
     strings keep working; ``restart`` is a kill that asks the orchestrator
-    (Ray) to bring the worker group back.
+    (Ray) to bring the worker group back; ``evict`` ends one replica group of
+    a replicated (torchft) job and tells the others, which go on without it
+    (a kill or restart of a replicated job's culprit is carried out as one).
     """
 
     OBSERVE = "observe"
     DUMP = "dump"
     KILL = "kill"
     RESTART = "restart"
+    EVICT = "evict"
 
     def __str__(self) -> str:
         return self.value
@@ -31,13 +34,30 @@ class Action(str, Enum):
 
 #: Every action name, for settings choices and docs.
 ACTIONS: tuple[str, ...] = tuple(a.value for a in Action)
-DESTRUCTIVE = frozenset({Action.KILL, Action.RESTART})
+DESTRUCTIVE = frozenset({Action.KILL, Action.RESTART, Action.EVICT})
 #: What a DEGRADED verdict may get: it never kills.
 DEGRADED_ACTIONS: tuple[str, ...] = (Action.OBSERVE.value, Action.DUMP.value)
 
 
 def is_destructive(action: str) -> bool:
     return action in DESTRUCTIVE
+
+
+def for_replicas(action: str, replicated: bool) -> str:
+    """The action a culprit gets: a destructive one on a culprit replica group
+    is an eviction; ``evict`` on a job that is not replicated is a kill."""
+    if replicated and is_destructive(action):
+        return Action.EVICT
+    if not replicated and action == Action.EVICT:
+        return Action.KILL
+    return action
+
+
+def eviction_line(replicas: list[str], replicas_left: int) -> str:
+    """``replica R evicted; N replicas go on`` (incident, status, span, log)."""
+    which = ", ".join(replicas) or "?"
+    noun = "replica" if len(replicas) <= 1 else "replicas"
+    return f"{noun} {which} evicted; {replicas_left} replicas go on"
 
 
 def action_record(

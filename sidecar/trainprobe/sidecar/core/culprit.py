@@ -61,6 +61,11 @@ class RankSummary:
     phases: tuple[str, ...] = ()
     groups: tuple[GroupProgress, ...] = ()
     verdict: str = "OK"
+    #: The replica group (torchft) the rank trains in; "" when not replicated.
+    replica: str = ""
+    #: What it waits for inside torchft ("quorum", "allreduce", "commit"), or "".
+    ft_wait: str = ""
+    ft_wait_age_s: float = 0.0
 
     def group(self, name: str) -> GroupProgress | None:
         return next((g for g in self.groups if g.group == name), None)

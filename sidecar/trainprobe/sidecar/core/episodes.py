@@ -24,6 +24,7 @@ from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.culprit import MISMATCH, Diagnosis
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.model import Verdict, WorkerState
+from trainprobe.sidecar.core.replicas import replica_evidence
 
 __all__ = [
     "HANG_VERDICTS",
@@ -137,9 +138,23 @@ def plan_targets(
     of them that the rules find hung or unresponsive now.
     """
     served = set(served)
+    rep = replica_evidence(diagnosis.evidence)
+    # Ranks of replicas that only wait for another: never a target, whatever else says.
+    spared = rep.waiting_ranks if rep is not None else frozenset()
+    if rep is not None and rep.culprits:
+        group = rep.ranks_of(rep.culprits)
+        mine = [r for r in group if r in served and r not in spared]
+        why = (
+            f"culprit replica(s) {list(rep.culprits)} (ranks {group}): the group is evicted "
+            f"whole; replicas {list(rep.waiting)} wait for it and go on"
+        )
+        others = [r for r in group if r not in served]
+        if others:
+            why += f"; rank(s) {others} are served by another sidecar, which acts on them"
+        return mine, why
     if diagnosis.conclusive:
         culprits = list(diagnosis.culprits)
-        mine = [r for r in culprits if r in served]
+        mine = [r for r in culprits if r in served and r not in spared]
         why = (
             f"culprit rank(s) {culprits} ({diagnosis.kind}, confidence {diagnosis.confidence:.2f})"
         )
@@ -155,7 +170,7 @@ def plan_targets(
             # A tie: every rank in it is as much a suspect as the one whose stall
             # crossed the threshold first (ended together, not one now and one later).
             ranks |= set(diagnosis.waiting)
-        return sorted(ranks & served), why
+        return sorted((ranks & served) - spared), why
     return [], why
 
 
@@ -171,7 +186,9 @@ def late_stalled(ep: Episode, incident: Incident, policy: CulpritPolicy) -> list
         return []
     if not is_destructive(ep.action) or incident.verdict not in HANG_VERDICTS:
         return []
-    return list(incident.ranks)
+    rep = replica_evidence(ep.diagnosis.evidence)
+    spared = rep.waiting_ranks if rep is not None else frozenset()
+    return [r for r in incident.ranks if r not in spared]
 
 
 def _resolved(state: WorkerState | None, pid: int, since: float) -> bool:

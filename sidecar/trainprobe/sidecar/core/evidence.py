@@ -12,7 +12,8 @@ below the innermost user frame, then the user frame's own source line:
 
 | activity     | frames                                                        |
 |--------------|---------------------------------------------------------------|
-| collective   | torch.distributed, DDP, trainprobe's ddp/collective wrappers  |
+| collective   | torch.distributed, DDP, trainprobe's ddp/collective wrappers, |
+|              | torchft's Manager, process group and DDP                      |
 | checkpoint   | torch.save/load, torch.distributed.checkpoint, safetensors    |
 | data_loading | torch.utils.data, multiprocessing queues                      |
 | compile      | torch._dynamo, torch._inductor, triton                        |
@@ -66,6 +67,11 @@ _LIBRARY_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trainprobe/hooks/ddp",
             "trainprobe/hooks/collectives",
             "torch/distributed/algorithms",
+            # torchft: its quorum, replicated allreduce and commit wait for other replicas.
+            "trainprobe/hooks/torchft",
+            "torchft/manager",
+            "torchft/process_group",
+            "torchft/ddp",
         ),
     ),
     (

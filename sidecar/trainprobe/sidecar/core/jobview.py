@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.culprit import HEALTHY, Diagnosis, RankSummary, analyze
+from trainprobe.sidecar.core.replicas import apply_replicas
 
 __all__ = [
     "CoordinatorState",
@@ -106,7 +107,8 @@ def analyze_job(ranks: Sequence[RankSummary]) -> Diagnosis:
             HEALTHY,
             summary=f"no rank is hung or unresponsive ({len(live)} ranks reporting, {at})",
         )
-    return analyze(ranks)
+    # A replicated job: its culprit replica named, the replicas waiting for it spared.
+    return apply_replicas(ranks, analyze(ranks))
 
 
 class CoordinatorState:

@@ -64,6 +64,27 @@ class RayInfo:
 
 
 @dataclass(frozen=True)
+class ReplicaIdentityData:
+    """The replica group of a replicated (torchft) job a process trains in."""
+
+    replica_id: str
+    group_rank: int = 0
+    group_world_size: int = 1
+
+
+@dataclass(slots=True)
+class ReplicaProgressData:
+    """A report's torchft figures (see probe.proto ``ReplicaProgress``)."""
+
+    quorum_id: int = -1
+    step: int = 0
+    participants: int = 0
+    waiting: str = ""
+    waiting_since_mono_ns: int = 0
+    errored: bool = False
+
+
+@dataclass(frozen=True)
 class HelloData:
     protocol_version: int
     hook_version: str
@@ -86,6 +107,8 @@ class HelloData:
     thread_native_id: int = 0
     #: What resumes an unverified session (see Registry.open); never shown.
     session_secret: bytes = field(default=b"", repr=False)
+    #: Set for a rank of a replicated (torchft) job.
+    replica: ReplicaIdentityData | None = None
     #: (job_id, rank), built once: the report path asks for it on every report.
     key: WorkerKey = field(init=False, repr=False, compare=False)
 
@@ -186,6 +209,7 @@ class ReportData:
     recent_step_s: tuple[float, ...] = ()
     gpu: GpuMemoryData | None = None
     sync: SyncData | None = None
+    replica: ReplicaProgressData | None = None
 
 
 @dataclass(slots=True)
@@ -351,6 +375,8 @@ class WorkerState:
     #: The decision rule (stopped, patience, job_kill_grace...) and incident of that kill.
     killed_rule: str = ""
     killed_incident: str = ""
+    #: Ended by an eviction of its replica group (replicated jobs): the job went on.
+    evicted: bool = False
     #: Sidecar time of the oldest in-flight collective per group, mapped.
     inflight_since: dict[str, float] = field(default_factory=dict)
     #: How late it entered shared collectives (an ``arrival.LagStats``), once known.

@@ -29,6 +29,7 @@ def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSumma
             )
             for g in sync.groups
         )
+    wait, wait_age = _ft_wait(w, now)
     return RankSummary(
         rank=w.hello.rank,
         world_size=w.hello.world_size,
@@ -44,4 +45,16 @@ def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSumma
         phases=tuple(p.name for p in w.active_phases),
         groups=groups,
         verdict=w.verdict.value,
+        replica=w.hello.replica.replica_id if w.hello.replica is not None else "",
+        ft_wait=wait,
+        ft_wait_age_s=wait_age,
     )
+
+
+def _ft_wait(w: WorkerState, now: float) -> tuple[str, float]:
+    """What ``w`` waits for inside torchft, and for how long (its last report's word)."""
+    progress = w.last_report.replica if w.last_report is not None else None
+    if w.hello.replica is None or progress is None or not progress.waiting:
+        return "", 0.0
+    since = w.to_local(progress.waiting_since_mono_ns) if progress.waiting_since_mono_ns else now
+    return progress.waiting, round(max(0.0, now - since), 3)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from trainprobe.sidecar.core.actions import Action, is_destructive
+from trainprobe.sidecar.core.actions import Action, for_replicas, is_destructive
 from trainprobe.sidecar.core.culprit import Diagnosis, RankSummary, analyze
 from trainprobe.sidecar.core.episodes import (
     HANG_VERDICTS,
@@ -35,6 +35,7 @@ from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, m
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerState, heard_every_ms
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
 from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
 from trainprobe.sidecar.core.rules import RuleConfig, heartbeat_limit_s
 from trainprobe.sidecar.core.summary import summarize
 
@@ -193,7 +194,8 @@ class HangResponder:
             ):
                 continue
             # The sidecar that opened it judged the job in trouble: no health gate.
-            diag = analyze(self.summaries(job_id, now))
+            summaries = self.summaries(job_id, now)
+            diag = apply_replicas(summaries, analyze(summaries))
             incident = _remote_incident(note, job_id, now, self._wall())
             action = self._plan(incident, diag, served, findings, now)
             pids = {r: w.hello.pid for r, w in served.items() if not w.ended}
@@ -239,6 +241,15 @@ class HangResponder:
         incident.diagnosis = diag.to_record()
         decide(incident, self.policy, self.budget, now)
         incident.action_reason += f"; {why}"
+        rep = replica_evidence(diag.evidence)
+        if rep is not None and rep.culprits:
+            incident.action = for_replicas(incident.action, True)
+            if incident.action == Action.EVICT:
+                incident.diagnosis["eviction"] = {
+                    "replicas": list(rep.culprits),
+                    "replicas_left": rep.survivors,
+                }
+                return Action.OBSERVE  # the other replicas go on: no sweep
         if self.policy.dry_run:
             return Action.OBSERVE
         if is_destructive(incident.action):

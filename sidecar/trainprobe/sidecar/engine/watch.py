@@ -28,7 +28,7 @@ from dataclasses import replace
 from trainprobe.sidecar.act.evidence import EvidenceGatherer
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.stacks import StackCollector
-from trainprobe.sidecar.core.actions import Action, is_destructive
+from trainprobe.sidecar.core.actions import Action, for_replicas, is_destructive
 from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, Diagnosis
 from trainprobe.sidecar.core.decision import (
     ORPHANING_RULES,
@@ -39,11 +39,13 @@ from trainprobe.sidecar.core.decision import (
     suspect_line,
 )
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
+from trainprobe.sidecar.core.evidence import definitive_reason
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerKey, WorkerState
 from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
+from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
 from trainprobe.sidecar.engine.hangs import MAX_INSPECTED, HangResponder
 from trainprobe.sidecar.engine.pause import close_paused, judge_pause
 
@@ -155,10 +157,12 @@ class HangWatch:
                 ep.published = True
                 self.publish(incident)
             return ep.resumed_at is not None
-        diag = refine(analyze_job(summaries), evidence)
+        dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
+        # A replicated job: after the stacks, a waiting replica is still never a culprit.
+        diag = apply_replicas(summaries, refine(analyze_job(summaries), evidence), dead)
         where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
         diag = diag.with_where(where)
-        patience_s, basis = self.patience.patience_s(ep.job_id)
+        patience_s, basis = self._patience(ep.job_id, diag, now)
         j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
         action = self.policy.for_verdict(incident.verdict)
         if not j.act and not is_destructive(action):
@@ -181,6 +185,13 @@ class HangWatch:
             await self._act(incident, ep, j, now)
             return True
         return False
+
+    def _patience(self, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
+        """The job's patience: a replicated job's (short, backed off per place) or today's."""
+        rep = replica_evidence(diag.evidence)
+        if rep is None or not rep.culprits:
+            return self.patience.patience_s(job_id)
+        return self.patience.replica_patience_s(job_id, _place(diag, rep.culprits), now)
 
     def _states(self, ep: Episode) -> list[WorkerState]:
         """The job's ranks this sidecar serves: culprits first, at most MAX_INSPECTED."""
@@ -216,7 +227,13 @@ class HangWatch:
             "stacks_s": gatherer.stacks_s,
         }
         incident.decision = j.to_record()
-        action = self.policy.for_verdict(incident.verdict)
+        rep = replica_evidence(diag.evidence)
+        action = for_replicas(self.policy.for_verdict(incident.verdict), _evicting(diag))
+        if action == Action.EVICT and rep is not None:
+            incident.diagnosis["eviction"] = {
+                "replicas": list(rep.culprits),
+                "replicas_left": rep.survivors,
+            }
         when = "now" if j.act else f"after {j.patience_s:.0f}s patience unless the job resumes"
         reason = f"on_{incident.verdict.value.lower()}={action} {when}; {why}"
         if is_destructive(action) and not targets:
@@ -228,13 +245,22 @@ class HangWatch:
 
     async def _act(self, incident: Incident, ep: Episode, j: Judgement, now: float) -> None:
         decide(incident, self.policy, self.budget, now)
+        evicting = _evicting(ep.diagnosis)
+        incident.action = for_replicas(incident.action, evicting)
         incident.action_reason += f"; decided by {j.rule}: {j.why}"
         episodes = self.hangs.episodes
         destructive = is_destructive(incident.action) and not incident.dry_run
         sweep = incident.action if destructive else Action.OBSERVE
+        if incident.action == Action.EVICT:
+            # The other replicas go on: nothing of the job is swept after the grace.
+            sweep = Action.OBSERVE
+            rep = replica_evidence(ep.diagnosis.evidence)
+            if rep is not None and destructive:
+                self.patience.record_eviction(ep.job_id, _place(ep.diagnosis, rep.culprits), now)
         wanted = self.policy.for_verdict(incident.verdict)
         if (
             not self.policy.dry_run
+            and not evicting
             and ep.diagnosis.conclusive
             and not incident.targets
             and is_destructive(wanted)
@@ -254,6 +280,7 @@ class HangWatch:
             w = self.hangs.registry.get(WorkerKey(ep.job_id, rank))
             if w is not None:
                 w.killed_rule, w.killed_incident = j.rule, incident.id
+                w.evicted = incident.action == Action.EVICT
         record = {
             "type": "decision",
             "incident_id": incident.id,
@@ -309,3 +336,17 @@ class HangWatch:
             }
         )
         log.info("job %s: stall of %.1fs ended by itself (%s)", ep.job_id, length, where or "?")
+
+
+def _evicting(diag: Diagnosis) -> bool:
+    """A replicated job with a culprit replica: its action is an eviction."""
+    rep = replica_evidence(diag.evidence)
+    return rep is not None and bool(rep.culprits)
+
+
+def _place(diag: Diagnosis, replicas: tuple[str, ...]) -> str:
+    """Where a culprit replica is stuck (its first culprit's place), else its id."""
+    for rank in diag.culprits:
+        if diag.where.get(rank):
+            return diag.where[rank]
+    return "replica " + ",".join(replicas)

@@ -158,8 +158,16 @@ class IncidentTracer:
         unanswered = record.get("unanswered")
         if isinstance(unanswered, list):
             attrs["trainprobe.unanswered"] = [int(r) for r in unanswered]
+        evicted = record.get("evicted_replicas")
+        if isinstance(evicted, list):
+            # "replica R evicted; N replicas go on": the job was not restarted.
+            attrs["trainprobe.replicas.evicted"] = [str(r) for r in evicted]
+            attrs["trainprobe.replicas.left"] = int(record.get("replicas_left") or 0)  # type: ignore[call-overload]
+            attrs["trainprobe.action.summary"] = str(record.get("summary", ""))
         return SpanDesc(
-            name=f"action {incident.action}",
+            name=str(record["summary"])
+            if isinstance(evicted, list) and record.get("summary")
+            else f"action {incident.action}",
             trace_id=trace_id,
             span_id=span_id("action", parent),
             parent_id=parent,

@@ -14,6 +14,8 @@ from trainprobe.sidecar.core.model import (
     HelloData,
     PhaseData,
     RayInfo,
+    ReplicaIdentityData,
+    ReplicaProgressData,
     ReportData,
     SyncData,
     WorkerState,
@@ -47,6 +49,13 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         thread_id=m.thread_id,
         thread_native_id=m.thread_native_id,
         session_secret=m.session_secret,
+        replica=(
+            ReplicaIdentityData(
+                m.replica.replica_id[:128], m.replica.group_rank, max(1, m.replica.group_world_size)
+            )
+            if m.HasField("replica") and m.replica.replica_id
+            else None
+        ),
     )
 
 
@@ -133,6 +142,15 @@ def report_from_pb(m: probe_pb2.Report) -> ReportData:
         tuple(m.recent_step_s[:]),
         _gpu(m.gpu_memory) if m.HasField("gpu_memory") else None,
         _sync(m.sync) if m.HasField("sync") else None,
+        _replica(m.replica) if m.HasField("replica") else None,
+    )
+
+
+def _replica(r: probe_pb2.ReplicaProgress) -> ReplicaProgressData:
+    # Only the three names the hook sends; anything else is not a torchft wait.
+    waiting = r.waiting if r.waiting in ("quorum", "allreduce", "commit") else ""
+    return ReplicaProgressData(
+        r.quorum_id, r.step, r.participants, waiting, r.waiting_since_mono_ns, r.errored
     )
 
 
@@ -185,6 +203,8 @@ def status_pb(
         killed_rule=w.killed_rule,
         killed_incident=w.killed_incident,
         arrival_lag=_arrival_pb(w.arrival),
+        replica=h.replica.replica_id if h.replica is not None else "",
+        evicted=w.evicted,
     )
 
 

@@ -1,0 +1,74 @@
+"""Ray Train with TorchftConfig: a real local Ray, the per-node sidecar with its
+shipped defaults, 2 workers that are each their own torchft replica group
+(examples/ray_torchft_job.py). One worker sleeps inside its step: the sidecar
+evicts it through Ray, Ray Train replaces that replica group alone, the other
+worker never restarts, and both end with equal parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ray_support import EXAMPLES, init_local_ray, ray_environment
+from tests.support import read_jsonl
+
+pytest.importorskip("torchft")
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_an_evicted_replica_group_is_replaced_alone() -> None:
+    with ray_environment() as workdir:
+        ray = init_local_ray(num_cpus=2)
+        from trainprobe.sidecar import load_settings
+        from trainprobe.sidecar.ray import start_sidecars, stop_sidecars
+
+        try:
+            (placed,) = start_sidecars(
+                load_settings(env={}, cli={"state_dir": str(workdir / "state")})
+            )
+            if str(EXAMPLES) not in sys.path:
+                sys.path.insert(0, str(EXAMPLES))
+            import ray_torchft_job
+
+            progress = workdir / "progress.jsonl"
+            trainer = ray_torchft_job.make_trainer(
+                {"fault": "sleep", "fault_rank": 1, "steps": 200, "progress": str(progress)},
+                str(workdir / "storage"),
+                "ft-evict",
+            )
+            trainer.fit()
+            rows = read_jsonl(progress)
+            starts = [r for r in rows if r["event"] == "start"]
+            done = {r["rank"]: r for r in rows if r["event"] == "done"}
+            fault = next(r for r in rows if r["event"] == "fault")
+            assert [r["rank"] for r in starts].count(0) == 1, starts  # never restarted
+            assert [r["rank"] for r in starts].count(1) == 2, starts  # replaced once
+            assert done[0]["pid"] == next(r["pid"] for r in starts if r["rank"] == 0)
+            assert done[1]["pid"] != fault["pid"]
+            assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
+            survivor_steps = [r for r in rows if r["event"] == "step" and r["rank"] == 0]
+            assert {r["pid"] for r in survivor_steps} == {done[0]["pid"]}
+            resumed = next(r for r in survivor_steps if r["t"] > fault["t"] + 0.2)
+            replaced = next(
+                r for r in rows if r["event"] == "step" and r["rank"] == 1 and r["t"] > fault["t"]
+            )
+            print(
+                f"ray torchft sleep: survivor {resumed['t'] - fault['t']:.1f}s, "
+                f"replacement stepping {replaced['t'] - fault['t']:.1f}s after onset"
+            )
+            records = read_jsonl(Path(placed.incident_log))
+            evicts = [r for r in records if r.get("type") == "action" and r["action"] == "evict"]
+            assert len(evicts) == 1, records
+            assert evicts[0]["evicted_replicas"] == ["train_1"]
+            assert set(evicts[0]["outcomes"]) == {"1"}
+            assert evicts[0]["outcomes"]["1"]["method"] == "ray.kill"
+            kills = [r for r in records if r.get("type") == "action" and r["action"] != "evict"]
+            assert kills == []
+        finally:
+            with contextlib.suppress(Exception):
+                stop_sidecars()
+            ray.shutdown()

@@ -1,0 +1,193 @@
+"""Replicated jobs (torchft) in the pure core: culprit replica, spared waiters, evict, patience."""
+
+from __future__ import annotations
+
+from trainprobe.sidecar.core.actions import (
+    ACTIONS,
+    Action,
+    eviction_line,
+    for_replicas,
+    is_destructive,
+)
+from trainprobe.sidecar.core.culprit import (
+    INCONCLUSIVE,
+    STRAGGLER,
+    UNRESPONSIVE,
+    Diagnosis,
+    GroupProgress,
+    RankSummary,
+    analyze,
+)
+from trainprobe.sidecar.core.episodes import CulpritPolicy, plan_targets
+from trainprobe.sidecar.core.jobview import analyze_job
+from trainprobe.sidecar.core.patience import (
+    BACKOFF_WINDOW_S,
+    MAX_BACKOFF_S,
+    REPLICA_FLOOR_S,
+    PatienceBook,
+)
+from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
+
+
+def rank(
+    r: int,
+    replica: str,
+    wait: str = "",
+    *,
+    world: int = 2,
+    step: int = 10,
+    step_age: float = 9.0,
+    reporting: bool = True,
+    inflight: bool = False,
+    phases: tuple[str, ...] = (),
+) -> RankSummary:
+    groups = (
+        GroupProgress("torchft", step + 1, step, 9.0, "allreduce", step + 1)
+        if inflight
+        else GroupProgress("torchft", step, step),
+    )
+    return RankSummary(
+        rank=r,
+        world_size=world,
+        pid=1000 + r,
+        reporting=reporting,
+        report_age_s=0.2 if reporting else 6.0,
+        has_step=True,
+        step=step,
+        step_age_s=step_age,
+        phases=phases,
+        groups=groups,
+        verdict="HUNG",
+        replica=replica,
+        ft_wait=wait,
+        ft_wait_age_s=9.0 if wait else 0.0,
+    )
+
+
+def test_the_replica_that_stopped_is_the_culprit_and_the_waiting_one_is_spared() -> None:
+    ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1")]
+    diag = analyze_job(ranks)
+    assert diag.kind == STRAGGLER
+    assert diag.culprits == (1,)
+    assert diag.waiting == (0,)
+    rep = replica_evidence(diag.evidence)
+    assert rep is not None
+    assert rep.culprits == ("train_1",) and rep.waiting == ("train_0",)
+    assert rep.survivors == 1
+    assert "replica train_1" in diag.summary and "quorum" in diag.summary
+
+
+def test_a_group_of_two_ranks_is_named_whole_and_targeted_whole() -> None:
+    # Replica A = ranks 0,1 waits in the allreduce; replica B = ranks 2,3: rank 2
+    # sleeps, rank 3 waits for it inside its own group's collective.
+    ranks = [
+        rank(0, "A", "allreduce", world=4, inflight=True),
+        rank(1, "A", "allreduce", world=4, inflight=True),
+        rank(2, "B", world=4),
+        rank(3, "B", "allreduce", world=4, inflight=True),
+    ]
+    diag = analyze_job(ranks)
+    assert diag.culprits == (2,)
+    assert set(diag.waiting) == {0, 1}
+    targets, why = plan_targets(diag, {0, 1, 2, 3}, {0, 1, 2, 3}, CulpritPolicy())
+    assert targets == [2, 3]
+    assert "evicted whole" in why
+
+
+def test_collectives_alone_would_blame_a_waiting_replica_but_never_do() -> None:
+    # The sequence numbers say rank 0 is behind (a newcomer at 0 issued); its hook
+    # says it waits in torchft's quorum: it is never the culprit.
+    newcomer = rank(0, "train_0", "quorum", step=0)
+    survivor = rank(1, "train_1", "allreduce", inflight=True)
+    base = analyze([newcomer, survivor])
+    assert 0 in base.culprits  # what the rank-level analysis alone says
+    diag = analyze_job([newcomer, survivor])
+    assert 0 not in diag.culprits and 1 not in diag.culprits
+    assert set(diag.waiting) == {0, 1}
+    targets, _ = plan_targets(diag, {0, 1}, {0, 1}, CulpritPolicy("kill_stalled"))
+    assert targets == []
+
+
+def test_a_stopped_rank_whose_last_report_said_waiting_is_the_culprit() -> None:
+    ranks = [rank(0, "train_0", "allreduce", inflight=True), rank(1, "train_1", "allreduce")]
+    assert not analyze_job(ranks).culprits  # both say they wait
+    diag = apply_replicas(ranks, analyze(ranks), dead={1})
+    assert diag.kind == UNRESPONSIVE
+    assert diag.culprits == (1,)
+    assert replica_evidence(diag.evidence).culprits == ("train_1",)  # type: ignore[union-attr]
+
+
+def test_a_replica_in_a_declared_phase_is_not_a_culprit() -> None:
+    ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1", phases=("checkpoint",))]
+    diag = analyze_job(ranks)
+    rep = replica_evidence(diag.evidence)
+    assert rep is not None and rep.culprits == ()
+    assert 0 not in diag.culprits
+
+
+def test_a_silent_replica_is_the_culprit() -> None:
+    ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1", reporting=False)]
+    diag = analyze_job(ranks)
+    assert diag.kind == UNRESPONSIVE
+    assert diag.culprits == (1,)
+
+
+def test_jobs_without_replicas_are_unchanged() -> None:
+    plain = [rank(0, ""), rank(1, "", inflight=True)]
+    assert analyze_job(plain) == analyze(plain)
+    one = [rank(0, "only"), rank(1, "only", inflight=True)]
+    assert analyze_job(one) == analyze(one)
+    d = Diagnosis(INCONCLUSIVE)
+    assert apply_replicas(plain, d) is d
+
+
+def test_evict_is_named_once_and_replaces_kills_on_replicated_jobs_only() -> None:
+    assert "evict" in ACTIONS
+    assert is_destructive(Action.EVICT)
+    assert for_replicas(Action.KILL, True) == Action.EVICT
+    assert for_replicas(Action.RESTART, True) == Action.EVICT
+    assert for_replicas(Action.OBSERVE, True) == Action.OBSERVE
+    assert for_replicas(Action.DUMP, True) == Action.DUMP
+    assert for_replicas(Action.EVICT, False) == Action.KILL
+    assert for_replicas(Action.KILL, False) == Action.KILL
+    assert eviction_line(["train_1"], 2) == "replica train_1 evicted; 2 replicas go on"
+
+
+def test_replicated_patience_acts_before_torchft_timeouts_and_backs_off() -> None:
+    book = PatienceBook()
+    s, basis = book.replica_patience_s("job", "train.py:40", 100.0)
+    assert s == REPLICA_FLOOR_S == 12.0
+    assert "replicated" in basis
+    # An 8 s stall that ended by itself is spared; a 10 s one raises the patience.
+    assert REPLICA_FLOOR_S > 8.0 + 3.0
+    book.record("job", 10.0, "train.py:40", "sleep", 50.0)
+    assert book.replica_patience_s("job", "x", 100.0)[0] == 20.0
+    # Non-replicated jobs keep today's rules.
+    assert book.patience_s("job")[0] == 90.0
+    fresh = PatienceBook()
+    fresh.record_eviction("job", "train.py:40", 100.0)
+    s1, why = fresh.replica_patience_s("job", "train.py:40", 120.0)
+    assert s1 == 24.0 and "evicted 1 time" in why
+    fresh.record_eviction("job", "train.py:40", 130.0)
+    assert fresh.replica_patience_s("job", "train.py:40", 140.0)[0] == 48.0
+    assert fresh.replica_patience_s("job", "elsewhere.py:3", 140.0)[0] == 12.0
+    assert fresh.replica_patience_s("other", "train.py:40", 140.0)[0] == 12.0
+    for i in range(10):
+        fresh.record_eviction("job", "train.py:40", 150.0 + i)
+    assert fresh.replica_patience_s("job", "train.py:40", 200.0)[0] == MAX_BACKOFF_S
+    assert fresh.replica_patience_s("job", "train.py:40", 160.0 + BACKOFF_WINDOW_S)[0] == 12.0
+    assert PatienceBook(replica_setting_s=5.0).replica_patience_s("j", "", 0.0)[0] == 5.0
+
+
+def test_a_thread_waiting_inside_torchft_counts_as_a_collective_wait() -> None:
+    from trainprobe.sidecar.core.evidence import COLLECTIVE, classify_frames
+    from trainprobe.sidecar.core.stackframes import Frame
+
+    sp = "/venv/lib/python3.11/site-packages"
+    frames = [  # innermost first: the quorum future's wait, called from training
+        Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+        Frame(f"{sp}/torchft/manager.py", 627, "wait_quorum"),
+        Frame(f"{sp}/trainprobe/hooks/torchft.py", 188, "ft_comm_hook"),
+        Frame("/work/train.py", 40, "main", "loss.backward()"),
+    ]
+    assert classify_frames(frames) == COLLECTIVE
