@@ -18,7 +18,9 @@ from trainprobe.hooks import notices
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
 from trainprobe.hooks.ray_handle import HandleRegistration
+from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
+from trainprobe.hooks.startup import StartupPhases, process_group_ready
 from trainprobe.hooks.steps import (
     RING_MASK,
     PhaseRecord,
@@ -69,6 +71,24 @@ def resolve_target(target: str | None, ray_node_id: str = "") -> str:
     if not text:
         text = str(default_socket_path())
     return parse_endpoint(text).grpc_target
+
+
+def _checked_target(target: str | None, ray_node_id: str) -> str:
+    """:func:`resolve_target`, or "" (an inert hook) with one warning for a bad address."""
+    try:
+        resolved = resolve_target(target, ray_node_id)
+        if "\x00" in resolved:
+            raise ValueError("the address contains a NUL byte")
+        return resolved
+    except Exception as err:
+        # A bad address must never stop training: the hook stays inert.
+        log.warning(
+            "trainprobe: bad sidecar address %r (%s); this process is NOT monitored. "
+            "Set TRAINPROBE_TARGET (or target=) to unix:///abs/path or host:port",
+            target if target is not None else os.environ.get(DEFAULT_TARGET_ENV, ""),
+            err,
+        )
+        return ""
 
 
 class _Phase:
@@ -135,7 +155,7 @@ class LivenessProbeHook(CollectiveMethods):
         # the hook (train_func), and reused by the reporter thread.
         self._ray = ray_ids()
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
-        self.target = resolve_target(target, self.identity.ray.node_id)
+        self.target = _checked_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
         ray = self.identity.ray
         #: Under a Ray actor: hands our handle to the node's sidecar (kill by id).
@@ -147,15 +167,17 @@ class LivenessProbeHook(CollectiveMethods):
         # gRPC is needed from here on, not to import trainprobe.hooks.
         from trainprobe.hooks.reporter import Reporter
 
-        self._reporter = Reporter(
-            target=self.target,
-            interval_s=interval_ms / 1000.0,
-            make_hello=self._make_hello,
-            make_report=self._make_report,
-            on_command=self._on_command,
-            token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
-            on_connected=self.ray_handle.poke if self.ray_handle is not None else None,
-        )
+        self._reporter: Reporter | None = None
+        if self.target:
+            self._reporter = Reporter(
+                target=self.target,
+                interval_s=interval_ms / 1000.0,
+                make_hello=self._make_hello,
+                make_report=self._make_report,
+                on_command=self._on_command,
+                token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
+                on_connected=self.ray_handle.poke if self.ray_handle is not None else None,
+            )
         if any(not h._closed and h._pid == self._pid for h in _live_hooks):
             log.warning(
                 "trainprobe: another LivenessProbeHook is already active in this process; "
@@ -165,13 +187,19 @@ class LivenessProbeHook(CollectiveMethods):
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
         self._thread_ids = (threading.get_ident(), threading.get_native_id())
+        #: Made before init_process_group: start-up is the phases init and rendezvous.
+        self.startup: StartupPhases | None = None
+        if not process_group_ready():
+            install_restart_prefix()
+            if self.identity.world_size > 1:
+                self.startup = StartupPhases(self._phases, self._ring, self._thread_ids[0])
         #: faulthandler on a signal: stacks the sidecar can read while a C call holds the GIL.
         self.stack_signal = StackSignal()
         if start:
             self.stack_signal.arm()
         _live_hooks.add(self)
         atexit.register(self.close)
-        if start:
+        if start and self._reporter is not None:
             self._reporter.start()
             if self.ray_handle is not None:
                 self.ray_handle.start()
@@ -223,13 +251,14 @@ class LivenessProbeHook(CollectiveMethods):
             atexit.unregister(self.close)
         if self.ray_handle is not None:
             self.ray_handle.stop()
-        self._reporter.stop(timeout_s=2.0)
+        if self._reporter is not None:
+            self._reporter.stop(timeout_s=2.0)
         self.stack_signal.disarm()
 
     @property
     def connected(self) -> bool:
         """Whether a sidecar has accepted this process's reports."""
-        return self._reporter.connected
+        return self._reporter is not None and self._reporter.connected
 
     def __enter__(self) -> LivenessProbeHook:
         return self
@@ -274,6 +303,8 @@ class LivenessProbeHook(CollectiveMethods):
         )
 
     def _make_report(self) -> probe_pb2.Report:
+        if self.startup is not None:
+            self.startup.poll()
         active, finished = self._phases.snapshot()
         win = self._reader.read(active, finished)
         self._seq += 1
