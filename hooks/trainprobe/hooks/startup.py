@@ -24,15 +24,12 @@ import sys
 from types import FrameType
 
 from trainprobe.hooks.steps import PhaseTracker, StepRing
+from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE
 
 __all__ = ["INIT_PHASE", "RENDEZVOUS_PHASE", "StartupPhases", "process_group_ready"]
 
 log = logging.getLogger("trainprobe.hooks")
 
-#: From the hook's birth to the process group (or the first step).
-INIT_PHASE = "init"
-#: While the training thread is inside torch.distributed's set-up, waiting for its peers.
-RENDEZVOUS_PHASE = "rendezvous"
 _TORCH_DIST = f"{os.sep}torch{os.sep}distributed{os.sep}"
 #: Deepest frames looked at: init_process_group sits a few frames below the script.
 _MAX_DEPTH = 64

@@ -61,6 +61,8 @@ def rule_config(s: Settings) -> RuleConfig:
         gpu_memory_reports=s.gpu_memory_reports,
         sync_latency_s=s.sync_latency_s,
         sync_timeout_s=s.sync_timeout_s,
+        init_straggler_s=s.init_straggler_s,
+        rendezvous_timeout_s=s.rendezvous_timeout_s,
     )
 
 
