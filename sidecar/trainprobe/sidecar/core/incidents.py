@@ -94,7 +94,14 @@ def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
     if state is None:
         return now
     ev = finding.evidence
-    for name in ("step_age_s", "report_age_s", "inflight_age_s", "elapsed_s"):
+    for name in (
+        "step_age_s",
+        "report_age_s",
+        "inflight_age_s",
+        "elapsed_s",
+        "waited_s",
+        "stuck_s",
+    ):
         value = ev.get(name)
         if isinstance(value, (int, float)):
             limit = ev.get("timeout_s", ev.get("threshold_s", 0.0))
