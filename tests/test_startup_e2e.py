@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sidecar
+from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sidecar, wait_for
 
 WORKER = REPO / "tests" / "workers" / "restart_init.py"
 
 
-def torchrun(
-    target: str, progress: Path, nproc: int, restarts: int, *args: str, timeout_s: float = 240
-) -> subprocess.CompletedProcess[str]:
-    cmd = [
+def torchrun_cmd(progress: Path, nproc: int, restarts: int, *args: str) -> list[str]:
+    return [
         PYTHON,
         "-m",
         "torch.distributed.run",
@@ -36,6 +34,12 @@ def torchrun(
         str(progress),
         *args,
     ]
+
+
+def torchrun(
+    target: str, progress: Path, nproc: int, restarts: int, *args: str, timeout_s: float = 240
+) -> subprocess.CompletedProcess[str]:
+    cmd = torchrun_cmd(progress, nproc, restarts, *args)
     env = child_env(TRAINPROBE_TARGET=target, PG_TIMEOUT_S="300")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
@@ -80,8 +84,31 @@ def test_a_healthy_slow_rendezvous_is_never_killed() -> None:
     progress = work / "progress.jsonl"
     # Rank 1 takes 25 s before init_process_group (a slow data read, say).
     with sidecar() as sc:
-        run = torchrun(sc.target, progress, 2, 0, "0", "--init-sleep", "1:25")
-        assert run.returncode == 0, run.stderr[-4000:]
+        run = subprocess.Popen(
+            torchrun_cmd(progress, 2, 0, "0", "--init-sleep", "1:25"),
+            env=child_env(TRAINPROBE_TARGET=sc.target, PG_TIMEOUT_S="300"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            rows = wait_for(lambda: len(ws := list(sc.status().workers)) == 2 and ws, 60)
+            # One human name on both ranks: the script and torchrun's agent's start time
+            # (--standalone's run id is a made-up UUID, the job id).
+            names = {w.job_name for w in rows}
+            assert len(names) == 1 and names.pop().startswith("restart_init.py 20"), rows
+            assert {w.job_id for w in rows} != {w.job_name for w in rows}
+            shown = subprocess.run(
+                [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
+            assert rows[0].job_name in shown, shown
+            _, err = run.communicate(timeout=200)
+        finally:
+            run.kill()
+        assert run.returncode == 0, err[-4000:]
         events = read_jsonl(progress)
         assert sorted(e["rank"] for e in events if e["event"] == "done") == [0, 1]
         named = [r for r in sc.incidents() if r["rule"] == "init_straggler"]

@@ -17,6 +17,7 @@ from typing import Any
 from trainprobe.hooks import notices
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
+from trainprobe.hooks.job_name import job_name as _job_name
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
@@ -121,6 +122,23 @@ class LivenessProbeHook(CollectiveMethods):
             figures; by default the current device if CUDA is already
             initialized, else learned later (see :class:`~trainprobe.hooks.gpu.GpuMonitor`).
         start: start the background thread now (tests may delay it).
+        job_name: the job's human name, shown beside its id (``trainprobe
+            status``); defaults to ``$TRAINPROBE_JOB_NAME``, then the script's
+            name and the launcher's run id or start time, the same on every
+            rank (:mod:`trainprobe.hooks.job_name`).
+
+    Make it first thing, before ``init_process_group``: its identity comes
+    from the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``TORCHELASTIC_RUN_ID``, ``MASTER_ADDR``/``MASTER_PORT``), and start-up
+    then becomes the phases ``init`` and ``rendezvous`` the sidecar judges:
+    a rank that has not reached ``init_process_group`` while its peers wait
+    inside is named, with its stack (:mod:`trainprobe.hooks.startup`). Under
+    torchrun restarts it also prefixes the process group's store by the
+    attempt, so that a plain ``init_process_group`` gets through every
+    restart (:mod:`trainprobe.hooks.restart_store`).
+
+    The constructor never raises for a bad sidecar address: the hook is then
+    inert, with one logged warning, and training runs on unmonitored.
 
     :meth:`on_step_end` is the only call on the training thread's hot path: it
     stores a timestamp and a counter and nothing else. All I/O happens in one
@@ -138,6 +156,7 @@ class LivenessProbeHook(CollectiveMethods):
         token: str | None = None,
         cuda_device: int | None = None,
         start: bool = True,
+        job_name: str | None = None,
     ) -> None:
         if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
             raise ValueError(f"interval_ms must be an integer in 10..60000, got {interval_ms!r}")
@@ -147,6 +166,7 @@ class LivenessProbeHook(CollectiveMethods):
         self._init_collectives(self._ring, cuda_device)
         self._collectors: list[Collector] = [self._gpu.collect, self._collect_sync]
         self._args = (job_id, rank, world_size, local_rank)
+        self._job_name = job_name
         self._seq = 0
         self._closed = False
         self._forked = False
@@ -281,6 +301,7 @@ class LivenessProbeHook(CollectiveMethods):
             protocol_version=PROTOCOL_VERSION,
             hook_version=HOOK_VERSION,
             job_id=ident.job_id,
+            job_name=_job_name(self._job_name, self._args[0], ident.ray.run_name, ident.ray.job_id),
             rank=ident.rank,
             local_rank=ident.local_rank,
             world_size=ident.world_size,

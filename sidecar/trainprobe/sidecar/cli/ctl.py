@@ -90,8 +90,9 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
         f"{'JOB':<20} {'RANK':>4} {'PID':>7} {'STEP':>8} {'STEPS/S':>8} {'AGE':>6} "
         f"{'STALL':>7} {'PHASE':<12} {'GPU MEM':>13} {'SYNC P50/MAX':>14} {'VERDICT':<12} STATE"
     )
-    # Job ids are printed whole: users copy them into `diagnose --job`.
-    width = max([20, *(len(w.job_id) for w in reply.workers)])
+    # Jobs are labelled by name (the id when the hook sent none), printed whole:
+    # users copy them into `diagnose --job`, which takes either.
+    width = max([20, *(len(w.job_name or w.job_id) for w in reply.workers)])
     head = f"{'JOB':<{width}}" + head[20:]
     lines = [head]
     for w in reply.workers:
@@ -111,8 +112,9 @@ def format_status(reply: probe_pb2.StatusReply) -> str:
             verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
         elif w.suspect:
             verdict, state = "HUNG?", w.suspect.removeprefix("HUNG? ")
+        job = w.job_name or w.job_id
         lines.append(
-            f"{w.job_id:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
+            f"{job:<{width}} {w.rank:>4} {w.pid:>7} {step:>8} {w.steps_per_s:>8.2f} "
             f"{w.report_age_s:>5.1f}s {w.stall_threshold_s:>6.0f}s {(w.phase or '-')[:12]:<12} "
             f"{gpu:>13} {sync:>14} {verdict:<12} {state}"
         )
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument(
             "--job",
             default="",
-            help="job id (diagnose: optional when the sidecar serves one job)",
+            help="job id or name (diagnose: optional when the sidecar serves one job)",
         )
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
         if name == "top":

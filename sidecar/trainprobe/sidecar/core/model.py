@@ -83,6 +83,8 @@ class HelloData:
     #: The training thread: Python ident and OS thread id (0: unknown).
     thread_id: int = 0
     thread_native_id: int = 0
+    #: The job's human name (empty from older hooks); job_id stays the key.
+    job_name: str = ""
     #: (job_id, rank), built once: the report path asks for it on every report.
     key: WorkerKey = field(init=False, repr=False, compare=False)
 

@@ -46,6 +46,7 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         stack_file=m.stack_file,
         thread_id=m.thread_id,
         thread_native_id=m.thread_native_id,
+        job_name=m.job_name,
     )
 
 
@@ -152,6 +153,7 @@ def status_pb(
     inflight = w.oldest_inflight()
     return probe_pb2.WorkerStatus(
         job_id=h.job_id,
+        job_name=h.job_name,
         rank=h.rank,
         local_rank=h.local_rank,
         world_size=h.world_size,
