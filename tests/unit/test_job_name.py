@@ -54,7 +54,7 @@ def test_script_and_run_id_ray_or_slurm(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_names_are_cleaned_and_bounded() -> None:
-    assert job_name("a\x1b[31mb\nc") == "a?[31mb?c"
+    assert job_name("a\x1b[31mb\nc\u00a0d\u2028e") == "a?[31mb?c?d?e"
     assert len(job_name("x" * 500)) == MAX_NAME_CHARS
 
 
@@ -100,3 +100,33 @@ def test_ranks_a_launcher_spawns_share_its_start_time_not_their_own(tmp_path: Pa
     names = out.stdout.split("\n")[:3]
     assert len(names) == 3 and len(set(names)) == 1, (names, out.stderr)
     assert names[0].startswith("train.py 20")
+
+
+def test_the_sidecar_carries_the_name_and_refuses_one_that_could_forge_a_row() -> None:
+    from dataclasses import replace
+
+    from tests.core_builders import hello
+    from trainprobe.proto import probe_pb2
+    from trainprobe.sidecar.core import Registry
+    from trainprobe.sidecar.core.validate import ValidationError, validate_hello
+    from trainprobe.sidecar.transport.pb import hello_from_pb, status_pb
+
+    data = hello_from_pb(
+        probe_pb2.Hello(
+            protocol_version=1,
+            job_id="10.0.0.1:29500",
+            job_name="train.py x",
+            rank=0,
+            world_size=2,
+            pid=7,
+            interval_ms=1000,
+            host="h",
+        )
+    )
+    validate_hello(data, range(1, 2))
+    reg = Registry()
+    row = status_pb(reg.open(data, 1.0), 2.0, 60.0)
+    assert (row.job_id, row.job_name) == ("10.0.0.1:29500", "train.py x")
+    for bad in ("a\nb", "a\x1b[2Jb", "x" * 10_000):
+        with pytest.raises(ValidationError, match="job_name"):
+            validate_hello(replace(hello(), job_name=bad), range(1, 2))

@@ -18,7 +18,7 @@ beside the id is, first match wins:
 
 The start time is one node's: ranks of a multi-node job without a run id can
 get different names on different nodes; give it a name or a run id then.
-Control characters are replaced and the name is cut at :data:`MAX_NAME_CHARS`.
+Characters that are not printable are replaced and the name is cut at :data:`MAX_NAME_CHARS`.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ __all__ = ["MAX_NAME_CHARS", "job_name"]
 
 MAX_NAME_CHARS = 96
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Ancestors looked at, at most, for the launcher.
 _MAX_ANCESTORS = 8
 
 
 def _clean(text: str) -> str:
-    return _CONTROL.sub("?", text.strip())[:MAX_NAME_CHARS]
+    # The sidecar refuses a name that is not printable (it would reach terminals).
+    return "".join(c if c.isprintable() else "?" for c in text.strip())[:MAX_NAME_CHARS]
 
 
 def _script() -> str:
