@@ -49,6 +49,18 @@ def test_training_runs_untouched_without_a_sidecar() -> None:
     assert text.count("not reachable") == 1, text  # warned once, not per retry
 
 
+@pytest.mark.parametrize("bad", ["nonsense", "http://127.0.0.1:1", "unix://rel.sock", "h:99999"])
+def test_a_bad_target_leaves_training_running_with_one_warning(bad: str) -> None:
+    workdir = short_tmpdir()
+    proc, progress, log = start_loop(workdir, bad, 100, 0.002)
+    assert proc.wait(60) == 0, log.read_text()
+    n, _, _ = steps_and_gaps(progress)
+    assert n == 100
+    text = log.read_text()
+    assert text.count("bad sidecar address") == 1, text
+    assert "Traceback" not in text, text
+
+
 @pytest.mark.slow
 def test_sidecar_killed_and_restarted_mid_run_hook_reconnects() -> None:
     workdir = short_tmpdir()

@@ -40,7 +40,38 @@ def test_target_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_target("unix:///run/x.sock") == "unix:///run/x.sock"
     monkeypatch.setenv("TRAINPROBE_TARGET", "nonsense")
     with pytest.raises(ValueError, match="expected unix"):
-        LivenessProbeHook(start=False)
+        resolve_target(None)  # the function says why; the hook never raises (below)
+
+
+BAD_TARGETS = [
+    "nonsense",
+    "   ",
+    "unix://relative/x.sock",
+    "http://127.0.0.1:80",
+    "127.0.0.1:99999",
+    "127.0.0.1:port",
+    "unix:///" + "x" * 200,
+]
+#: (how the target is given, the target); a NUL byte cannot be put in the environment.
+CASES = [(via, bad) for via in ("env", "argument") for bad in BAD_TARGETS]
+CASES.append(("argument", "unix:///tmp/a\x00b.sock"))
+
+
+@pytest.mark.parametrize(("via", "bad"), CASES)
+def test_a_bad_target_makes_an_inert_hook_and_one_warning(
+    bad: str, via: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TRAINPROBE_TARGET", bad if via == "env" else "")
+    with caplog.at_level(logging.WARNING, logger="trainprobe.hooks"):
+        hook = LivenessProbeHook(target=bad if via == "argument" else None, rank=0, world_size=2)
+        hook.on_step_end(1)
+        with hook.phase("checkpoint"):
+            hook.on_step_end(2)
+        assert not hook.connected and hook.target == ""
+        hook.close()
+    warned = [r for r in caplog.records if "bad sidecar address" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert "NOT monitored" in warned[0].getMessage()
 
 
 def test_a_second_live_hook_in_one_process_is_warned_about(

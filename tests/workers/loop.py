@@ -49,7 +49,8 @@ def main() -> int:
             in_hook += time.perf_counter() - t0
             out.write(f"step {step} {time.monotonic():.6f} {int(hook.connected)}\n")
         # The reporter thread must have survived whatever the sidecar did.
-        out.write(f"done {in_hook:.6f} {int(hook._reporter.alive)}\n")
+        alive = hook._reporter is not None and hook._reporter.alive
+        out.write(f"done {in_hook:.6f} {int(alive)}\n")
     hook.close()
     return 0
 

@@ -11,6 +11,9 @@ Public API:
 - :func:`resolve_identity`: how the hook finds job, rank and Ray ids.
 - :func:`report_checkpoint`: under Ray Train, write and ``ray.train.report`` a
   checkpoint inside ``hook.phase("checkpoint")`` (imports Ray only when called).
+- :func:`install_restart_prefix`: under torchrun restarts, a plain
+  ``init_process_group`` on a store prefixed by the attempt (the hook calls it
+  itself when it is made before the process group).
 
 Framework callbacks, in their own modules (imported only from there, so
 ``import trainprobe.hooks`` never imports the framework):
@@ -32,6 +35,7 @@ from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
+from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.sync import group_label
 
 __version__ = HOOK_VERSION
@@ -44,6 +48,7 @@ __all__ = [
     "LivenessProbeHook",
     "RayIds",
     "group_label",
+    "install_restart_prefix",
     "report_checkpoint",
     "resolve_identity",
     "resolve_target",

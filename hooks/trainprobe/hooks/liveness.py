@@ -17,8 +17,11 @@ from typing import Any
 from trainprobe.hooks import notices
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
+from trainprobe.hooks.job_name import job_name as _job_name
 from trainprobe.hooks.ray_handle import HandleRegistration
+from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
+from trainprobe.hooks.startup import StartupPhases, process_group_ready
 from trainprobe.hooks.steps import (
     RING_MASK,
     PhaseRecord,
@@ -74,6 +77,24 @@ def resolve_target(target: str | None, ray_node_id: str = "") -> str:
     return resolve_socket(parse_endpoint(text)).grpc_target
 
 
+def _checked_target(target: str | None, ray_node_id: str) -> str:
+    """:func:`resolve_target`, or "" (an inert hook) with one warning for a bad address."""
+    try:
+        resolved = resolve_target(target, ray_node_id)
+        if "\x00" in resolved:
+            raise ValueError("the address contains a NUL byte")
+        return resolved
+    except Exception as err:
+        # A bad address must never stop training: the hook stays inert.
+        log.warning(
+            "trainprobe: bad sidecar address %r (%s); this process is NOT monitored. "
+            "Set TRAINPROBE_TARGET (or target=) to unix:///abs/path or host:port",
+            target if target is not None else os.environ.get(DEFAULT_TARGET_ENV, ""),
+            err,
+        )
+        return ""
+
+
 class _Phase:
     __slots__ = ("_hook", "_name", "_timeout_s", "_token")
 
@@ -107,6 +128,23 @@ class LivenessProbeHook(CollectiveMethods):
         torchft: a torchft ``Manager`` to watch from the first Hello on (the
             same as :meth:`watch_torchft` right after construction, without
             a first session under the replica-local rank).
+        job_name: the job's human name, shown beside its id (``trainprobe
+            status``); defaults to ``$TRAINPROBE_JOB_NAME``, then the script's
+            name and the launcher's run id or start time, the same on every
+            rank (:mod:`trainprobe.hooks.job_name`).
+
+    Make it first thing, before ``init_process_group``: its identity comes
+    from the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``TORCHELASTIC_RUN_ID``, ``MASTER_ADDR``/``MASTER_PORT``), and start-up
+    then becomes the phases ``init`` and ``rendezvous`` the sidecar judges:
+    a rank that has not reached ``init_process_group`` while its peers wait
+    inside is named, with its stack (:mod:`trainprobe.hooks.startup`). Under
+    torchrun restarts it also prefixes the process group's store by the
+    attempt, so that a plain ``init_process_group`` gets through every
+    restart (:mod:`trainprobe.hooks.restart_store`).
+
+    The constructor never raises for a bad sidecar address: the hook is then
+    inert, with one logged warning, and training runs on unmonitored.
 
     :meth:`on_step_end` is the only call on the training thread's hot path: it
     stores a timestamp and a counter and nothing else. All I/O happens in one
@@ -125,6 +163,7 @@ class LivenessProbeHook(CollectiveMethods):
         cuda_device: int | None = None,
         start: bool = True,
         torchft: Any = None,
+        job_name: str | None = None,
     ) -> None:
         if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
             raise ValueError(f"interval_ms must be an integer in 10..60000, got {interval_ms!r}")
@@ -136,6 +175,7 @@ class LivenessProbeHook(CollectiveMethods):
         #: The torchft Manager's view of this process's replica (watch_torchft).
         self._replica: Any = None
         self._args = (job_id, rank, world_size, local_rank)
+        self._job_name = job_name
         self._seq = 0
         self._closed = False
         self._forked = False
@@ -144,7 +184,7 @@ class LivenessProbeHook(CollectiveMethods):
         # the hook (train_func), and reused by the reporter thread.
         self._ray = ray_ids()
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
-        self.target = resolve_target(target, self.identity.ray.node_id)
+        self.target = _checked_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
         ray = self.identity.ray
         #: Under a Ray actor: hands our handle to the node's sidecar (kill by id).
@@ -156,15 +196,17 @@ class LivenessProbeHook(CollectiveMethods):
         # gRPC is needed from here on, not to import trainprobe.hooks.
         from trainprobe.hooks.reporter import Reporter
 
-        self._reporter = Reporter(
-            target=self.target,
-            interval_s=interval_ms / 1000.0,
-            make_hello=self._make_hello,
-            make_report=self._make_report,
-            on_command=self._on_command,
-            token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
-            on_connected=self.ray_handle.poke if self.ray_handle is not None else None,
-        )
+        self._reporter: Reporter | None = None
+        if self.target:
+            self._reporter = Reporter(
+                target=self.target,
+                interval_s=interval_ms / 1000.0,
+                make_hello=self._make_hello,
+                make_report=self._make_report,
+                on_command=self._on_command,
+                token=token if token is not None else os.environ.get("TRAINPROBE_TOKEN") or None,
+                on_connected=self.ray_handle.poke if self.ray_handle is not None else None,
+            )
         if any(not h._closed and h._pid == self._pid for h in _live_hooks):
             log.warning(
                 "trainprobe: another LivenessProbeHook is already active in this process; "
@@ -176,13 +218,19 @@ class LivenessProbeHook(CollectiveMethods):
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
         self._thread_ids = (threading.get_ident(), threading.get_native_id())
+        #: Made before init_process_group: start-up is the phases init and rendezvous.
+        self.startup: StartupPhases | None = None
+        if not process_group_ready():
+            install_restart_prefix()
+            if self.identity.world_size > 1:
+                self.startup = StartupPhases(self._phases, self._ring, self._thread_ids[0])
         #: faulthandler on a signal: stacks the sidecar can read while a C call holds the GIL.
         self.stack_signal = StackSignal()
         if start:
             self.stack_signal.arm()
         _live_hooks.add(self)
         atexit.register(self.close)
-        if start:
+        if start and self._reporter is not None:
             self._reporter.start()
             if self.ray_handle is not None:
                 self.ray_handle.start()
@@ -276,7 +324,8 @@ class LivenessProbeHook(CollectiveMethods):
             return
         self._args = (job_id, global_rank, world, local)
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
-        self._reporter.renew()  # a new session, under the job-wide rank
+        if self._reporter is not None:  # None: an inert hook (a bad target)
+            self._reporter.renew()  # a new session, under the job-wide rank
 
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
@@ -291,13 +340,14 @@ class LivenessProbeHook(CollectiveMethods):
             atexit.unregister(self.close)
         if self.ray_handle is not None:
             self.ray_handle.stop()
-        self._reporter.stop(timeout_s=2.0)
+        if self._reporter is not None:
+            self._reporter.stop(timeout_s=2.0)
         self.stack_signal.disarm()
 
     @property
     def connected(self) -> bool:
         """Whether a sidecar has accepted this process's reports."""
-        return self._reporter.connected
+        return self._reporter is not None and self._reporter.connected
 
     def __enter__(self) -> LivenessProbeHook:
         return self
@@ -320,6 +370,7 @@ class LivenessProbeHook(CollectiveMethods):
             protocol_version=PROTOCOL_VERSION,
             hook_version=HOOK_VERSION,
             job_id=ident.job_id,
+            job_name=_job_name(self._job_name, self._args[0], ident.ray.run_name, ident.ray.job_id),
             rank=ident.rank,
             local_rank=ident.local_rank,
             world_size=ident.world_size,
@@ -343,6 +394,8 @@ class LivenessProbeHook(CollectiveMethods):
         )
 
     def _make_report(self) -> probe_pb2.Report:
+        if self.startup is not None:
+            self.startup.poll()
         active, finished = self._phases.snapshot()
         win = self._reader.read(active, finished)
         self._seq += 1

@@ -32,7 +32,7 @@ class RayIdentity(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., trial_or_run_name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret", "replica")
+    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret", "job_name", "replica")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class Hello(_message.Message):
     THREAD_NATIVE_ID_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_TICKET_FIELD_NUMBER: _ClassVar[int]
     SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     hook_version: str
@@ -79,8 +80,9 @@ class Hello(_message.Message):
     thread_native_id: int
     identity_ticket: bytes
     session_secret: bytes
+    job_name: str
     replica: ReplicaIdentity
-    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ..., replica: _Optional[_Union[ReplicaIdentity, _Mapping]] = ...) -> None: ...
+    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ..., job_name: _Optional[str] = ..., replica: _Optional[_Union[ReplicaIdentity, _Mapping]] = ...) -> None: ...
 
 class ReplicaIdentity(_message.Message):
     __slots__ = ("replica_id", "group_rank", "group_world_size")
@@ -321,7 +323,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag", "replica", "evicted")
+    __slots__ = ("job_id", "rank", "local_rank", "world_size", "host", "pid", "has_step", "step", "steps_per_s", "report_age_s", "phase", "verdict", "state", "step_age_s", "stall_threshold_s", "gpu_memory", "sync_p50_s", "sync_max_s", "groups", "ray", "gpu_uuid", "inflight_age_s", "verified", "suspect", "killed_rule", "killed_incident", "arrival_lag", "replica", "evicted", "job_name")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +353,7 @@ class WorkerStatus(_message.Message):
     ARRIVAL_LAG_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     EVICTED_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank: int
     local_rank: int
@@ -380,7 +383,8 @@ class WorkerStatus(_message.Message):
     arrival_lag: ArrivalLag
     replica: str
     evicted: bool
-    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ..., replica: _Optional[str] = ..., evicted: bool = ...) -> None: ...
+    job_name: str
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., has_step: bool = ..., step: _Optional[int] = ..., steps_per_s: _Optional[float] = ..., report_age_s: _Optional[float] = ..., phase: _Optional[str] = ..., verdict: _Optional[str] = ..., state: _Optional[str] = ..., step_age_s: _Optional[float] = ..., stall_threshold_s: _Optional[float] = ..., gpu_memory: _Optional[_Union[GpuMemory, _Mapping]] = ..., sync_p50_s: _Optional[float] = ..., sync_max_s: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupSeq, _Mapping]]] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., inflight_age_s: _Optional[float] = ..., verified: bool = ..., suspect: _Optional[str] = ..., killed_rule: _Optional[str] = ..., killed_incident: _Optional[str] = ..., arrival_lag: _Optional[_Union[ArrivalLag, _Mapping]] = ..., replica: _Optional[str] = ..., evicted: bool = ..., job_name: _Optional[str] = ...) -> None: ...
 
 class ArrivalLag(_message.Message):
     __slots__ = ("count", "last_s", "p50_s", "p99_s", "max_s", "missed", "group")

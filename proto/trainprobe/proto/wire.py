@@ -42,3 +42,11 @@ def package_version() -> str:
 
 #: This release's version (hook and sidecar are one distribution).
 VERSION = package_version()
+
+#: The phases a hook made before ``init_process_group`` reports by itself:
+#: ``init`` from its birth to the process group (or its first step), and,
+#: within it, ``rendezvous`` while its training thread is inside
+#: torch.distributed's set-up, waiting for its peers.
+INIT_PHASE = "init"
+RENDEZVOUS_PHASE = "rendezvous"
+STARTUP_PHASES = frozenset({INIT_PHASE, RENDEZVOUS_PHASE})

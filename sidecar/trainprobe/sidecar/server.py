@@ -65,6 +65,8 @@ def rule_config(s: Settings) -> RuleConfig:
         gpu_memory_reports=s.gpu_memory_reports,
         sync_latency_s=s.sync_latency_s,
         sync_timeout_s=s.sync_timeout_s,
+        init_straggler_s=s.init_straggler_s,
+        rendezvous_timeout_s=s.rendezvous_timeout_s,
     )
 
 
@@ -226,7 +228,7 @@ class Sidecar:
         rows = []
         size = omitted = 0
         for w in sorted(self.registry, key=lambda w: (w.hello.job_id, w.hello.rank)):
-            if job_id and w.hello.job_id != job_id:
+            if job_id and job_id not in (w.hello.job_id, w.hello.job_name):
                 continue
             if size > MAX_STATUS_BYTES:
                 omitted += 1  # counted, not built: a huge registry costs no rows
@@ -273,7 +275,8 @@ class Sidecar:
     async def diagnose(self, job_id: str) -> probe_pb2.DiagnoseReply:
         """The current culprit analysis of a job (LookupError if none of it reported here).
 
-        Without a job id, the only job this sidecar serves.
+        Without a job id, the only job this sidecar serves. A job's name
+        (``job_name``) stands for its id when one job has it.
         """
         if not job_id:
             jobs = sorted({w.hello.job_id for w in self.registry})
@@ -283,6 +286,11 @@ class Sidecar:
                 shown = ", ".join(jobs[:5]) + (", ..." if len(jobs) > 5 else "")
                 raise LookupError(f"this sidecar serves {len(jobs)} jobs ({shown}): pass --job")
             job_id = jobs[0]
+        elif not any(w.hello.job_id == job_id for w in self.registry):
+            # --job may name the job (status shows names); one id behind it, or none.
+            named = sorted({w.hello.job_id for w in self.registry if w.hello.job_name == job_id})
+            if len(named) == 1:
+                job_id = named[0]
         diag, episode = self.engine.hangs.diagnose(job_id)
         record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
         return bounded_diagnosis(job_id, diag.text, json.dumps(record, default=str))

@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument(
             "--job",
             default="",
-            help="job id (diagnose: optional when the sidecar serves one job)",
+            help="job id or name (diagnose: optional when the sidecar serves one job)",
         )
         p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
         if name == "top":

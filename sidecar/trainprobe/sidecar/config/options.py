@@ -171,6 +171,20 @@ OPTIONS: tuple[Option, ...] = (
         _R,
     ),
     Option(
+        "init_straggler_s",
+        v.seconds(0.1, 604800),
+        "HUNG (rule init_straggler) if a rank has not reached init_process_group this long "
+        "after the last of its peers arrived there (needs the hook made before it).",
+        _R,
+    ),
+    Option(
+        "rendezvous_timeout_s",
+        v.seconds(0.1, 604800),
+        "HUNG (rule rendezvous) if every rank of a job is inside init_process_group and "
+        "none came out this long after the last arrived.",
+        _R,
+    ),
+    Option(
         "phase_timeout_s",
         v.seconds(0.1, 604800),
         "Limit for a phase declared without timeout_s.",

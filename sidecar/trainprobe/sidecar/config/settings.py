@@ -82,6 +82,8 @@ class Settings:
     stall_p99_factor: float = _STALL.p99_factor
     stall_warmup_steps: int = _STALL.warmup_steps
     startup_timeout_s: float = _STALL.startup_timeout_s
+    init_straggler_s: float = _RULES.init_straggler_s
+    rendezvous_timeout_s: float = _RULES.rendezvous_timeout_s
     phase_timeout_s: float = _RULES.phase_timeout_s
     gpu_memory_ratio: float = _RULES.gpu_memory_ratio
     gpu_memory_reports: int = _RULES.gpu_memory_reports

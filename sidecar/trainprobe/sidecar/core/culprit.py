@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE
+
 #: Diagnosis kinds.
 UNRESPONSIVE = "unresponsive"
 STRAGGLER = "straggler"
@@ -144,6 +146,9 @@ def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:
     waiting = tuple(sorted(r.rank for r in live.values() if r.reporting and r.in_flight))
     if silent:
         return _unresponsive(live, silent, missing, waiting, world)
+    diag = _by_startup(live)
+    if diag is not None:
+        return diag
     diag = _by_collectives(live, waiting)
     if diag is not None:
         return diag
@@ -177,6 +182,39 @@ def _unresponsive(
         "; ".join(parts) + tail,
         {"missing": missing},
     )
+
+
+def _by_startup(live: dict[int, RankSummary]) -> Diagnosis | None:
+    """Before the process group: those not yet in init_process_group hold up those in it."""
+    arrived = tuple(sorted(r.rank for r in live.values() if RENDEZVOUS_PHASE in r.phases))
+    if not arrived:
+        return None
+    behind = sorted(
+        (r for r in live.values() if INIT_PHASE in r.phases and RENDEZVOUS_PHASE not in r.phases),
+        key=lambda r: r.rank,
+    )
+    if behind:
+        parts = [f"{_where(r)} (pid {r.pid}) has not reached init_process_group" for r in behind]
+        return Diagnosis(
+            STRAGGLER,
+            tuple(r.rank for r in behind),
+            arrived,
+            0.9,
+            "; ".join(parts) + f"; ranks {list(arrived)} wait for it in the rendezvous",
+            {"phase": INIT_PHASE, "waiting_at": RENDEZVOUS_PHASE},
+        )
+    if len(arrived) == len(live):
+        return Diagnosis(
+            ALL_IN_FLIGHT,
+            (),
+            arrived,
+            0.6,
+            "every rank is inside init_process_group and none came out: the store or the "
+            "backend's connection set-up is stuck, not one rank (under torchrun restarts, "
+            "stale keys of the attempt before in the agent's store: docs/DEPLOY.md#torchrun)",
+            {"phase": RENDEZVOUS_PHASE},
+        )
+    return None
 
 
 def _frontier_key(g: GroupProgress) -> tuple[int, str]:

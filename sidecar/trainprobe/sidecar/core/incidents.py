@@ -126,7 +126,14 @@ def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
     lag = ev.get("as_of_lag_s")
     if isinstance(lag, (int, float)) and lag > 0:
         now -= lag
-    for name in ("step_age_s", "report_age_s", "inflight_age_s", "elapsed_s"):
+    for name in (
+        "step_age_s",
+        "report_age_s",
+        "inflight_age_s",
+        "elapsed_s",
+        "waited_s",
+        "stuck_s",
+    ):
         value = ev.get(name)
         if isinstance(value, (int, float)):
             limit = ev.get("timeout_s", ev.get("threshold_s", 0.0))

@@ -109,6 +109,8 @@ class HelloData:
     session_secret: bytes = field(default=b"", repr=False)
     #: Set for a rank of a replicated (torchft) job.
     replica: ReplicaIdentityData | None = None
+    #: The job's human name (empty from older hooks); job_id stays the key.
+    job_name: str = ""
     #: (job_id, rank), built once: the report path asks for it on every report.
     key: WorkerKey = field(init=False, repr=False, compare=False)
 

@@ -5,6 +5,10 @@
 | heartbeat     | UNRESPONSIVE | no report for heartbeat_timeout_s (at least 3 intervals)      |
 | exit          | DEAD         | the stream ended without a Goodbye                           |
 | phase_overrun | HUNG         | a declared phase ran past its timeout                        |
+| init_straggler| HUNG         | still before init_process_group init_straggler_s after the   |
+|               |              | last peer arrived in the rendezvous                          |
+| rendezvous    | HUNG         | every rank of the job inside init_process_group, none out    |
+|               |              | rendezvous_timeout_s after the last arrived                  |
 | startup       | HUNG         | no first step within startup_timeout_s, outside any phase    |
 | stall         | HUNG         | reports arrive but the step has not advanced for the stall   |
 |               |              | threshold, outside any phase                                 |
@@ -24,7 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE, STARTUP_PHASES
 from trainprobe.sidecar.core.model import (
+    ActivePhase,
     Finding,
     GroupSeqData,
     Verdict,
@@ -43,6 +49,8 @@ class RuleConfig:
     gpu_memory_reports: int = 3
     sync_latency_s: float = 5.0
     sync_timeout_s: float = 3.0
+    init_straggler_s: float = 5.0
+    rendezvous_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,11 @@ class JobContext:
     threshold: StallThreshold
     phase_holders: tuple[int, ...] = ()
     last_phase_end_at: float = 0.0
+    #: Start-up: the ranks waiting inside init_process_group (phase rendezvous),
+    #: when the last of them arrived, and the job's world size.
+    arrived: tuple[int, ...] = ()
+    last_arrival_at: float = 0.0
+    world_size: int = 0
 
 
 def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:
@@ -66,13 +79,15 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     The job's threshold takes the maxima over its ranks (see thresholds.py).
     The tally is inlined (one method call per worker per tick cost more than
     the tally itself); each job's is [samples, p99_s, phase holders, last
-    phase end].
+    phase end, ranks arrived in the rendezvous, the last arrival, world size].
+    Start-up phases hold nothing for the job: a rank before its process group
+    is judged by :func:`_startup`, against its peers.
     """
     tallies: dict[str, list[Any]] = {}
     for w in workers:
         t = tallies.get(w.hello.job_id)
         if t is None:
-            t = tallies[w.hello.job_id] = [0, None, [], 0.0]
+            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0]
         window = w.step_samples
         # No window outgrows its maxlen: once a job's count reaches it, skip len().
         if t[0] < window.maxlen and (n := len(window)) > t[0]:
@@ -81,16 +96,29 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
         if p is not None and (t[1] is None or p > t[1]):
             t[1] = p
         if w.active_phases and w.connected:
-            t[2].append(w.hello.rank)
+            for ph in w.active_phases:
+                if ph.name == RENDEZVOUS_PHASE:
+                    t[4].append(w.hello.rank)
+                    t[5] = max(t[5], ph.started_at)
+                elif ph.name not in STARTUP_PHASES:
+                    t[2].append(w.hello.rank)
+                    break
         if w.last_phase_end_at > t[3]:
             t[3] = w.last_phase_end_at
+        if w.hello.world_size > t[6]:
+            t[6] = w.hello.world_size
     return {
         job: JobContext(
             threshold=stall_threshold(policy, [samples], [p99_s]),
-            phase_holders=tuple(sorted(holders)),
+            phase_holders=tuple(sorted(set(holders))),
             last_phase_end_at=last_end,
+            arrived=tuple(sorted(set(arrived))),
+            last_arrival_at=last_arrival,
+            world_size=world,
         )
-        for job, (samples, p99_s, holders, last_end) in tallies.items()
+        for job, (samples, p99_s, holders, last_end, arrived, last_arrival, world) in (
+            tallies.items()
+        )
     }
 
 
@@ -197,7 +225,8 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(_degraded(w, cfg))
     if w.active_phases:
-        hung = _phase_overrun(w, cfg, now)
+        declared = [p for p in w.active_phases if p.name not in STARTUP_PHASES]
+        hung = _phase_overrun(w, cfg, now, declared) if declared else _startup(w, cfg, job, now)
     elif job.phase_holders:
         hung = None  # another rank's declared phase covers this one's wait
     else:
@@ -216,8 +245,10 @@ def _as_of(f: Finding, lag_s: float) -> None:
         f.evidence["as_of_lag_s"] = round(lag_s, 3)
 
 
-def _phase_overrun(w: WorkerState, cfg: RuleConfig, now: float) -> Finding | None:
-    for p in w.active_phases:
+def _phase_overrun(
+    w: WorkerState, cfg: RuleConfig, now: float, phases: list[ActivePhase]
+) -> Finding | None:
+    for p in phases:
         timeout = p.timeout_s or cfg.phase_timeout_s
         elapsed = now - p.started_at
         if elapsed > timeout:
@@ -231,6 +262,49 @@ def _phase_overrun(w: WorkerState, cfg: RuleConfig, now: float) -> Finding | Non
                 declared=bool(p.timeout_s),
             )
     return None
+
+
+def _startup(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:
+    """A rank before its process group, judged against its peers.
+
+    Peers inside init_process_group have done all their own start-up and wait
+    for the ranks that are not there yet: a rank still outside it
+    ``init_straggler_s`` after the last of them arrived holds the job up (a
+    verdict; the kill waits for the patience, as a slow data read may end).
+    When every rank of the job is inside and none comes out, the rendezvous
+    itself is stuck (the store, or the backend's connection set-up).
+    Without arrived peers, the start-up rule applies.
+    """
+    names = {p.name for p in w.active_phases}
+    if RENDEZVOUS_PHASE in names:
+        world = job.world_size
+        if world > 1 and len(job.arrived) >= world:
+            stuck = now - job.last_arrival_at
+            if stuck > cfg.rendezvous_timeout_s:
+                return _finding(
+                    w,
+                    "rendezvous",
+                    Verdict.HUNG,
+                    phase=RENDEZVOUS_PHASE,
+                    arrived=list(job.arrived),
+                    stuck_s=round(stuck, 3),
+                    timeout_s=cfg.rendezvous_timeout_s,
+                )
+        return None  # waiting for a peer: the rank not there is the one to name
+    if INIT_PHASE in names and job.arrived:
+        waited = now - job.last_arrival_at
+        if waited > cfg.init_straggler_s:
+            return _finding(
+                w,
+                "init_straggler",
+                Verdict.HUNG,
+                phase=INIT_PHASE,
+                waiting=list(job.arrived),
+                waited_s=round(waited, 3),
+                timeout_s=cfg.init_straggler_s,
+            )
+        return None
+    return _progress(w, cfg, job, now)
 
 
 def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:

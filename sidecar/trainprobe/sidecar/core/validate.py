@@ -66,6 +66,9 @@ def validate_hello(h: HelloData, supported_versions: range) -> None:
         f"{supported_versions.start}..{supported_versions.stop - 1} (upgrade the sidecar)",
     )
     _text("job_id", h.job_id, required=True)
+    _text("job_name", h.job_name)
+    # A name is printed in tables and logs: no control character may forge a row.
+    _check(h.job_name.isprintable(), f"job_name={h.job_name[:40]!r}: control characters")
     _text("host", h.host)
     _text("hook_version", h.hook_version)
     _text("gpu_uuid", h.gpu_uuid)

@@ -56,6 +56,7 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
             if m.HasField("replica") and m.replica.replica_id
             else None
         ),
+        job_name=m.job_name,
     )
 
 
@@ -171,6 +172,7 @@ def status_pb(
     inflight = w.oldest_inflight()
     return probe_pb2.WorkerStatus(
         job_id=h.job_id,
+        job_name=h.job_name,
         rank=h.rank,
         local_rank=h.local_rank,
         world_size=h.world_size,

@@ -1,0 +1,85 @@
+"""Start-up as phases: a rank before init_process_group, judged against its peers."""
+
+from __future__ import annotations
+
+from tests.core_builders import connected, phase, report
+from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, analyze, evaluate
+from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, STRAGGLER
+from trainprobe.sidecar.core.summary import summarize
+
+T0 = 100.0
+CFG = RuleConfig(
+    heartbeat_timeout_s=1e6,
+    stall=StallPolicy(timeout_s=5, startup_timeout_s=600),
+    init_straggler_s=5.0,
+    rendezvous_timeout_s=120.0,
+)
+
+
+def job(arrivals: dict[int, float | None], world: int = 3) -> Registry:
+    """Ranks in phase init since T0; those with an arrival time also in rendezvous."""
+    reg = Registry()
+    for rank, arrived in arrivals.items():
+        w = connected(reg, rank, T0, world=world)
+        phases = (phase("init", T0),)
+        if arrived is not None:
+            phases += (phase("rendezvous", arrived),)
+        reg.apply(w, report(T0 + 30, phases=phases), T0 + 30)
+    return reg
+
+
+def found(reg: Registry, now: float) -> dict[int, str]:
+    return {f.key.rank: f.rule for f in evaluate(reg, CFG, now)}
+
+
+def test_the_rank_not_arrived_is_named_straggler_s_after_the_last_peer_arrived() -> None:
+    reg = job({0: T0 + 10, 1: None, 2: T0 + 12})
+    assert found(reg, T0 + 16.9) == {}  # 4.9 s after the last arrival: not yet
+    hung = evaluate(reg, CFG, T0 + 17.5)
+    assert [(f.key.rank, f.rule) for f in hung] == [(1, "init_straggler")]
+    assert hung[0].evidence["waiting"] == [0, 2]
+    assert hung[0].evidence["waited_s"] == 5.5
+
+
+def test_waiting_ranks_are_never_blamed_and_no_peer_waiting_means_no_verdict() -> None:
+    # Nobody arrived: every rank is still in its own start-up (the start-up rule's 600 s).
+    assert found(job({0: None, 1: None, 2: None}), T0 + 300) == {}
+    assert found(job({0: None, 1: None, 2: None}), T0 + 601) == {
+        0: "startup",
+        1: "startup",
+        2: "startup",
+    }
+    # Arrived ranks wait, whatever their wait, until every rank is inside.
+    assert found(job({0: T0 + 1, 1: None, 2: T0 + 1}), T0 + 500) == {1: "init_straggler"}
+
+
+def test_every_rank_inside_and_none_out_is_a_stuck_rendezvous() -> None:
+    reg = job({0: T0 + 1, 1: T0 + 2, 2: T0 + 3})
+    assert found(reg, T0 + 122) == {}
+    assert found(reg, T0 + 124) == {0: "rendezvous", 1: "rendezvous", 2: "rendezvous"}
+    # A rank of a bigger world absent from this sidecar: its peers wait for it, no verdict.
+    assert found(job({0: T0 + 1, 1: T0 + 2}, world=3), T0 + 500) == {}
+
+
+def test_start_up_phases_do_not_cover_peers_as_a_declared_phase_does() -> None:
+    reg = job({0: T0 + 1, 1: None, 2: T0 + 1})
+    assert found(reg, T0 + 7) == {1: "init_straggler"}
+    reg2 = Registry()
+    w = connected(reg2, 0, T0, world=2)
+    reg2.apply(
+        w, report(T0 + 1, step=3, step_t_s=T0, phases=(phase("checkpoint", T0, 900),)), T0 + 1
+    )
+    w1 = connected(reg2, 1, T0, world=2)
+    reg2.apply(w1, report(T0 + 1, phases=(phase("init", T0),)), T0 + 1)
+    assert found(reg2, T0 + 200) == {}  # rank 1 alone in init; rank 0 in a long checkpoint
+
+
+def test_analysis_names_the_rank_not_arrived_and_the_peers_waiting_for_it() -> None:
+    reg = job({0: T0 + 10, 1: None, 2: T0 + 12})
+    diag = analyze([summarize(w, T0 + 20, 1e6) for w in reg])
+    assert diag.kind == STRAGGLER and diag.culprits == (1,) and diag.waiting == (0, 2)
+    assert "rank 1 on node-a (pid 1001) has not reached init_process_group" in diag.summary
+    assert diag.conclusive
+    stuck = analyze([summarize(w, T0 + 200, 1e6) for w in job({0: T0, 1: T0, 2: T0})])
+    assert stuck.kind == ALL_IN_FLIGHT and stuck.waiting == (0, 1, 2) and not stuck.culprits
+    assert "init_process_group" in stuck.summary
