@@ -151,7 +151,11 @@ def _narrow_rows(
             job = w.job_id
             count = sum(1 for x in reply.workers if x.job_id == job)
             # The name people read, then the id that `diagnose --job` and logs carry.
-            label = f"{printable(w.job_name)} (id {f['job']})" if w.job_name else f["job"]
+            label = (
+                f"{printable(w.job_name)} (id {f['job']})"
+                if w.job_name and w.job_name != w.job_id
+                else f["job"]
+            )
             lines.append(f"job {label}  ({count} worker{'' if count == 1 else 's'})")
             if diag := culprits_line(job, diagnoses.get(job) or {}, named=False):
                 lines.append(diag)
