@@ -394,9 +394,14 @@ def test_the_first_scrape_already_serves_every_metric_family() -> None:
             "trainprobe_workers": "gauge",
             "hw_gpu_memory_usage_bytes": "gauge",
             "hw_gpu_memory_limit_bytes": "gauge",
+            "trainprobe_sidecar_overloaded": "gauge",
+            "trainprobe_sidecar_reports_shed": "gauge",
+            "trainprobe_sidecar_ingest_lag_seconds": "gauge",
         }
         assert len(want) == len(INSTRUMENTS)  # a new instrument belongs in this list
-        assert {n: k for n, (k, *_) in types.items()} == want
+        # target_info is the exporter's resource family, written once any data is in
+        # (the sidecar's own gauges have a value from the start).
+        assert {n: k for n, (k, *_) in types.items() if n != "target_info"} == want
         assert "# HELP trainprobe_step_duration_seconds Training step time" in body
 
         # Once data arrives, the exporter's own families replace the empty ones:
