@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from render import CASES, TOOLS, job_scale
+from perfdoc import CASES, TOOLS, job_scale
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
