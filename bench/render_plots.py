@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from render import CASES, TOOLS, job_scale
+from perfdoc import CASES, TOOLS, job_scale
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -35,6 +35,18 @@ def save(fig: Any, out: Path) -> None:
     plt.close(fig)
 
 
+def finish(
+    fig: Any, ax: Any, out: Path, ylabel: str, title: str, legend: bool = True, grid: str = "y"
+) -> None:
+    """Label one panel, grid its `grid` axis ("both" for both), and save the figure."""
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8)
+    ax.grid(axis=grid, alpha=0.3)
+    save(fig, out)
+
+
 def bars(
     out: Path,
     title: str,
@@ -50,12 +62,8 @@ def bars(
         ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=8)
     if goal is not None:
         ax.axhline(goal, color="red", lw=0.8, ls="--", label=goal_label)
-        ax.legend(fontsize=8)
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
-    save(fig, out)
+    finish(fig, ax, out, ylabel, title, legend=goal is not None)
 
 
 COST_LABELS = {
@@ -81,11 +89,9 @@ def cost_plot(res: dict[str, Any], out: Path) -> None:
     ax.scatter([], [], color="black", marker="_", label="p99")
     ax.set_yscale("log")
     ax.set_xticks(range(len(names)), [COST_LABELS[n] for n in names])
-    ax.set_ylabel("µs per call (minus an empty call)")
-    ax.set_title("Cost on the training thread, per step")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    save(fig, out)
+    finish(
+        fig, ax, out, "µs per call (minus an empty call)", "Cost on the training thread, per step"
+    )
 
 
 def detection_plot(res: dict[str, Any], out: Path) -> None:
@@ -171,10 +177,8 @@ def hook_memory_plot(res: dict[str, Any], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.plot([s["step"] for s in series], [s["rss_bytes"] / 2**20 for s in series], "o-")
     ax.set_xlabel("steps (on_step_end calls)")
-    ax.set_ylabel("RSS, MiB")
-    ax.set_title("Training process with the hook, reporter at 10 Hz")
-    ax.grid(alpha=0.3)
-    save(fig, out)
+    title = "Training process with the hook, reporter at 10 Hz"
+    finish(fig, ax, out, "RSS, MiB", title, legend=False, grid="both")
 
 
 def faults_plot(res: dict[str, Any], out: Path) -> None:
@@ -234,11 +238,8 @@ def job_scale_plot(res: Results, out: Path) -> bool:
         ax.axhline(statistics.median(runs[t]), color=color, lw=0.8, ls=":")
     ax.axhline(50.0, color="red", lw=0.8, ls="--", label="goal: 20,000 a CPU-second")
     ax.set_xticks(range(len(runs["on"])), [f"pair {i + 1}" for i in range(len(runs["on"]))])
-    ax.set_ylabel("sidecar CPU µs per report")
-    ax.set_title("1,000 relayed ranks, shipped defaults (dotted: medians)")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    save(fig, out)
+    title = "1,000 relayed ranks, shipped defaults (dotted: medians)"
+    finish(fig, ax, out, "sidecar CPU µs per report", title)
     return True
 
 
@@ -250,11 +251,7 @@ def fuzz_plot(res: Results, out: Path) -> bool:
     ax.plot([x["cases"] for x in fz["samples"]], [x["rss_mb"] for x in fz["samples"]], "-")
     ax.axhline(150, color="red", lw=0.8, ls="--", label="goal: < 150 MB")
     ax.set_xlabel("hostile streams so far")
-    ax.set_ylabel("sidecar RSS, MB")
-    ax.set_title("Sidecar memory under hostile streams")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    save(fig, out)
+    finish(fig, ax, out, "sidecar RSS, MB", "Sidecar memory under hostile streams", grid="both")
     return True
 
 
