@@ -95,3 +95,20 @@ def test_fault_matrix_goals_count_false_kills_and_wrong_culprits() -> None:
     assert "| 0 false kills in healthy jobs | 1 in 2 jobs | **missed** |" in text
     assert "| culprit right in ≥ 95 % of fault trials | 1 of 2 (50%) | **missed** |" in text
     assert "| one rank stalls 8 s (read) | 1/1 (1) | 0/1 (0) | 1/1 (1) |" in text
+
+
+def test_the_cli_check_says_current_or_stale(tmp_path: Path) -> None:
+    import subprocess
+
+    script = ROOT / "bench" / "render.py"
+
+    def check(doc: Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(script), "--check", "--doc", str(doc)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    ok = check(DOC)
+    assert ok.returncode == 0 and "current" in ok.stdout, ok.stdout + ok.stderr
+    stale = tmp_path / "PERFORMANCE.md"
+    stale.write_text(DOC.read_text().replace("0 in 360 jobs", "0 in 36 jobs"))
+    bad = check(stale)
+    assert bad.returncode == 1 and "stale" in bad.stdout, bad.stdout + bad.stderr
