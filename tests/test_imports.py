@@ -37,6 +37,69 @@ def test_core_and_hooks_import_without_grpc_ray_or_opentelemetry() -> None:
     assert out.stdout.strip() == "ok"
 
 
+#: A meta-path finder that refuses the adapters' dependencies outright: their
+#: import raises even where a module of theirs is already cached on disk.
+BLOCKER = (
+    "import sys\n"
+    "BLOCKED = ('google', 'grpc', 'ray', 'opentelemetry')\n"
+    "class Blocker:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in BLOCKED:\n"
+    "            raise ImportError(f'{name} is blocked: the core must not import it')\n"
+    "sys.meta_path.insert(0, Blocker())\n"
+)
+
+
+def core_modules() -> list[str]:
+    return sorted(
+        _module_name(p) for p in (SIDECAR / "core").rglob("*.py") if p.name != "__init__.py"
+    )
+
+
+def test_the_blocker_blocks() -> None:
+    out = run_python(BLOCKER + "import google.protobuf\n")
+    assert out.returncode != 0 and "google is blocked" in out.stderr, out.stderr
+
+
+def test_every_core_module_imports_with_protobuf_grpc_ray_and_otel_blocked() -> None:
+    names = core_modules()
+    assert "trainprobe.sidecar.core.registry" in names and len(names) > 25
+    out = run_python(
+        BLOCKER
+        + "import importlib\n"
+        + "".join(f"importlib.import_module({n!r})\n" for n in names)
+        + "import trainprobe.sidecar.core as core\n"
+        + "for name in core.__all__:\n"
+        + "    getattr(core, name)\n"
+        + "leaked = sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED\n"
+        + "                or m.startswith('trainprobe.proto'))\n"
+        + "print(leaked)\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports (absolute imports only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_core_imports_only_the_standard_library_and_itself() -> None:
+    for path in (SIDECAR / "core").rglob("*.py"):
+        for mod in _top_level_imports(path):
+            top = mod.split(".")[0]
+            if top == "trainprobe":
+                assert mod.startswith("trainprobe.sidecar.core"), f"{path.name} imports {mod}"
+            else:
+                assert top in sys.stdlib_module_names, f"{path.name} imports {mod}"
+
+
 def test_creating_a_hook_without_grpc_says_so() -> None:
     out = run_python(
         "import sys\n"

@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
-import signal
 from importlib import metadata
+
+# Facts the sidecar's pure core judges by are declared there (standard library
+# only) and re-exported here: one source for each.
+from trainprobe.sidecar.core.conventions import (
+    INIT_PHASE,
+    RENDEZVOUS_PHASE,
+    STACK_SIGNALS,
+    STARTUP_PHASES,
+)
+
+__all__ = [
+    "AUTH_METADATA_KEY",
+    "INIT_PHASE",
+    "MAX_MESSAGE_BYTES",
+    "MESSAGE_SIZE_OPTIONS",
+    "RENDEZVOUS_PHASE",
+    "STACK_SIGNALS",
+    "STARTUP_PHASES",
+    "VERSION",
+    "bearer_metadata",
+    "bearer_value",
+    "package_version",
+]
 
 #: gRPC metadata key carrying the bearer token on TCP listeners.
 AUTH_METADATA_KEY = "authorization"
@@ -15,12 +37,6 @@ MESSAGE_SIZE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
-
-
-#: Signals a hook may arm for faulthandler stacks, and so the only ones a
-#: sidecar ever sends as the stack signal: the real-time ones, which nothing
-#: uses by default (never SIGKILL, SIGTERM, SIGSTOP, SIGINT...).
-STACK_SIGNALS = range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1)
 
 
 def bearer_value(token: str) -> str:
@@ -42,11 +58,3 @@ def package_version() -> str:
 
 #: This release's version (hook and sidecar are one distribution).
 VERSION = package_version()
-
-#: The phases a hook made before ``init_process_group`` reports by itself:
-#: ``init`` from its birth to the process group (or its first step), and,
-#: within it, ``rendezvous`` while its training thread is inside
-#: torch.distributed's set-up, waiting for its peers.
-INIT_PHASE = "init"
-RENDEZVOUS_PHASE = "rendezvous"
-STARTUP_PHASES = frozenset({INIT_PHASE, RENDEZVOUS_PHASE})

@@ -16,18 +16,15 @@ assembles them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from trainprobe.proto import VERSION
-from trainprobe.sidecar._lazy import lazy_exports
+from trainprobe.sidecar.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from trainprobe.sidecar.config.settings import OPTIONS, Settings, SettingsError, load_settings
     from trainprobe.sidecar.server import SIDECAR_VERSION, Sidecar
     from trainprobe.sidecar.threaded import SidecarThread
     from trainprobe.sidecar.transport.sockets import ListenError
-
-__version__ = VERSION
 
 __all__ = [
     "OPTIONS",
@@ -40,7 +37,7 @@ __all__ = [
     "load_settings",
 ]
 
-__getattr__, __dir__ = lazy_exports(
+_exported, __dir__ = lazy_exports(
     __name__,
     {
         "OPTIONS": "config.settings",
@@ -53,3 +50,13 @@ __getattr__, __dir__ = lazy_exports(
         "load_settings": "config.settings",
     },
 )
+
+
+def __getattr__(name: str) -> Any:
+    # ``__version__`` is the wire contract's, read on first use: importing the
+    # pure core (which runs this package first) must not load protobuf.
+    if name == "__version__":
+        from trainprobe.proto import VERSION
+
+        return VERSION
+    return _exported(name)

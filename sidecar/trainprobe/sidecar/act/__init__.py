@@ -14,7 +14,7 @@ Public API (imported on first use):
   sidecar, its ancestors).
 """
 
-from trainprobe.sidecar._lazy import lazy_exports
+from trainprobe.sidecar.core.lazy import lazy_exports
 
 __all__ = [
     "Actions",

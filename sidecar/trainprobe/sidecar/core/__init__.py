@@ -1,92 +1,100 @@
 """The sidecar's pure core: plain data, rules, thresholds, incidents, policy.
 
-Nothing here imports gRPC, Ray or OpenTelemetry, and every function takes the
-current time as an argument, so the whole decision path is unit-testable.
+Nothing here imports anything but the standard library and the core itself,
+and every function takes the current time as an argument, so the whole
+decision path is unit-testable. Names are imported on first use (PEP 562):
+importing one module of the core, as the wire contract does for
+:mod:`.conventions`, loads that module alone.
 """
 
-from trainprobe.sidecar.core.actions import (
-    ACTIONS,
-    Action,
-    action_record,
-    eviction_line,
-    for_replicas,
-    is_destructive,
-)
-from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
-from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
-from trainprobe.sidecar.core.decision import (
-    Judgement,
-    judge,
-    paused_line,
-    paused_reason,
-    refine,
-    suspect_line,
-)
-from trainprobe.sidecar.core.episodes import (
-    CulpritPolicy,
-    Episode,
-    JobEpisodes,
-    plan_targets,
-    update_record,
-)
-from trainprobe.sidecar.core.evidence import (
-    ProcSample,
-    RankEvidence,
-    StackSample,
-    assess,
-    classify_frames,
-    definitive_reason,
-    stale_after_s,
-)
-from trainprobe.sidecar.core.incidents import (
-    FindingEdges,
-    Incident,
-    group_incidents,
-    next_incident_id,
-)
-from trainprobe.sidecar.core.jobview import (
-    CoordinatorState,
-    EpisodeNote,
-    JobView,
-    SyncReply,
-    aged,
-    analyze_job,
-    merge_summaries,
-)
-from trainprobe.sidecar.core.model import (
-    CollectiveData,
-    Finding,
-    GpuMemoryData,
-    GroupSeqData,
-    HelloData,
-    PhaseData,
-    RayInfo,
-    ReportData,
-    SyncData,
-    Verdict,
-    VerifiedProcess,
-    WorkerKey,
-    WorkerState,
-    heard_every_ms,
-)
-from trainprobe.sidecar.core.overload import IngestLoad, Shedder
-from trainprobe.sidecar.core.patience import PatienceBook, Stall
-from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
-from trainprobe.sidecar.core.ray_kill import (
-    RayKillPlan,
-    actor_summary,
-    kill_settled,
-    plan_ray_kill,
-)
-from trainprobe.sidecar.core.recovery import RecoveryWatch
-from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
-from trainprobe.sidecar.core.replicas import ReplicaEvidence, apply_replicas, replica_evidence
-from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
-from trainprobe.sidecar.core.stackframes import Frame, ThreadStack, parse_stacks, stuck_at
-from trainprobe.sidecar.core.summary import summarize
-from trainprobe.sidecar.core.text import SafeLogFormatter, printable
-from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, p99, stall_threshold
-from trainprobe.sidecar.core.validate import ValidationError, validate_hello, validate_report
+from typing import TYPE_CHECKING
+
+from trainprobe.sidecar.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.core.actions import (
+        ACTIONS,
+        Action,
+        action_record,
+        eviction_line,
+        for_replicas,
+        is_destructive,
+    )
+    from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
+    from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
+    from trainprobe.sidecar.core.decision import (
+        Judgement,
+        judge,
+        paused_line,
+        paused_reason,
+        refine,
+        suspect_line,
+    )
+    from trainprobe.sidecar.core.episodes import (
+        CulpritPolicy,
+        Episode,
+        JobEpisodes,
+        plan_targets,
+        update_record,
+    )
+    from trainprobe.sidecar.core.evidence import (
+        ProcSample,
+        RankEvidence,
+        StackSample,
+        assess,
+        classify_frames,
+        definitive_reason,
+        stale_after_s,
+    )
+    from trainprobe.sidecar.core.incidents import (
+        FindingEdges,
+        Incident,
+        group_incidents,
+        next_incident_id,
+    )
+    from trainprobe.sidecar.core.jobview import (
+        CoordinatorState,
+        EpisodeNote,
+        JobView,
+        SyncReply,
+        aged,
+        analyze_job,
+        merge_summaries,
+    )
+    from trainprobe.sidecar.core.model import (
+        CollectiveData,
+        Finding,
+        GpuMemoryData,
+        GroupSeqData,
+        HelloData,
+        PhaseData,
+        RayInfo,
+        ReportData,
+        SyncData,
+        Verdict,
+        VerifiedProcess,
+        WorkerKey,
+        WorkerState,
+        heard_every_ms,
+    )
+    from trainprobe.sidecar.core.overload import IngestLoad, Shedder
+    from trainprobe.sidecar.core.patience import PatienceBook, Stall
+    from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
+    from trainprobe.sidecar.core.ray_kill import (
+        RayKillPlan,
+        actor_summary,
+        kill_settled,
+        plan_ray_kill,
+    )
+    from trainprobe.sidecar.core.recovery import RecoveryWatch
+    from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
+    from trainprobe.sidecar.core.replicas import ReplicaEvidence, apply_replicas, replica_evidence
+    from trainprobe.sidecar.core.rules import JobContext, RuleConfig, evaluate, job_contexts
+    from trainprobe.sidecar.core.stackframes import Frame, ThreadStack, parse_stacks, stuck_at
+    from trainprobe.sidecar.core.summary import summarize
+    from trainprobe.sidecar.core.text import SafeLogFormatter, printable
+    from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, p99, stall_threshold
+    from trainprobe.sidecar.core.validate import ValidationError, validate_hello, validate_report
 
 __all__ = [
     "ACTIONS",
@@ -182,3 +190,101 @@ __all__ = [
     "validate_hello",
     "validate_report",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Action": "actions",
+        "action_record": "actions",
+        "ActionPolicy": "policy",
+        "ACTIONS": "actions",
+        "actor_summary": "ray_kill",
+        "aged": "jobview",
+        "analyze": "culprit",
+        "analyze_job": "jobview",
+        "apply_replicas": "replicas",
+        "ArrivalTracker": "arrival",
+        "assess": "evidence",
+        "classify_frames": "evidence",
+        "CollectiveData": "model",
+        "CoordinatorState": "jobview",
+        "CulpritPolicy": "episodes",
+        "decide": "policy",
+        "definitive_reason": "evidence",
+        "Diagnosis": "culprit",
+        "Episode": "episodes",
+        "EpisodeNote": "jobview",
+        "evaluate": "rules",
+        "eviction_line": "actions",
+        "Finding": "model",
+        "FindingEdges": "incidents",
+        "for_replicas": "actions",
+        "Frame": "stackframes",
+        "GpuMemoryData": "model",
+        "group_incidents": "incidents",
+        "GroupProgress": "culprit",
+        "GroupSeqData": "model",
+        "heard_every_ms": "model",
+        "HelloData": "model",
+        "Incident": "incidents",
+        "IngestLoad": "overload",
+        "is_destructive": "actions",
+        "job_contexts": "rules",
+        "JobContext": "rules",
+        "JobEpisodes": "episodes",
+        "JobView": "jobview",
+        "judge": "decision",
+        "Judgement": "decision",
+        "kill_settled": "ray_kill",
+        "KillBudget": "policy",
+        "LagStats": "arrival",
+        "LagSummary": "arrival",
+        "merge_summaries": "jobview",
+        "next_incident_id": "incidents",
+        "p99": "thresholds",
+        "parse_stacks": "stackframes",
+        "PatienceBook": "patience",
+        "paused_line": "decision",
+        "paused_reason": "decision",
+        "PhaseData": "model",
+        "plan_ray_kill": "ray_kill",
+        "plan_targets": "episodes",
+        "printable": "text",
+        "ProcSample": "evidence",
+        "RankEvidence": "evidence",
+        "RankSummary": "culprit",
+        "RayInfo": "model",
+        "RayKillPlan": "ray_kill",
+        "RecoveryWatch": "recovery",
+        "refine": "decision",
+        "Registry": "registry",
+        "RegistryError": "registry",
+        "replica_evidence": "replicas",
+        "ReplicaEvidence": "replicas",
+        "ReportData": "model",
+        "RuleConfig": "rules",
+        "SafeLogFormatter": "text",
+        "Shedder": "overload",
+        "StackSample": "evidence",
+        "stale_after_s": "evidence",
+        "Stall": "patience",
+        "stall_threshold": "thresholds",
+        "StallPolicy": "thresholds",
+        "StallThreshold": "thresholds",
+        "stuck_at": "stackframes",
+        "summarize": "summary",
+        "SUPPORTED_PROTOCOLS": "registry",
+        "suspect_line": "decision",
+        "SyncData": "model",
+        "SyncReply": "jobview",
+        "ThreadStack": "stackframes",
+        "update_record": "episodes",
+        "validate_hello": "validate",
+        "validate_report": "validate",
+        "ValidationError": "validate",
+        "Verdict": "model",
+        "VerifiedProcess": "model",
+        "WorkerKey": "model",
+        "WorkerState": "model",
+    },
+)

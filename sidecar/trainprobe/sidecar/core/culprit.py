@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE
+from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE
 
 #: Diagnosis kinds.
 UNRESPONSIVE = "unresponsive"

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE, STARTUP_PHASES
+from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE, STARTUP_PHASES
 from trainprobe.sidecar.core.model import (
     ActivePhase,
     Finding,

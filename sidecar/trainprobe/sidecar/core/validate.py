@@ -8,7 +8,7 @@ message only once a value has failed.
 
 from __future__ import annotations
 
-from trainprobe.proto.wire import STACK_SIGNALS
+from trainprobe.sidecar.core.conventions import STACK_SIGNALS
 from trainprobe.sidecar.core.limits import (
     MAX_DURATION_S,
     MAX_GROUPS,

@@ -17,7 +17,7 @@ Public API:
 Nothing here imports Ray until it is used.
 """
 
-from trainprobe.sidecar._lazy import lazy_exports
+from trainprobe.sidecar.core.lazy import lazy_exports
 
 __all__ = [
     "HandleRegistry",

@@ -8,7 +8,7 @@ Public API (imported on first use):
 - :class:`RelayBuffer`: the node's bounded buffer (pure).
 """
 
-from trainprobe.sidecar._lazy import lazy_exports
+from trainprobe.sidecar.core.lazy import lazy_exports
 
 __all__ = ["RelayBuffer", "RelayNode", "RelayUpstream"]
 

@@ -13,7 +13,7 @@ Public API (imported on first use):
 - :mod:`.pb`: ``hello_from_pb``, ``report_from_pb``, ``status_pb``.
 """
 
-from trainprobe.sidecar._lazy import lazy_exports
+from trainprobe.sidecar.core.lazy import lazy_exports
 
 __all__ = [
     "Commander",

@@ -1,7 +1,8 @@
 """PEP 562 lazy exports: a package names its public API without importing it.
 
-Importing ``trainprobe.sidecar`` or one of its adapter packages then costs
-nothing, and the pure core imports without gRPC, Ray or OpenTelemetry.
+Importing ``trainprobe.sidecar``, the core or one of the adapter packages
+then costs nothing until a name is used. It lives in the core because the
+core uses it too, and the core imports nothing outside itself.
 """
 
 from __future__ import annotations

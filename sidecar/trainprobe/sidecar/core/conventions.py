@@ -1,0 +1,24 @@
+"""Conventions the hook and the sidecar share that the core judges by.
+
+Declared once here, in the pure core (standard library only); the wire
+contract, :mod:`trainprobe.proto`, re-exports them for the hook.
+"""
+
+from __future__ import annotations
+
+import signal
+
+__all__ = ["INIT_PHASE", "RENDEZVOUS_PHASE", "STACK_SIGNALS", "STARTUP_PHASES"]
+
+#: Signals a hook may arm for faulthandler stacks, and so the only ones a
+#: sidecar ever sends as the stack signal: the real-time ones, which nothing
+#: uses by default (never SIGKILL, SIGTERM, SIGSTOP, SIGINT...).
+STACK_SIGNALS = range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1)
+
+#: The phases a hook made before ``init_process_group`` reports by itself:
+#: ``init`` from its birth to the process group (or its first step), and,
+#: within it, ``rendezvous`` while its training thread is inside
+#: torch.distributed's set-up, waiting for its peers.
+INIT_PHASE = "init"
+RENDEZVOUS_PHASE = "rendezvous"
+STARTUP_PHASES = frozenset({INIT_PHASE, RENDEZVOUS_PHASE})
