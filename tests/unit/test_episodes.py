@@ -19,9 +19,9 @@ from trainprobe.sidecar.core import (
     evaluate,
     group_incidents,
     plan_targets,
-    update_record,
 )
 from trainprobe.sidecar.core.culprit import INCONCLUSIVE, STRAGGLER
+from trainprobe.sidecar.core.records import IncidentUpdate
 
 T0 = 100.0
 STRAGGLING_2 = Diagnosis(STRAGGLER, culprits=(2,), waiting=(0, 1, 3), confidence=0.95)
@@ -68,7 +68,7 @@ def test_the_first_hang_opens_and_later_ones_update() -> None:
     later = eps.route(incidents_at(reg, cfg, tracker, T0 + 5.2))
     assert later.openers == [] and later.plain == []
     assert [(eid, inc.rule, exp) for eid, inc, exp in later.updates] == [(ep.id, "exit", True)]
-    record = update_record(ep.id, later.updates[0][1], True)
+    record = IncidentUpdate(ep.id, later.updates[0][1], True).to_record()
     assert record["type"] == "incident_update" and record["incident_id"] == ep.id
     assert record["ranks"] == [1] and record["expected"] is True
 

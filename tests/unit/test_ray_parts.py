@@ -28,6 +28,7 @@ from trainprobe.sidecar.core import (
     kill_settled,
     plan_ray_kill,
 )
+from trainprobe.sidecar.core.registry import note_offset
 from trainprobe.sidecar.ray import HandleStore, RayUnavailable, settings_for_node
 from trainprobe.sidecar.ray.link import probe_address
 from trainprobe.sidecar.ray.naming import is_node_actor_name, node_incident_log
@@ -91,7 +92,7 @@ def test_kill_settles_on_death_restart_or_a_new_process() -> None:
 def _state(pid: int, first_seen_at: float) -> WorkerState:
     hello = HelloData(1, "0.1.0", "job", 1, 1, 2, "host", pid)
     state = WorkerState(hello=hello, first_seen_at=first_seen_at)
-    state.note_offset(0.0)  # worker clock == sidecar clock
+    note_offset(state, 0.0)  # worker clock == sidecar clock
     return state
 
 

@@ -18,6 +18,7 @@ from trainprobe.sidecar.core import (
     ValidationError,
     validate_report,
 )
+from trainprobe.sidecar.core.registry import note_offset
 
 T0 = 100.0
 
@@ -193,6 +194,6 @@ def test_offset_estimate_is_the_window_minimum_at_every_step() -> None:
     for i in range(500):
         # Falling, rising and repeated values, so the minimum often leaves the window.
         d = rng.choice([rng.uniform(-1, 1), 0.5 - i * 0.001, 0.25])
-        state.note_offset(d)
+        note_offset(state, d)
         assert state.offset_min_s == min(state.offsets)
         assert state.offset_s <= state.offset_min_s  # it rises slowly (note_offset)

@@ -236,7 +236,7 @@ class Sidecar:
             job = w.hello.job_id
             if job not in thresholds:
                 thresholds[job] = self.engine.stall_threshold_s(job)
-            ep = self.engine.hangs.episodes.get(job)
+            ep = self.engine.episode(job)
             suspect = ep.suspect if ep is not None and not ep.acted else ""
             row = status_pb(w, now, thresholds[job], suspect)
             size += row.ByteSize()
@@ -291,7 +291,7 @@ class Sidecar:
             named = sorted({w.hello.job_id for w in self.registry if w.hello.job_name == job_id})
             if len(named) == 1:
                 job_id = named[0]
-        diag, episode = self.engine.hangs.diagnose(job_id)
+        diag, episode = self.engine.diagnose(job_id)
         record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
         return bounded_diagnosis(job_id, diag.text, json.dumps(record, default=str))
 

@@ -270,7 +270,7 @@ class Actions:
         self, incident_id: str, targets: list[WorkerState], restart: bool
     ) -> tuple[dict[str, object], bool]:
         for t in targets:
-            t.killed_by_us = True  # its exit is expected: no DEAD incident for it
+            self.registry.mark_killed(t)  # its exit is expected: no DEAD incident for it
         # Read before the kill: once the process is gone /proc cannot say whose it was.
         uids = {
             t.key: proc_uid(t.hello.pid) if t.local and t.hello.stack_file else None

@@ -14,10 +14,10 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
+from typing import Protocol
 
 from trainprobe.sidecar.act.cgroups import frozen
 from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
-from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.core.evidence import (
     ProcSample,
     RankEvidence,
@@ -28,12 +28,20 @@ from trainprobe.sidecar.core.evidence import (
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
 
-__all__ = ["KEEP", "EvidenceGatherer"]
+__all__ = ["KEEP", "EvidenceGatherer", "StackReader"]
 
 #: Samples kept per rank: enough to compare stacks and measure CPU over a few seconds.
 KEEP = 4
 #: Seconds between the first round's two /proc reads.
 FIRST_GAP_S = 0.3
+
+
+class StackReader(Protocol):
+    """What reads a rank's stacks (:class:`~trainprobe.sidecar.act.stacks.StackCollector`)."""
+
+    async def collect(
+        self, state: WorkerState, signals: bool = True, flight_recorder: bool = True
+    ) -> dict[str, object]: ...
 
 
 def _read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
@@ -52,7 +60,7 @@ class EvidenceGatherer:
 
     def __init__(
         self,
-        stacks: StackCollector | None,
+        stacks: StackReader | None,
         clock: Callable[[], float] = time.monotonic,
         signals: bool = False,
     ) -> None:

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         Episode,
         JobEpisodes,
         plan_targets,
-        update_record,
     )
     from trainprobe.sidecar.core.evidence import (
         ProcSample,
@@ -46,6 +45,8 @@ if TYPE_CHECKING:
         definitive_reason,
         stale_after_s,
     )
+    from trainprobe.sidecar.core.hang import step
+    from trainprobe.sidecar.core.hangstate import HangConfig, HangState
     from trainprobe.sidecar.core.incidents import (
         FindingEdges,
         Incident,
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
         kill_settled,
         plan_ray_kill,
     )
+    from trainprobe.sidecar.core.records import IncidentUpdate
     from trainprobe.sidecar.core.recovery import RecoveryWatch
     from trainprobe.sidecar.core.registry import SUPPORTED_PROTOCOLS, Registry, RegistryError
     from trainprobe.sidecar.core.replicas import ReplicaEvidence, apply_replicas, replica_evidence
@@ -114,8 +116,11 @@ __all__ = [
     "GpuMemoryData",
     "GroupProgress",
     "GroupSeqData",
+    "HangConfig",
+    "HangState",
     "HelloData",
     "Incident",
+    "IncidentUpdate",
     "IngestLoad",
     "JobContext",
     "JobEpisodes",
@@ -183,10 +188,10 @@ __all__ = [
     "replica_evidence",
     "stale_after_s",
     "stall_threshold",
+    "step",
     "stuck_at",
     "summarize",
     "suspect_line",
-    "update_record",
     "validate_hello",
     "validate_report",
 ]
@@ -278,7 +283,10 @@ __getattr__, __dir__ = lazy_exports(
         "SyncData": "model",
         "SyncReply": "jobview",
         "ThreadStack": "stackframes",
-        "update_record": "episodes",
+        "HangConfig": "hangstate",
+        "HangState": "hangstate",
+        "IncidentUpdate": "records",
+        "step": "hang",
         "validate_hello": "validate",
         "validate_report": "validate",
         "ValidationError": "validate",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import GroupSeqData, SyncData, WorkerState, heard_every_ms
@@ -164,7 +164,15 @@ def _compared(seqs: Sequence[int], stride: int) -> range | list[int]:
 class ArrivalTracker:
     """Open comparisons of every job's groups; lags go to each rank's LagStats."""
 
-    def __init__(self, close_after_s: float = CLOSE_AFTER_S, max_open: int = MAX_OPEN) -> None:
+    def __init__(
+        self,
+        attach: Callable[[WorkerState], LagStats],
+        close_after_s: float = CLOSE_AFTER_S,
+        max_open: int = MAX_OPEN,
+    ) -> None:
+        #: Gives a session its LagStats at its first comparison (the registry's:
+        #: it alone writes sessions).
+        self.attach = attach
         self.close_after_s = close_after_s
         self.max_open = max_open
         self._groups: dict[tuple[str, str], _Group] = {}
@@ -288,6 +296,7 @@ class ArrivalTracker:
         arrivals = entry.arrivals
         members = grp.members
         name = grp.name
+        attach = self.attach
         first = min(arrivals.values())
         if len(arrivals) >= 2:
             # The hot loop (every rank of every collective): no call per rank.
@@ -297,7 +306,7 @@ class ArrivalTracker:
                     continue
                 stats = w.arrival
                 if stats is None:
-                    stats = w.arrival = LagStats()
+                    stats = attach(w)
                 lag = at - first
                 if lag > stats.win_max:
                     stats.win_max = lag
@@ -315,7 +324,7 @@ class ArrivalTracker:
                 continue
             stats = w.arrival
             if stats is None:
-                stats = w.arrival = LagStats()
+                stats = attach(w)
             stats.win_max = max(stats.win_max, waited)
             stats.win_n += 1
             stats.win_missed = True

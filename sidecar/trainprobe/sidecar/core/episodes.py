@@ -17,7 +17,7 @@ fallback (kill every stalled rank, or observe).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.actions import Action, is_destructive
@@ -33,8 +33,8 @@ __all__ = [
     "Episode",
     "JobEpisodes",
     "Routing",
+    "late_stalled",
     "plan_targets",
-    "update_record",
 ]
 
 HANG_VERDICTS = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE})
@@ -109,23 +109,6 @@ class Routing:
     plain: list[Incident] = field(default_factory=list)
 
 
-def update_record(episode_id: str, incident: Incident, expected: bool) -> dict[str, object]:
-    """The ``incident_update`` log record of an incident folded into an episode."""
-    return {
-        "type": "incident_update",
-        "incident_id": episode_id,
-        "job_id": incident.job_id,
-        "rule": incident.rule,
-        "verdict": incident.verdict.value,
-        "ranks": incident.ranks,
-        "culprits": incident.culprits,
-        "waiting": incident.waiting,
-        "pids": incident.pids,
-        "expected": expected,
-        "evidence": incident.evidence,
-    }
-
-
 def plan_targets(
     diagnosis: Diagnosis,
     served: Iterable[int],
@@ -191,14 +174,21 @@ def late_stalled(ep: Episode, incident: Incident, policy: CulpritPolicy) -> list
     return [r for r in incident.ranks if r not in spared]
 
 
-def _resolved(state: WorkerState | None, pid: int, since: float) -> bool:
-    """Whether a process of an episode no longer holds it open."""
+def _resolved(
+    state: WorkerState | None,
+    pid: int,
+    since: float,
+    verdict: Callable[[WorkerState], Verdict] | None = None,
+) -> bool:
+    """Whether a process of an episode no longer holds it open (``verdict``: the
+    session's verdict as of now, where newer than its own)."""
     if state is None or state.hello.pid != pid:
         return True  # forgotten, or replaced by a new process
     if state.ended or state.killed_by_us:
         return True
     progressed = state.has_step and state.last_step_at > since
-    return progressed and state.verdict not in HANG_VERDICTS
+    now_verdict = verdict(state) if verdict is not None else state.verdict
+    return progressed and now_verdict not in HANG_VERDICTS
 
 
 class JobEpisodes:
@@ -303,20 +293,29 @@ class JobEpisodes:
         return out
 
     @staticmethod
-    def remaining(ep: Episode, states: dict[int, WorkerState]) -> list[int]:
+    def remaining(
+        ep: Episode,
+        states: dict[int, WorkerState],
+        verdict: Callable[[WorkerState], Verdict] | None = None,
+    ) -> list[int]:
         """Ranks of ``ep`` whose process still holds the job (to sweep)."""
         return sorted(
             rank
             for rank, pid in ep.pids.items()
-            if not _resolved(states.get(rank), pid, ep.opened_at)
+            if not _resolved(states.get(rank), pid, ep.opened_at, verdict)
         )
 
-    def settle(self, states_by_job: dict[str, dict[int, WorkerState]]) -> list[Episode]:
+    def settle(
+        self,
+        states_by_job: dict[str, dict[int, WorkerState]],
+        verdict: Callable[[WorkerState], Verdict] | None = None,
+    ) -> list[Episode]:
         """Close the episodes whose processes all exited, were replaced or progressed,
         and those of jobs that resumed from a pause (nothing of a pause is a hang)."""
         closed = []
         for job_id, ep in list(self._open.items()):
-            if ep.resumed_at is not None or not self.remaining(ep, states_by_job.get(job_id, {})):
+            states = states_by_job.get(job_id, {})
+            if ep.resumed_at is not None or not self.remaining(ep, states, verdict):
                 del self._open[job_id]
                 closed.append(ep)
         return closed

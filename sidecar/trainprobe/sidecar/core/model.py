@@ -292,7 +292,7 @@ FloatRing = Ring
 
 
 #: Reports kept for the clock-offset estimate and the step rate.
-_OFFSET_WINDOW = 16
+OFFSET_WINDOW = 16
 #: How fast the clock-offset estimate may rise (s/s): 1,000 ppm, ten times
 #: the drift of a poor crystal.
 OFFSET_RISE_PER_S = 1e-3
@@ -353,11 +353,11 @@ class WorkerState:
     active_phases: list[ActivePhase] = field(default_factory=list)
     step_samples: StepWindow = field(default_factory=lambda: StepWindow(STEP_SAMPLE_WINDOW))
     #: (received_at, total_steps) of recent reports, for the step rate.
-    rate_points: FloatRing = field(default_factory=lambda: FloatRing(_OFFSET_WINDOW, 2))
-    #: (receipt - send) of recent reports; see :meth:`note_offset`.
-    offsets: FloatRing = field(default_factory=lambda: FloatRing(_OFFSET_WINDOW))
+    rate_points: FloatRing = field(default_factory=lambda: FloatRing(OFFSET_WINDOW, 2))
+    #: (receipt - send) of recent reports; see ``Registry.note_offset``.
+    offsets: FloatRing = field(default_factory=lambda: FloatRing(OFFSET_WINDOW))
     #: The worker's clock offset: the smallest of ``offsets`` (0 before any
-    #: report), which it follows down at once and up slowly (note_offset).
+    #: report), which it follows down at once and up slowly (``Registry.note_offset``).
     offset_s: float = 0.0
     #: The smallest of ``offsets``, and when ``offset_s`` was last moved.
     offset_min_s: float = 0.0
@@ -390,33 +390,6 @@ class WorkerState:
 
     def __post_init__(self) -> None:
         self.key = self.hello.key
-
-    def note_offset(self, receipt_minus_send_s: float, now: float = 0.0) -> None:
-        """Add one report's (receipt - send) to the clock-offset estimate."""
-        # The smallest seen is the least delayed: the best estimate. Kept up to
-        # date here so that mapping a timestamp (several per report) is one add,
-        # and incrementally: a full min() only when the current minimum leaves
-        # the window (it was 7% of the relayed upstream's core, bench_scale).
-        offsets = self.offsets
-        n = len(offsets)  # once: this runs for every report
-        evicted = offsets._a[offsets._head] if n == _OFFSET_WINDOW else None
-        offsets.append(receipt_minus_send_s)
-        low = self.offset_min_s
-        if n == 0 or receipt_minus_send_s <= low:
-            low = self.offset_min_s = receipt_minus_send_s
-        elif evicted is not None and evicted <= low:
-            low = self.offset_min_s = min(offsets._a)
-        # Down at once; up by OFFSET_RISE_PER_S at most: no clock drifts by a
-        # second in seconds, but a sidecar that stays behind its reports makes
-        # every recent one late alike, and a window of them would take that
-        # backlog for the worker's clock and hide it (issue 21: a verdict 35.9 s
-        # after the onset read as 3.06 s).
-        if n == 0 or low <= self.offset_s:
-            self.offset_s = low
-        else:
-            rise = OFFSET_RISE_PER_S * max(0.0, now - self.offset_at)
-            self.offset_s = min(low, self.offset_s + rise)
-        self.offset_at = now
 
     def to_local(self, worker_mono_ns: int) -> float:
         """Map a worker monotonic timestamp onto the sidecar's clock (seconds)."""

@@ -1,8 +1,13 @@
-"""The registry of worker sessions, keyed by (job, rank).
+"""The registry of worker sessions, keyed by (job, rank), and their one writer.
 
 Pure state transitions: a Hello opens or resumes a session, a report updates
 it, a stream end closes it. Every call takes ``now`` (sidecar monotonic
-seconds), so tests drive time by hand.
+seconds), so tests drive time by hand. No other module assigns an attribute
+of a :class:`WorkerState` (tests/test_imports.py checks): the engine's runner
+applies the hang machine's verdicts and kill decisions through the named
+methods here (:meth:`Registry.set_verdict`, :meth:`Registry.mark_decided`,
+:meth:`Registry.mark_killed`), and the transports the route of a session
+(:meth:`Registry.set_route`, :meth:`Registry.set_relay_interval`).
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
 
-from trainprobe.sidecar.core.arrival import ArrivalTracker
+from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats
 from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
     GPU_RATIO_WINDOW,
+    OFFSET_RISE_PER_S,
+    OFFSET_WINDOW,
     ActivePhase,
     GpuMemoryData,
     HelloData,
     ReportData,
+    Verdict,
     VerifiedProcess,
     WorkerKey,
     WorkerState,
@@ -62,7 +70,7 @@ class Registry:
         #: Ended sessions dropped to stay within the bounds, for status and logs.
         self.evicted = 0
         #: Who entered shared collectives late, compared across the sessions here.
-        self.arrivals = ArrivalTracker()
+        self.arrivals = ArrivalTracker(_lag_stats)
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -191,7 +199,7 @@ class Registry:
         """
         validate_report(report)
         sent_s = report.mono_ns / 1e9
-        state.note_offset(now - sent_s, now)
+        note_offset(state, now - sent_s, now)
         sent_at = sent_s + state.offset_s
         state.last_sent_at = sent_at
         state.ingest_lag_s = now - sent_at
@@ -280,6 +288,43 @@ class Registry:
                 w.fresh_after = max(w.fresh_after, resumed_at)
                 w.last_phase_end_at = max(w.last_phase_end_at, resumed_at)
 
+    # -- what the engine and the transports set ---------------------------------
+
+    def set_verdict(self, key: WorkerKey, verdict: Verdict, rule: str) -> None:
+        """The session of ``key`` (if any) now has ``verdict``, from ``rule``."""
+        state = self._workers.get(key)
+        if state is not None:
+            state.verdict, state.verdict_rule = verdict, rule
+
+    def mark_decided(
+        self, key: WorkerKey, rule: str, incident_id: str, evicted: bool = False
+    ) -> None:
+        """The decision that kills the session of ``key``: its rule and incident, and
+        whether it ends by an eviction of its replica group (the job goes on)."""
+        state = self._workers.get(key)
+        if state is not None:
+            state.killed_rule, state.killed_incident = rule, incident_id
+            state.evicted = evicted
+
+    @staticmethod
+    def mark_killed(state: WorkerState) -> None:
+        """trainprobe itself ends this process: its exit is expected (no DEAD incident)."""
+        state.killed_by_us = True
+
+    @staticmethod
+    def set_route(state: WorkerState, relay: object | None) -> None:
+        """How the session's process is reached: over a node sidecar's Relay stream
+        (``relay``), else directly. Only the kernel's word makes a process ours to
+        signal: a verified direct session is ``local``; a relayed worker is its
+        node's to signal (the node verified it or refuses to)."""
+        state.relay = relay
+        state.local = state.verified and relay is None
+
+    @staticmethod
+    def set_relay_interval(state: WorkerState, interval_ms: int) -> None:
+        """The relaying node's batch interval: the session is heard that often at best."""
+        state.relay_interval_ms = interval_ms
+
     def forget_stale(self, now: float) -> list[WorkerState]:
         """Drop ended sessions older than ``forget_after_s``.
 
@@ -300,6 +345,42 @@ class Registry:
             del self._workers[w.key]
             self._ended.pop(w.key, None)
         return gone
+
+
+def note_offset(state: WorkerState, receipt_minus_send_s: float, now: float = 0.0) -> None:
+    """Add one report's (receipt - send) to the session's clock-offset estimate."""
+    # The smallest seen is the least delayed: the best estimate. Kept up to
+    # date here so that mapping a timestamp (several per report) is one add,
+    # and incrementally: a full min() only when the current minimum leaves
+    # the window (it was 7% of the relayed upstream's core, bench_scale).
+    offsets = state.offsets
+    n = len(offsets)  # once: this runs for every report
+    evicted = offsets._a[offsets._head] if n == OFFSET_WINDOW else None
+    offsets.append(receipt_minus_send_s)
+    low = state.offset_min_s
+    if n == 0 or receipt_minus_send_s <= low:
+        low = state.offset_min_s = receipt_minus_send_s
+    elif evicted is not None and evicted <= low:
+        low = state.offset_min_s = min(offsets._a)
+    # Down at once; up by OFFSET_RISE_PER_S at most: no clock drifts by a
+    # second in seconds, but a sidecar that stays behind its reports makes
+    # every recent one late alike, and a window of them would take that
+    # backlog for the worker's clock and hide it (a verdict 35.9 s after the
+    # onset read as 3.06 s).
+    if n == 0 or low <= state.offset_s:
+        state.offset_s = low
+    else:
+        rise = OFFSET_RISE_PER_S * max(0.0, now - state.offset_at)
+        state.offset_s = min(low, state.offset_s + rise)
+    state.offset_at = now
+
+
+def _lag_stats(state: WorkerState) -> LagStats:
+    """The session's arrival-lag statistics, made at its first comparison."""
+    stats = state.arrival
+    if stats is None:
+        stats = state.arrival = LagStats()
+    return stats  # type: ignore[no-any-return]
 
 
 def _same_process(

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from trainprobe.sidecar.core.culprit import GroupProgress, RankSummary
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.model import Verdict, WorkerState
 
 __all__ = ["summarize"]
 
 
-def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSummary:
-    """What other sidecars (and the culprit analysis) need to know of ``w`` at ``now``."""
+def summarize(
+    w: WorkerState, now: float, heartbeat_limit_s: float, verdict: Verdict | None = None
+) -> RankSummary:
+    """What other sidecars (and the culprit analysis) need to know of ``w`` at ``now``.
+
+    ``verdict``: ``w``'s verdict as of ``now`` where it is newer than the session's
+    (a step of the hang machine, whose verdicts its effects are yet to set)."""
     report_age = max(0.0, now - w.last_report_at)
     groups: tuple[GroupProgress, ...] = ()
     sync = w.last_report.sync if w.last_report is not None else None
@@ -44,7 +49,7 @@ def summarize(w: WorkerState, now: float, heartbeat_limit_s: float) -> RankSumma
         step_age_s=round(max(0.0, now - w.last_step_at), 3) if w.has_step else 0.0,
         phases=tuple(p.name for p in w.active_phases),
         groups=groups,
-        verdict=w.verdict.value,
+        verdict=(verdict or w.verdict).value,
         replica=w.hello.replica.replica_id if w.hello.replica is not None else "",
         ft_wait=wait,
         ft_wait_age_s=wait_age,

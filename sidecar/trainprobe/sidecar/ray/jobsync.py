@@ -69,7 +69,7 @@ class JobSync:
                     self._warn("*", f"{type(err).__name__}: {err}")
                     replies = {}
                 now = self._clock()
-                view = self.engine.hangs.job_view
+                view = self.engine.job_view
                 for job_id, reply in replies.items():
                     if view is not None:
                         view.update(job_id, reply, now)
@@ -79,12 +79,12 @@ class JobSync:
 
     def _payload(self) -> Payload:
         now = self._clock()
-        hangs = self.engine.hangs
+        engine = self.engine
         jobs = sorted({w.hello.job_id for w in self.engine.registry})
         for ended in self._handles.keys() - set(jobs):  # bounded by the jobs served now
             del self._handles[ended]
             self._warned.discard(ended)
-        return {job: (hangs.local_summaries(job, now), hangs.note(job)) for job in jobs}
+        return {job: (engine.local_summaries(job, now), engine.note(job)) for job in jobs}
 
     def _sync(self, payload: Payload) -> dict[str, SyncReply]:
         """Blocking: one ``sync`` call per job, all in flight at once."""
@@ -95,7 +95,7 @@ class JobSync:
             try:
                 handle = self._handles.get(job_id) or coordinator(job_id)
                 self._handles[job_id] = handle
-                refs[job_id] = handle.sync.remote(self.engine.hangs.sidecar_id, summaries, note)
+                refs[job_id] = handle.sync.remote(self.engine.sidecar_id, summaries, note)
             except Exception as err:
                 self._handles.pop(job_id, None)
                 self._warn(job_id, f"{type(err).__name__}: {err}")

@@ -20,6 +20,7 @@ import grpc
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.act.procs import KillOutcome
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
+from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.transport.servicer import (
     Ending,
     Malformed,
@@ -237,7 +238,7 @@ class RelayUpstream:
             self._refuse(link, refused, sid, refusal)
             return
         sessions[sid] = (state, state.generation)
-        state.relay_interval_ms = link.interval_ms
+        Registry.set_relay_interval(state, link.interval_ms)
         self.servicer.commander.attach(state.key, state.generation, route)
 
     @staticmethod
@@ -248,7 +249,7 @@ class RelayUpstream:
         with another setting): its workers are heard from that often at best."""
         link.interval_ms = interval_ms
         for state, _ in sessions.values():
-            state.relay_interval_ms = interval_ms
+            Registry.set_relay_interval(state, interval_ms)
 
     def _close(
         self,

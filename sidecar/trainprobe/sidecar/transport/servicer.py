@@ -278,8 +278,7 @@ class SidecarServicer:
             return None, (getattr(grpc.StatusCode, err.code), str(err))
         # Only the kernel's word makes a process ours to signal; a relayed worker
         # is its node's to signal (the node verified it or refuses to).
-        state.relay = relay
-        state.local = state.verified and relay is None
+        self.registry.set_route(state, relay)
         log.info(
             "worker %s connected%s: pid %d%s on %s, world size %d",
             state.key,

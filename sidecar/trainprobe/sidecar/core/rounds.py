@@ -1,0 +1,303 @@
+"""A watched hang's evidence round, judged: publish at once, act when sure.
+
+Each round of an open episode (/proc and stacks of the job's ranks served
+here, sampled by the engine) comes back as an
+:class:`~trainprobe.sidecar.core.effects.EvidenceRound`. Here it corrects the
+culprit analysis (:func:`~trainprobe.sidecar.core.decision.refine`) and asks
+:func:`~trainprobe.sidecar.core.decision.judge` whether to act:
+
+- the first round publishes the incident: verdict, culprit, where it is
+  stuck, the evidence, and the decision so far (act now, or watch until the
+  patience is spent);
+- a later round that finds definitive evidence, or the patience spent, acts:
+  a ``decision`` record says which evidence decided and why now, then the
+  action runs;
+- a paused job (every live rank held: :func:`~.decision.paused_reason`) is
+  no hang: a ``paused`` decision once, no kill, and its clocks restart at
+  the resume.
+
+Every outcome is an effect; nothing here writes, signals or sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from trainprobe.sidecar.core.actions import Action, for_replicas, is_destructive
+from trainprobe.sidecar.core.culprit import Diagnosis
+from trainprobe.sidecar.core.decision import (
+    ORPHANING_RULES,
+    Judgement,
+    judge,
+    paused_line,
+    paused_reason,
+    refine,
+    suspect_line,
+)
+from trainprobe.sidecar.core.effects import (
+    Effect,
+    EvidenceRound,
+    ExecuteAction,
+    KillDecided,
+    Log,
+    MarkKill,
+    Publish,
+    Record,
+    ResumeJob,
+    Watch,
+)
+from trainprobe.sidecar.core.episodes import Episode, plan_targets
+from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
+from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
+from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.jobview import analyze_job
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.policy import decide
+from trainprobe.sidecar.core.records import ActDecision, PauseDecision
+from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
+
+__all__ = ["judge_round", "kill_decided", "signals_for"]
+
+
+def signals_for(config: HangConfig, incident: Incident) -> bool:
+    """Whether stack reads of this hang may send the stack signal: only where its
+    action could act (a dry run or an observe verdict signals nothing at all)."""
+    policy = config.policy
+    return not policy.dry_run and is_destructive(policy.for_verdict(incident.verdict))
+
+
+def kill_decided(
+    config: HangConfig, job_id: str, ranks: Sequence[int], action: str
+) -> list[Effect]:
+    """The health service hears of a kill decision; a dry run decides nothing."""
+    if config.policy.dry_run or not is_destructive(action):
+        return []
+    return [KillDecided(job_id, tuple(ranks))]
+
+
+def judge_round(
+    state: HangState, rnd: EvidenceRound, workers: Sequence[WorkerState], now: float
+) -> list[Effect]:
+    """The effects of one evidence round; a :class:`Watch` among them continues it."""
+    cfg, ep, incident = state.config, rnd.episode, rnd.incident
+    out: list[Effect] = []
+    published = ep.published
+    if state.episodes.get(ep.job_id) is not ep:
+        # The job stepped again while we sampled. The verdict still happened:
+        # publish it (once), so a short hang is seen too, not silently lost.
+        if not published:
+            patience_s, basis = state.patience.patience_s(ep.job_id)
+            why = "the job stepped again before the first evidence round ended"
+            j = Judgement(False, "resumed", why, False, patience_s, basis, ep.onset_at, now)
+            _fill(state, incident, ep.diagnosis, j, rnd)
+            ep.published = True
+            out.append(Publish.of(incident))
+        return out
+    ranks = summaries(state, workers, ep.job_id, now)
+    paused = _judge_pause(
+        state, ep, incident.id, rnd.evidence, paused_reason(rnd.evidence, ranks), now, out
+    )
+    if paused is not None:
+        if not ep.published:
+            _fill(state, incident, ep.diagnosis, paused, rnd)
+            incident.targets, incident.action = [], Action.OBSERVE
+            incident.action_reason = f"paused: {paused.why}"
+            ep.published = True
+            out.append(Publish.of(incident))
+        if ep.resumed_at is None:
+            out.append(_next(cfg, rnd))
+        return out
+    evidence = rnd.evidence
+    dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
+    # A replicated job: after the stacks, a waiting replica is still never a culprit.
+    diag = apply_replicas(ranks, refine(analyze_job(ranks), evidence), dead)
+    where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
+    diag = diag.with_where(where)
+    patience_s, basis = _patience(state, ep.job_id, diag, now)
+    j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
+    action = cfg.policy.for_verdict(incident.verdict)
+    if not j.act and not is_destructive(action):
+        # The patience guards kills only: a dump or an observation costs nothing.
+        why = f"on_{incident.verdict.value.lower()}={action} kills nothing: done at the verdict"
+        j = replace(j, act=True, rule="not_destructive", why=why)
+    ep.diagnosis, ep.where = diag, {**ep.where, **where}
+    ep.decision = j.to_record()
+    ep.suspect = suspect_line(diag, evidence, j, now)
+    first = diag.culprits[0] if diag.culprits else None
+    ep.activity = evidence[first].label if first is not None and first in evidence else ""
+    if not published or j.act:
+        _fill(state, incident, diag, j, rnd)
+    if not published:
+        ep.published = True
+        if not j.act:
+            out.append(Log.warning("incident %s: %s", incident.id, ep.suspect))
+        out.append(Publish.of(incident))
+    if j.act:
+        out += _act(state, incident, ep, j, now)
+    else:
+        out.append(_next(cfg, rnd))
+    return out
+
+
+def _next(cfg: HangConfig, rnd: EvidenceRound) -> Watch:
+    return Watch(
+        rnd.episode, rnd.incident, rnd.round + 1, cfg.round_s, signals_for(cfg, rnd.incident)
+    )
+
+
+def _judge_pause(
+    state: HangState,
+    ep: Episode,
+    incident_id: str,
+    evidence: Mapping[int, RankEvidence],
+    reason: str,
+    now: float,
+    out: list[Effect],
+) -> Judgement | None:
+    """A paused job's judgement this round (None: not paused, judge it as usual).
+
+    While paused: no kill, and no clock runs. Once it runs again (``reason``
+    empty after a pause) the episode is marked resumed (it closes at the next
+    tick) and the job's clocks restart at the resume (:class:`ResumeJob`), so
+    the time held never counts as a stall, here or by the rules.
+    """
+    if not reason and ep.paused_at is None:
+        return None
+    patience_s, basis = state.patience.patience_s(ep.job_id)
+    record: dict[str, object] = {str(r): ev.to_record() for r, ev in sorted(evidence.items())}
+    if not reason:  # it was paused and runs again
+        ep.resumed_at = now
+        out.append(ResumeJob(ep.job_id, now))
+        held_s = now - (ep.paused_at or now)
+        why = f"resumed after {held_s:.1f}s paused: nothing was killed"
+        out.append(Log.warning("job %s: %s", ep.job_id, why))
+        return Judgement(False, "resumed", why, False, patience_s, basis, now, now, record)
+    if ep.paused_at is None:
+        ep.paused_at = now
+        out.append(
+            Log.warning(
+                "job %s (incident %s): %s; nothing is killed", ep.job_id, incident_id, reason
+            )
+        )
+        out.append(Record(PauseDecision(incident_id, ep.job_id, reason, record)))
+    why = f"{reason}: nothing is killed, and no stall clock runs until it resumes"
+    j = Judgement(False, "paused", why, False, patience_s, basis, ep.paused_at, now, record)
+    ep.decision = j.to_record()
+    ep.suspect = paused_line(reason, now - ep.paused_at)
+    return j
+
+
+def _patience(state: HangState, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
+    """The job's patience: a replicated job's (short, backed off per place) or today's."""
+    rep = replica_evidence(diag.evidence)
+    if rep is None or not rep.culprits:
+        return state.patience.patience_s(job_id)
+    return state.patience.replica_patience_s(job_id, _place(diag, rep.culprits), now)
+
+
+def _fill(
+    state: HangState, incident: Incident, diag: Diagnosis, j: Judgement, rnd: EvidenceRound
+) -> None:
+    """Targets, diagnosis, stacks and decision into the incident."""
+    policy = state.config.policy
+    served = {w.hello.rank: w for w in rnd.states if not w.killed_by_us}
+    stalled = set(incident.ranks)
+    targets, why = plan_targets(diag, served, stalled, state.config.culprits)
+    incident.targets = targets
+    show = set(targets) | set(diag.culprits)
+    incident.diagnosis = {
+        **(incident.diagnosis or {}),
+        **diag.to_record(),
+        "stacks": {str(r): rec for r, rec in rnd.stacks.items() if r in show},
+        "stacks_s": rnd.stacks_s,
+    }
+    incident.decision = j.to_record()
+    rep = replica_evidence(diag.evidence)
+    action = for_replicas(policy.for_verdict(incident.verdict), _evicting(diag))
+    if action == Action.EVICT and rep is not None:
+        incident.diagnosis["eviction"] = {
+            "replicas": list(rep.culprits),
+            "replicas_left": rep.survivors,
+        }
+    when = "now" if j.act else f"after {j.patience_s:.0f}s patience unless the job resumes"
+    reason = f"on_{incident.verdict.value.lower()}={action} {when}; {why}"
+    if is_destructive(action) and not targets:
+        # The culprits live on another sidecar, which kills them: as decide() says.
+        action, reason = Action.OBSERVE, f"{reason}; no rank of this sidecar is a target"
+    incident.action = action
+    incident.action_reason = reason
+    incident.dry_run = policy.dry_run
+
+
+def _act(
+    state: HangState, incident: Incident, ep: Episode, j: Judgement, now: float
+) -> list[Effect]:
+    policy = state.config.policy
+    decide(incident, policy, state.budget, now)
+    evicting = _evicting(ep.diagnosis)
+    incident.action = for_replicas(incident.action, evicting)
+    incident.action_reason += f"; decided by {j.rule}: {j.why}"
+    destructive = is_destructive(incident.action) and not incident.dry_run
+    sweep = incident.action if destructive else Action.OBSERVE
+    if incident.action == Action.EVICT:
+        # The other replicas go on: nothing of the job is swept after the grace.
+        sweep = Action.OBSERVE
+        rep = replica_evidence(ep.diagnosis.evidence)
+        if rep is not None and destructive:
+            state.patience.record_eviction(ep.job_id, _place(ep.diagnosis, rep.culprits), now)
+    wanted = policy.for_verdict(incident.verdict)
+    if (
+        not policy.dry_run
+        and not evicting
+        and ep.diagnosis.conclusive
+        and not incident.targets
+        and is_destructive(wanted)
+    ):
+        # The culprits live on another sidecar, which kills them: the ranks
+        # here are swept after the grace all the same.
+        sweep = wanted
+    grace_s = None
+    if j.rule in ORPHANING_RULES and is_destructive(sweep):
+        grace_s = 0.0
+        incident.action_reason += (
+            "; the culprit is already over: its peers wait on a collective that can never "
+            "complete, so the job's other ranks are ended now (no job_kill_grace_s)"
+        )
+    state.episodes.arm_sweep(ep, sweep, now, grace_s)
+    evicted = incident.action == Action.EVICT
+    out: list[Effect] = [
+        MarkKill(ep.job_id, rank, j.rule, incident.id, evicted)
+        for rank in (incident.targets if destructive else ())
+    ]
+    out.append(Record(ActDecision(incident, j, ep.onset_at, now)))
+    out.append(
+        Log.warning(
+            "incident %s: %s ranks %s (%s, %.1fs after onset): %s",
+            incident.id,
+            incident.action,
+            incident.targets,
+            j.rule,
+            now - ep.onset_at,
+            j.why,
+        )
+    )
+    # The health service's trainprobe.workers turns NOT_SERVING at this same decision.
+    if not incident.dry_run:
+        out += kill_decided(state.config, incident.job_id, incident.targets, incident.action)
+    out.append(ExecuteAction(incident))
+    return out
+
+
+def _evicting(diag: Diagnosis) -> bool:
+    """A replicated job with a culprit replica: its action is an eviction."""
+    rep = replica_evidence(diag.evidence)
+    return rep is not None and bool(rep.culprits)
+
+
+def _place(diag: Diagnosis, replicas: tuple[str, ...]) -> str:
+    """Where a culprit replica is stuck (its first culprit's place), else its id."""
+    for rank in diag.culprits:
+        if diag.where.get(rank):
+            return diag.where[rank]
+    return "replica " + ",".join(replicas)
