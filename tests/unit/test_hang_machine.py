@@ -1,0 +1,234 @@
+"""The hang machine alone: plain data in, effects out, time passed by hand.
+
+Nothing is applied here: no registry writer, no log, no action runner. Each
+test steps :func:`trainprobe.sidecar.core.hang.step` with sessions built in a
+real registry (only to fold reports the way the sidecar does), the rules'
+own findings and hand-made evidence rounds, and reads the effects it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tests.core_builders import connected, report
+from trainprobe.sidecar.core import (
+    ActionPolicy,
+    CulpritPolicy,
+    HangConfig,
+    HangState,
+    PatienceBook,
+    Registry,
+    RuleConfig,
+    StallPolicy,
+    Verdict,
+    evaluate,
+    step,
+)
+from trainprobe.sidecar.core.effects import (
+    Effect,
+    EvidenceRound,
+    ExecuteAction,
+    KillDecided,
+    MarkKill,
+    Opened,
+    Publish,
+    Record,
+    ResumeJob,
+    SetVerdict,
+    Sweep,
+    Watch,
+)
+from trainprobe.sidecar.core.evidence import RankEvidence
+from trainprobe.sidecar.core.hangstate import ROUND_S, plan_round
+from trainprobe.sidecar.core.model import WorkerKey, WorkerState
+from trainprobe.sidecar.core.records import ActDecision, PauseDecision, StallEnded
+
+T0 = 100.0
+RULES = RuleConfig(stall=StallPolicy(timeout_s=3.0), heartbeat_timeout_s=1e6)
+
+
+def machine(
+    policy: ActionPolicy | None = None, patience_s: float | None = 0.0, grace_s: float = 10.0
+) -> HangState:
+    config = HangConfig(RULES, policy or ActionPolicy(), CulpritPolicy("kill_stalled", grace_s))
+    return HangState.new(config, PatienceBook(setting_s=patience_s))
+
+
+def stalled(world: int = 1) -> tuple[Registry, list[WorkerState]]:
+    """Ranks that last stepped at T0+1 and still report at T0+4.5: stalled 3.5 s."""
+    reg = Registry()
+    ws = [connected(reg, r, T0, world=world) for r in range(world)]
+    for w in ws:
+        reg.apply(w, report(T0 + 4.5, step=5, step_t_s=T0 + 1), T0 + 4.5)
+    return reg, ws
+
+
+def tick(state: HangState, reg: Registry, now: float) -> list[Effect]:
+    workers = reg.workers()
+    _, effects = step(state, workers, evaluate(workers, RULES, now), (), now, 1.7e9 + now)
+    return effects
+
+
+def kinds(effects: Sequence[Effect]) -> list[str]:
+    return [type(e).__name__ for e in effects]
+
+
+def first_round(
+    state: HangState, reg: Registry, watch: Watch, *evidence: RankEvidence
+) -> EvidenceRound:
+    plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+    assert plan is not None
+    found = {ev.rank: ev for ev in evidence}
+    return EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, found)
+
+
+def opened_watch(state: HangState, reg: Registry) -> Watch:
+    (watch,) = [e for e in tick(state, reg, T0 + 4.5) if isinstance(e, Watch)]
+    return watch
+
+
+#: Rank 0 stopped by a signal, rank 1 asleep waiting for it.
+STOPPED = (RankEvidence(0, state="stopped", samples=2), RankEvidence(1, state="sleeping"))
+
+
+def test_a_stall_opens_an_episode_and_asks_for_evidence_before_anything_else() -> None:
+    state = machine()
+    reg, (w,) = stalled()
+    effects = tick(state, reg, T0 + 4.5)
+    assert kinds(effects) == ["SetVerdict", "Watch", "Opened"]
+    verdict, watch, opened = effects
+    assert verdict == SetVerdict(w.key, Verdict.HUNG, "stall")
+    assert isinstance(watch, Watch) and isinstance(opened, Opened)
+    assert watch.round == 0 and watch.delay_s == 0.0 and watch.signals is True
+    assert watch.incident is opened.incident and opened.incident.rule == "stall"
+    assert state.episodes.get("job") is watch.episode
+    # Nothing was applied: the session's verdict is the registry's to set.
+    assert w.verdict is Verdict.OK
+    # The finding keeps firing: no second incident, no second watch.
+    assert kinds(tick(state, reg, T0 + 4.6)) == ["SetVerdict"]
+
+
+def test_definitive_evidence_publishes_decides_and_acts_in_order() -> None:
+    state = machine()
+    reg, (w, _) = stalled(world=2)
+    watch = opened_watch(state, reg)
+    rnd = first_round(state, reg, watch, *STOPPED)
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    assert kinds(effects) == [
+        "Publish",
+        "MarkKill",
+        "Record",
+        "Log",
+        "KillDecided",
+        "ExecuteAction",
+    ]
+    publish, mark, record, _, decided, execute = effects
+    assert isinstance(publish, Publish) and isinstance(record, Record)
+    # Published as it was at its first round: before the decision that followed.
+    assert publish.incident is not watch.incident and publish.incident.decision is not None
+    assert mark == MarkKill("job", 0, "stopped", watch.incident.id, False)
+    assert isinstance(record.record, ActDecision) and record.record.to_record()["act"] is True
+    assert decided == KillDecided("job", (0,))
+    assert isinstance(execute, ExecuteAction) and execute.incident.targets == [0]
+    assert execute.incident.action == "kill" and watch.episode.acted
+    # Acted: no further round.
+    assert plan_round(state, watch.episode, reg.workers(), 1) is None
+    assert w.killed_rule == ""  # the registry's writer sets it, not the machine
+
+
+def test_ambiguous_evidence_publishes_the_verdict_and_watches_on() -> None:
+    state = machine(patience_s=None)  # auto: 90 s at least
+    reg, _ = stalled()
+    watch = tick(state, reg, T0 + 4.5)[1]
+    assert isinstance(watch, Watch)
+    rnd = first_round(state, reg, watch, RankEvidence(0, state="sleeping", samples=2))  # alone
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    assert kinds(effects) == ["Log", "Publish", "Watch"]
+    nxt = effects[-1]
+    assert isinstance(nxt, Watch) and nxt.round == 1 and nxt.delay_s == ROUND_S
+    assert not any(isinstance(e, (ExecuteAction, KillDecided, MarkKill)) for e in effects)
+    published = effects[1]
+    assert isinstance(published, Publish) and published.incident.decision is not None
+    assert published.incident.decision["act"] is False
+
+
+def test_a_dry_run_decides_nothing_that_kills() -> None:
+    state = machine(ActionPolicy(dry_run=True))
+    reg, _ = stalled(world=2)
+    watch = opened_watch(state, reg)
+    assert watch.signals is False
+    rnd = first_round(state, reg, watch, *STOPPED)
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    assert not any(isinstance(e, (KillDecided, MarkKill)) for e in effects)
+    (execute,) = [e for e in effects if isinstance(e, ExecuteAction)]
+    assert execute.incident.dry_run is True
+
+
+def test_a_stall_that_ends_by_itself_closes_and_is_remembered() -> None:
+    state = machine(patience_s=None)
+    reg, (w,) = stalled()
+    watch = tick(state, reg, T0 + 4.5)[1]
+    assert isinstance(watch, Watch)
+    reg.apply(w, report(T0 + 6.0, step=6, step_t_s=T0 + 6.0, seq=2), T0 + 6.0)
+    effects = tick(state, reg, T0 + 6.0)
+    assert kinds(effects) == ["SetVerdict", "Record", "Log", "Log"]
+    assert effects[0] == SetVerdict(w.key, Verdict.OK, "")
+    record = effects[1]
+    assert isinstance(record, Record) and isinstance(record.record, StallEnded)
+    assert record.record.to_record()["rule"] == "resumed"
+    assert state.episodes.get("job") is None
+    assert [round(s.length_s, 1) for s in state.patience.stalls("job")] == [5.0]
+    # A round still in flight when it closed publishes the verdict once, and stops.
+    rnd = first_round_after_close(watch)
+    _, late = step(state, reg.workers(), None, (rnd,), T0 + 6.1)
+    assert kinds(late) == ["Publish"]
+
+
+def first_round_after_close(watch: Watch) -> EvidenceRound:
+    return EvidenceRound(watch.episode, watch.incident, 0, (), {})
+
+
+def test_the_rest_of_the_job_is_swept_after_the_grace() -> None:
+    state = machine(grace_s=10.0)
+    reg, _ = stalled(world=2)
+    watch = opened_watch(state, reg)
+    plan = plan_round(state, watch.episode, reg.workers(), 0)
+    assert plan is not None and [w.hello.rank for w in plan.states] == [0, 1]
+    rnd = first_round(state, reg, watch, *STOPPED)
+    _, acted = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    (execute,) = [e for e in acted if isinstance(e, ExecuteAction)]
+    killed = set(execute.incident.targets)
+    assert killed and killed < {0, 1}
+    assert not [e for e in tick(state, reg, T0 + 14.9) if isinstance(e, Sweep)]
+    sweeps = [e for e in tick(state, reg, T0 + 15.1) if isinstance(e, Sweep)]
+    assert [(s.phase, set(s.ranks) | killed) for s in sweeps] == [("job_kill_grace", {0, 1})]
+    assert sweeps[0].episode_id == watch.episode.id
+
+
+def test_a_session_that_steps_again_is_cleared_by_key() -> None:
+    """Verdicts are set and cleared by key: the registry applies them to the session it holds."""
+    state = machine()
+    reg, (w,) = stalled()
+    tick(state, reg, T0 + 4.5)
+    assert state.flagged == {WorkerKey("job", 0): None}
+    reg.apply(w, report(T0 + 5.0, step=9, step_t_s=T0 + 5.0, seq=2), T0 + 5.0)
+    effects = tick(state, reg, T0 + 5.0)
+    assert effects[0] == SetVerdict(WorkerKey("job", 0), Verdict.OK, "") and not state.flagged
+
+
+def test_a_job_whose_every_rank_is_held_is_paused_not_killed() -> None:
+    state = machine()
+    reg, _ = stalled()
+    watch = opened_watch(state, reg)
+    rnd = first_round(state, reg, watch, RankEvidence(0, state="stopped", samples=2))
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    assert kinds(effects) == ["Log", "Record", "Publish", "Watch"]
+    record = effects[1]
+    assert isinstance(record, Record) and isinstance(record.record, PauseDecision)
+    published = effects[2]
+    assert isinstance(published, Publish) and published.incident.action == "observe"
+    # It runs again: the job's clocks restart at the resume, and the watch ends.
+    rnd = first_round(state, reg, watch, RankEvidence(0, state="sleeping", samples=3))
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 9.0)
+    assert kinds(effects) == ["ResumeJob", "Log"]
+    assert effects[0] == ResumeJob("job", T0 + 9.0)
