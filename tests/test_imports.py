@@ -4,13 +4,16 @@ server, no import cycles, and a sidecar that leaves nothing open when it stops."
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from trainprobe.sidecar import SidecarThread, load_settings
+from trainprobe.sidecar.core.model import WorkerState
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDECAR = ROOT / "sidecar" / "trainprobe" / "sidecar"
@@ -218,6 +221,181 @@ def test_the_core_imports_only_the_core() -> None:
         if name.startswith("trainprobe.sidecar.core"):
             outside = {e for e in edges if not e.startswith("trainprobe.sidecar.core")}
             assert outside <= {"trainprobe.sidecar"}, f"{name} imports {outside}"
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+_ONLY = re.compile(r"\(only `([^`]+)`\)")
+
+
+def _unit(module: str) -> str:
+    """The map's name for a module: its folder (``core/``) or top-level file."""
+    parts = module.split(".")
+    if len(parts) == 2:
+        return "__init__.py"
+    if (SIDECAR / parts[2]).is_dir():
+        return parts[2] + "/"
+    return parts[2] + ".py"
+
+
+def _module_of(path: str) -> str:
+    return "trainprobe.sidecar." + path.removesuffix(".py").replace("/", ".")
+
+
+def import_rules(text: str) -> dict[str, tuple[set[str], dict[str, str]]]:
+    """The map's last column, per row: the units it may import, and those only
+    one module of it may (``(only `cli/sidecar.py`)``)."""
+    section = text.split("### The sidecar's map", 1)[1].split("\n## ", 1)[0]
+    rules: dict[str, tuple[set[str], dict[str, str]]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        allowed: set[str] = set()
+        only: dict[str, str] = {}
+        for clause in cells[2].split(";"):
+            restricted = _ONLY.search(clause)
+            names = re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", clause))
+            for name in names:
+                if restricted:
+                    only[name] = _module_of(restricted.group(1))
+                else:
+                    allowed.add(name)
+        rules[cells[0].strip("`")] = (allowed, only)
+    return rules
+
+
+def table_violations(
+    graph: dict[str, set[str]], rules: dict[str, tuple[set[str], dict[str, str]]]
+) -> list[str]:
+    bad = []
+    for name, edges in sorted(graph.items()):
+        unit = _unit(name)
+        if unit not in rules:
+            bad.append(f"{name}: its folder {unit} is not in the map")
+            continue
+        allowed, only = rules[unit]
+        for edge in sorted(edges):
+            target = _unit(edge)
+            if edge == "trainprobe.sidecar" or target == unit or target in allowed:
+                continue
+            if only.get(target) == name:
+                continue
+            bad.append(f"{name} imports {edge}: the map lets {unit} import {sorted(allowed)}")
+    return bad
+
+
+def test_the_folder_map_in_the_docs_is_the_import_rule() -> None:
+    rules = import_rules(ARCHITECTURE.read_text())
+    assert rules["core/"] == ({"core/"}, {})
+    assert rules["engine/"] == ({"core/", "tasks.py"}, {"act/": "trainprobe.sidecar.engine.ports"})
+    graph = import_graph()
+    assert table_violations(graph, rules) == []
+    # Every row names something that exists.
+    units = {_unit(m) for m in graph}
+    assert set(rules) <= units, set(rules) - units
+
+
+def test_the_map_check_finds_a_forbidden_import() -> None:
+    rules = import_rules(ARCHITECTURE.read_text())
+    graph = {
+        "trainprobe.sidecar.core.rules": {"trainprobe.sidecar.act.procs"},
+        "trainprobe.sidecar.engine.loop": {"trainprobe.sidecar.act.actions"},
+        "trainprobe.sidecar.engine.ports": {"trainprobe.sidecar.act.evidence"},
+    }
+    assert [v.split(":")[0] for v in table_violations(graph, rules)] == [
+        "trainprobe.sidecar.core.rules imports trainprobe.sidecar.act.procs",
+        "trainprobe.sidecar.engine.loop imports trainprobe.sidecar.act.actions",
+    ]
+
+
+def test_the_engine_reaches_act_only_through_its_ports() -> None:
+    graph = import_graph()
+    engine = {n: e for n, e in graph.items() if n.startswith("trainprobe.sidecar.engine")}
+    assert "trainprobe.sidecar.engine.runner" in engine
+    reach = {n for n, e in engine.items() if any(m.startswith("trainprobe.sidecar.act") for m in e)}
+    assert reach == {"trainprobe.sidecar.engine.ports"}
+
+
+#: Assignments to an attribute named like a WorkerState field whose receiver is
+#: not a WorkerState, by module: (receiver as written, what it really is).
+NOT_SESSIONS = {
+    "otel/trace_builder.py": {"wt": "WorkerTrace"},
+    "relay/coalesce.py": {"acc": "the probe_pb2.Report being folded"},
+    "relay/node.py": {"out.vouch": "probe_pb2.RelayItem.vouch"},
+    "cli/top_model.py": {"row": "a top Row"},
+}
+
+
+def session_writes(path: Path, source: str, fields: set[str]) -> list[str]:
+    """``receiver.field = ...`` statements that may write a WorkerState in ``path``."""
+    rel = path.relative_to(SIDECAR).as_posix() if path.is_absolute() else str(path)
+    exempt = NOT_SESSIONS.get(rel, {})
+    found = []
+
+    def visit(node: ast.AST, cls: str, fn: str) -> None:
+        if isinstance(node, ast.ClassDef):
+            cls = node.name
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node.name
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        flat = []
+        for t in targets:
+            flat += t.elts if isinstance(t, ast.Tuple) else [t]
+        for t in flat:
+            if not isinstance(t, ast.Attribute) or t.attr not in fields:
+                continue
+            receiver = ast.unparse(t.value)
+            if receiver == "self" and (cls != "WorkerState" or fn == "__post_init__"):
+                continue  # another class's own attribute, or a session being built
+            if receiver in exempt:
+                continue
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(t)}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, cls, fn)
+
+    visit(ast.parse(source), "", "")
+    return found
+
+
+def test_only_the_registry_writes_a_worker_state() -> None:
+    fields = {f.name for f in dataclasses.fields(WorkerState)}
+    writes = []
+    seen_exempt: set[tuple[str, str]] = set()
+    for path in sorted(SIDECAR.rglob("*.py")):
+        rel = path.relative_to(SIDECAR).as_posix()
+        if rel == "core/registry.py":
+            continue
+        source = path.read_text()
+        writes += session_writes(path, source, fields)
+        for receiver in NOT_SESSIONS.get(rel, {}):
+            if re.search(rf"\b{re.escape(receiver)}\.\w+\s*(,|=[^=])", source):
+                seen_exempt.add((rel, receiver))
+    assert writes == []
+    # No stale exemption: each still names an assignment that is there.
+    assert seen_exempt == {(m, r) for m, rs in NOT_SESSIONS.items() for r in rs}
+
+
+def test_the_session_write_check_finds_a_planted_write() -> None:
+    fields = {f.name for f in dataclasses.fields(WorkerState)}
+    source = (
+        "def set_verdicts(states, worst):\n"
+        "    for w in states:\n"
+        "        w.verdict, w.verdict_rule = worst[w.key]\n"
+        "    states[0].killed_by_us = True\n"
+        "class Other:\n"
+        "    def __init__(self):\n"
+        "        self.verdict = None\n"
+    )
+    found = session_writes(Path("engine/planted.py"), source, fields)
+    assert found == [
+        "engine/planted.py:3: w.verdict",
+        "engine/planted.py:3: w.verdict_rule",
+        "engine/planted.py:4: states[0].killed_by_us",
+    ]
 
 
 def test_a_stopped_sidecar_closes_its_incident_log(tmp_path: Path) -> None:
