@@ -86,7 +86,7 @@ def _tick(
 ) -> None:
     cfg = state.config
     verdict_of = _verdicts(state, findings, out)
-    fresh = state.edges.new_findings(list(findings))
+    fresh = state.edges.new_findings(findings)
     incidents: list[Incident] = []
     states: dict[WorkerKey, WorkerState] = {}
     if fresh:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.actions import Action
@@ -109,7 +110,7 @@ class FindingEdges:
     def __init__(self) -> None:
         self._active: set[tuple[WorkerKey, str]] = set()
 
-    def new_findings(self, findings: list[Finding]) -> list[Finding]:
+    def new_findings(self, findings: Sequence[Finding]) -> list[Finding]:
         current = {(f.key, f.rule) for f in findings}
         fresh = [f for f in findings if (f.key, f.rule) not in self._active]
         self._active = current
