@@ -11,23 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tests.core_builders import connected, report
+from tests.unit.test_engine import seq
 from trainprobe.sidecar.core import (
     ActionPolicy,
     CulpritPolicy,
+    EpisodeNote,
     HangConfig,
     HangState,
+    JobView,
     PatienceBook,
     Registry,
     RuleConfig,
     StallPolicy,
+    SyncReply,
     Verdict,
     evaluate,
     step,
+    summarize,
 )
 from trainprobe.sidecar.core.effects import (
     Effect,
     EvidenceRound,
     ExecuteAction,
+    Inspect,
     KillDecided,
     MarkKill,
     Opened,
@@ -35,11 +41,13 @@ from trainprobe.sidecar.core.effects import (
     Record,
     ResumeJob,
     SetVerdict,
+    StacksRead,
     Sweep,
     Watch,
 )
 from trainprobe.sidecar.core.evidence import RankEvidence
 from trainprobe.sidecar.core.hangstate import ROUND_S, plan_round
+from trainprobe.sidecar.core.hangstate import note as note_for_coordinator
 from trainprobe.sidecar.core.model import WorkerKey, WorkerState
 from trainprobe.sidecar.core.records import ActDecision, PauseDecision, StallEnded
 
@@ -232,3 +240,37 @@ def test_a_job_whose_every_rank_is_held_is_paused_not_killed() -> None:
     _, effects = step(state, reg.workers(), None, (rnd,), T0 + 9.0)
     assert kinds(effects) == ["ResumeJob", "Log"]
     assert effects[0] == ResumeJob("job", T0 + 9.0)
+
+
+def test_another_sidecars_episode_is_followed_stacks_first() -> None:
+    """Rank 1 is served here, rank 0 by the sidecar that opened the episode: rank 0
+    waits in allreduce #8, which rank 1 never entered (no rule fires here yet)."""
+    config = HangConfig(RULES, ActionPolicy(), CulpritPolicy(), "here", reads_stacks=True)
+    view = JobView()
+    state = HangState.new(config, PatienceBook(setting_s=0.0), view)
+    reg = Registry()
+    mine = connected(reg, 1, T0, world=2)
+    reg.apply(mine, report(T0 + 4.5, step=7, step_t_s=T0 + 2, sync=seq(7, 7)), T0 + 4.5)
+    theirs = Registry()
+    peer = connected(theirs, 0, T0, world=2)
+    waiting = seq(8, 7, inflight_since_s=T0 + 2)
+    theirs.apply(peer, report(T0 + 4.5, step=7, step_t_s=T0 + 2, sync=waiting), T0 + 4.5)
+    note = EpisodeNote("ep-1", "job", "there", "HUNG", "stall", culprits=(1,))
+    view.update("job", SyncReply(((summarize(peer, T0 + 4.5, 10.0), 0.0),), note), T0 + 4.5)
+    effects = tick(state, reg, T0 + 4.5)
+    (inspect,) = [e for e in effects if isinstance(e, Inspect)]
+    assert [w.hello.rank for w in inspect.workers] == [1] and inspect.signals
+    assert inspect.incident.rule == "remote_episode" and inspect.incident.targets == [1]
+    assert kinds(effects) == ["Log", "KillDecided", "Inspect", "Opened"]
+    assert KillDecided("job", (1,)) in effects
+    assert not any(isinstance(e, (Publish, ExecuteAction)) for e in effects)
+    assert inspect.episode.remote_id == "ep-1" and not state.episodes.should_follow("ep-1", "job")
+    # The stacks are in: where the culprit is stuck, then publish and act.
+    read = StacksRead(inspect.incident, inspect.episode, ((1, {"where": "train.py:9"}),), 0.2)
+    _, effects = step(state, reg.workers(), None, (read,), T0 + 4.8)
+    assert kinds(effects) == ["Publish", "ExecuteAction"]
+    published = effects[0]
+    assert isinstance(published, Publish) and published.incident.diagnosis is not None
+    assert published.incident.diagnosis["stacks_s"] == 0.2
+    told = note_for_coordinator(state, "job")
+    assert told is not None and told.id == "ep-1" and told.where == {1: "train.py:9"}
