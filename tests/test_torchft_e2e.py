@@ -36,6 +36,8 @@ from tests.support import (
 
 pytest.importorskip("torchft")
 
+from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S  # noqa: E402
+
 SCRIPT = REPO / "examples" / "torchft_train.py"
 LIGHTHOUSE = Path(PYTHON).with_name("torchft_lighthouse")
 JOB = "ftjob"
@@ -197,7 +199,7 @@ def test_a_replica_asleep_in_its_step_is_evicted_and_the_survivor_goes_on(job: F
     assert_evicted_once(job, out["culprit"].pid, out["survivor"].pid)
     decision = next(d for d in job.records("decision") if d.get("action") == "evict")
     assert decision["rule"] == "patience"
-    assert decision["patience_s"] == 12.0  # the replicated default, not 90 s
+    assert decision["patience_s"] == REPLICA_FLOOR_S  # the replicated default, not 90 s
     # Before torchft's own 30 s gloo timeout would have failed the step.
     assert out["resumed"] - out["onset"] < 30
 

@@ -43,6 +43,9 @@ from trainprobe.proto import (
 log = logging.getLogger("trainprobe.hooks")
 
 HOOK_VERSION = VERSION
+#: A step ending at least this long (and 2 report intervals) after the one before is
+#: reported at once: at most one extra report a second, only after a stall.
+PROMPT_MIN_NS = 1_000_000_000
 #: A collector adds its fields to each report, in the reporter thread.
 Collector = Callable[[probe_pb2.Report], None]
 
@@ -186,6 +189,8 @@ class LivenessProbeHook(CollectiveMethods):
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
         self.target = _checked_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
+        #: A step that ends longer than this after the last one is reported at once.
+        self._prompt_ns = max(PROMPT_MIN_NS, 2 * interval_ms * 1_000_000)
         ray = self.identity.ray
         #: Under a Ray actor: hands our handle to the node's sidecar (kill by id).
         self.ray_handle = (
@@ -246,9 +251,14 @@ class LivenessProbeHook(CollectiveMethods):
         t = time.monotonic_ns()
         ring = self._ring
         n = ring.n
+        gap = t - ring.ends[(n - 1) & RING_MASK]
         ring.ends[n & RING_MASK] = t
         ring.steps[n & RING_MASK] = n + 1 if step is None else step
         ring.n = n + 1
+        if n and gap > self._prompt_ns and self._reporter is not None:
+            # The job steps again after a stall: say so now, not at the next
+            # interval, so a stall that ends by itself is never judged as going on.
+            self._reporter.report_soon()
 
     def phase(
         self, name: str, timeout_s: float | None = None
