@@ -36,7 +36,7 @@ from tests.support import (
 
 pytest.importorskip("torchft")
 
-from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S  # noqa: E402
+from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
 
 SCRIPT = REPO / "examples" / "torchft_train.py"
 LIGHTHOUSE = Path(PYTHON).with_name("torchft_lighthouse")

@@ -220,6 +220,8 @@ class LivenessProbeHook(CollectiveMethods):
             )
         if torchft is not None:
             self.watch_torchft(torchft)
+        elif self._ray[1]:
+            self._ray_replica_group()
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
         self._thread_ids = (threading.get_ident(), threading.get_native_id())
@@ -301,16 +303,28 @@ class LivenessProbeHook(CollectiveMethods):
         try:
             from trainprobe.hooks import torchft as ft
 
-            first = self._replica is None
+            before = self._replica
             watch = ft.install(manager, self._sync.group(ft.GROUP))
             self._replica = watch
-            if first:
+            if not isinstance(before, ft.ReplicaWatch):
                 self._collectors.append(watch.collect)
             self._adopt_replica_rank(watch, manager, num_replicas)
+            moved = before is not None and before.replica_id != watch.replica_id
+            if moved and self._reporter is not None:
+                self._reporter.renew()  # Ray Train's replica group, now the Manager's id
             return True
         except Exception:
             log.warning("trainprobe: watch_torchft failed; no replica reported", exc_info=True)
             return False
+
+    def _ray_replica_group(self) -> None:
+        """Under Ray Train with TorchftConfig: the replica group from Ray Train itself."""
+        try:
+            from trainprobe.hooks.torchft import ray_train_replica_group
+
+            self._replica = ray_train_replica_group(self._ray[1])
+        except Exception:
+            log.debug("trainprobe: no Ray Train replica group", exc_info=True)
 
     def _adopt_replica_rank(self, watch: Any, manager: Any, num_replicas: int | None) -> None:
         from trainprobe.hooks.torchft import replica_rank
