@@ -249,7 +249,7 @@ def torchrun_restart_trial(args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"orchestrator": "torchrun", "load": round(os.getloadavg()[0], 2)}
     cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += ["--max-restarts", "1", str(TORCHRUN_SCRIPT), "--ckpt-dir", str(work / "ckpt")]
-    cmd += ["--steps", "30", "--ckpt-every", "5", "--hang-rank", "1", "--hang-at", "13"]
+    cmd += ["--steps", "40", "--ckpt-every", "5", "--hang-rank", "1", "--hang-at", "30"]
     cmd += ["--progress", str(progress)]
     try:
         with open(work / "torchrun.log", "wb") as log:

@@ -142,7 +142,8 @@ class RaySession:
 
         self.n += 1
         name = f"ddp{self.n}"
-        cfg = {"steps": 20, "step_s": 0.05, "ckpt_every": 5, "hang_rank": 1, "hang_at": 13}
+        # Past the stall rule's 20 warm-up steps, as a hang in a running job would be.
+        cfg = {"steps": 40, "step_s": 0.05, "ckpt_every": 5, "hang_rank": 1, "hang_at": 30}
         out: dict[str, Any] = {"orchestrator": "ray_train", "load": round(os.getloadavg()[0], 2)}
         try:
             t = self.restart.run_trial(

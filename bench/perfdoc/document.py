@@ -12,6 +12,7 @@ from .detection import detection_section
 from .faults import faults_section
 from .headlines import headlines
 from .more import gpu_section, hardening_section, install_section
+from .recovery import recovery_section
 from .scale import job_scale_section, scale_section
 
 NAMES = (
@@ -19,6 +20,7 @@ NAMES = (
     "hook_memory",
     "detection",
     "faults",
+    "torchft",
     "scale",
     "scale_telemetry",
     "report_path",
@@ -67,6 +69,7 @@ def markdown(results: Path = RESULTS) -> str:
         *cost_section(res["cost"], res["hook_memory"]),
         *detection_section(res["detection"]),
         *faults_section(res["faults"]),
+        *recovery_section(res["torchft"]),
         *scale_section(res),
         *job_scale_section(res),
         *gpu_section(res["sync_gpu"]),

@@ -110,7 +110,7 @@ class Reporter:
         safe from any thread (the training thread calls it after a stall)."""
         loop = self._loop
         if loop is not None:
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(Exception):  # a closed loop: nothing to send to
                 loop.call_soon_threadsafe(self._report_now)
 
     def _report_now(self) -> None:
