@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,6 +126,9 @@ def main() -> None:
     p.add_argument("--ray-steps", type=int, default=400)
     p.add_argument("--heartbeat-timeout-ms", type=int, default=1000)
     p.add_argument("--join-timeout-ms", type=int, default=10000)
+    p.add_argument(
+        "--burn", type=int, default=0, help="busy-loop processes run alongside (a loaded machine)"
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "torchft.json")
     args = p.parse_args()
     sections = [s for s in SECTIONS if s in args.sections.split(",")]
@@ -136,6 +140,19 @@ def main() -> None:
         "trials": {s: [] for s in SECTIONS},
     }
     started = time.time()
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burn)
+    ]
+    try:
+        run(args, sections, doc, started)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    print(json.dumps(doc.get("summary"), indent=2))
+
+
+def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], started: float) -> None:
 
     def add(section: str, r: dict[str, Any]) -> None:
         print(json.dumps({"section": section, **r}), flush=True)
@@ -169,7 +186,6 @@ def main() -> None:
                     add("restart", session.restart_trial())
         finally:
             session.close()
-    print(json.dumps(doc.get("summary"), indent=2))
 
 
 if __name__ == "__main__":
