@@ -35,10 +35,10 @@ that was not declared) ends about 8.1 s after its onset (the onset is the
 last step's end, so the stall includes the rest of that step); the step that
 ends it is reported at once (the hook reports a step that follows a stall
 without waiting for its interval), and the decision needs an evidence round
-that sees no step, so 10 s leaves it a margin of about 1.9 s, ample for a
-loaded machine. The survivors then commit again about one lighthouse
-heartbeat timeout after the eviction (1 s recommended), so ambiguous faults
-cost them about 11 to 14 s (bench/bench_torchft.py).
+that sees no step, so 10 s leaves it a margin of about 1.9 s. The survivors
+then commit again about one lighthouse heartbeat timeout after the eviction
+(1 s recommended): about 11.4 s after the onset of an ambiguous fault, against
+a goal of 15 s (bench/bench_torchft.py, docs/PERFORMANCE.md).
 A replica evicted at the same place again (its replacement hung there too:
 a data-dependent slow step, say) waits BACKOFF_MULTIPLE times longer each
 time, up to MAX_BACKOFF_S, so it cannot become an eviction loop; an hour
