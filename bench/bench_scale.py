@@ -231,7 +231,7 @@ def run_level(
                     out,
                 )
             )
-        ready_by = time.monotonic() + 180
+        ready_by = time.monotonic() + args.connect_timeout_s
         while not all((workdir / f"ready{g}").exists() for g in range(len(gens))):
             if time.monotonic() > ready_by or any(p.poll() is not None for p, _ in gens):
                 raise RuntimeError(f"N={n}: load generators did not get going")
@@ -355,6 +355,12 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--generators", type=int, default=2)
+    p.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=900.0,
+        help="how long the generators may take to connect every worker and send its first report",
+    )
     p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
     p.add_argument("--profile-workers", type=int, default=1000, help="0: no profile")
     p.add_argument("--telemetry", choices=["off", "on"], default="off")
