@@ -338,6 +338,12 @@ def run_level(
         "generator_errors": sum(o["n_errors"] for o in outs),
         # Incidents about the simulated job, which never hangs (issue 21's goal: 0).
         "false_incidents": sum(1 for r in incidents if r.get("job_id") == "load"),
+        "generator_error_examples": [e for o in outs for e in o["errors"]][:5],
+        "false_incident_examples": [
+            {k: r.get(k) for k in ("verdict", "rule", "ranks", "summary")}
+            for r in incidents
+            if r.get("job_id") == "load"
+        ][:3],
         # What the sidecar shed as too late to apply in full (core/overload.py).
         "reports_shed": ingest.shed if ingest is not None else None,
         "reports_applied_in_full": ingest.applied if ingest is not None else None,
