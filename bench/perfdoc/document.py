@@ -13,6 +13,7 @@ from .faults import faults_section
 from .headlines import headlines
 from .more import gpu_section, hardening_section, install_section
 from .scale import job_scale_section, scale_section
+from .sessions import sessions_section
 
 NAMES = (
     "cost",
@@ -30,6 +31,9 @@ NAMES = (
     "health",
     "ray_watch",
     "install",
+    "session_cost",
+    "burst",
+    "scale_overload",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -69,6 +73,7 @@ def markdown(results: Path = RESULTS) -> str:
         *faults_section(res["faults"]),
         *scale_section(res),
         *job_scale_section(res),
+        *sessions_section(res["session_cost"], res["burst"], res["scale_overload"]),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),
         *install_section(res["install"]),
