@@ -97,7 +97,7 @@ def _load(r: Result | None) -> Lines:
             f"**{x['false_incidents']}**",
         ),
         "",
-        f"Goal: 0 false incidents and a hang's verdict within 5 s. The generators' own streams",
+        "Goal: 0 false incidents and a hang's verdict within 5 s. The generators' own streams",
         f"failed ({x['generator_errors']} writes on calls already finished, the sidecar saw",
         "them end without a Goodbye): the false incidents are the DEAD verdicts of those",
         "streams, which the sidecar judged as it should; the load generator, not the sidecar,",
