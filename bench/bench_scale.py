@@ -231,7 +231,7 @@ def run_level(
                     out,
                 )
             )
-        ready_by = time.monotonic() + 180
+        ready_by = time.monotonic() + args.connect_timeout_s
         while not all((workdir / f"ready{g}").exists() for g in range(len(gens))):
             if time.monotonic() > ready_by or any(p.poll() is not None for p, _ in gens):
                 raise RuntimeError(f"N={n}: load generators did not get going")
@@ -338,6 +338,12 @@ def run_level(
         "generator_errors": sum(o["n_errors"] for o in outs),
         # Incidents about the simulated job, which never hangs (issue 21's goal: 0).
         "false_incidents": sum(1 for r in incidents if r.get("job_id") == "load"),
+        "generator_error_examples": [e for o in outs for e in o["errors"]][:5],
+        "false_incident_examples": [
+            {k: r.get(k) for k in ("verdict", "rule", "ranks", "summary")}
+            for r in incidents
+            if r.get("job_id") == "load"
+        ][:3],
         # What the sidecar shed as too late to apply in full (core/overload.py).
         "reports_shed": ingest.shed if ingest is not None else None,
         "reports_applied_in_full": ingest.applied if ingest is not None else None,
@@ -355,6 +361,12 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--generators", type=int, default=2)
+    p.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=900.0,
+        help="how long the generators may take to connect every worker and send its first report",
+    )
     p.add_argument("--probes", type=int, default=2, help="probe workers per generator")
     p.add_argument("--profile-workers", type=int, default=1000, help="0: no profile")
     p.add_argument("--telemetry", choices=["off", "on"], default="off")

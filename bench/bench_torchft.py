@@ -1,200 +1,191 @@
-"""Replicated jobs (torchft): how soon the survivors commit again, with trainprobe and without.
+"""Recovery from a hung rank: replicated (torchft) with trainprobe, torchft alone, and the
+non-replicated Ray Train and torchrun restarts, side by side in one run.
 
-Each trial runs two replica groups of one process each
-(``examples/torchft_train.py``: real torchft Manager, ProcessGroupGloo, a
-real ``torchft_lighthouse``), injects a fault into replica ``train_1`` at a
-committed step, and measures from outside, on this machine's wall clock:
+Sections (``--sections``, in this order; each trial is written out as it ends):
 
-- **survivor**: onset (the faulty replica logs it right before the fault) to
-  the first step the survivor ``train_0`` commits after it, and whether the
-  survivor kept its pid;
-- **culprit gone**: onset to the faulty process being gone (evicted, or dead);
-- **replacement**: onset to the first step a replacement of ``train_1``
-  commits (started here as soon as the culprit is gone, as its torchrun
-  would restart it).
+- ``faults`` (bench/ft_local.py): two replica groups, each its own torchrun
+  (docs/DEPLOY.md's recipe), a fault in replica ``train_1`` at a committed
+  step: ``sleep`` in the step, ``lock`` (a deadlock), ``stop`` (SIGSTOP),
+  ``kill9``, ``gil`` (a C call holding the GIL). Modes ``trainprobe`` (the
+  sidecar CLI, shipped defaults) and ``alone`` (torchft by itself). Measured
+  from onset: the survivor's next committed step and whether it kept its pid,
+  the culprit gone, its replacement (restarted by its torchrun) committing.
+- ``healthy``: one replica stalls 8 s and resumes; a declared 15 s
+  checkpoint; an eval on every replica: evictions and kills (goal: 0).
+- ``ray``: Ray Train + TorchftConfig (bench/ft_ray.py): the same, plus the
+  replacement's parameters against the survivor's and how often each worker
+  started (a single-group replacement).
+- ``restart``: no replicas, shipped defaults: a rank sleeps in its step; the
+  sidecar kills, Ray Train (``examples/ray_train_job.py``) or torchrun
+  ``--max-restarts`` (``examples/torchrun_train.py``) restarts every rank
+  from the last checkpoint: onset to every rank stepping again.
 
-Side by side, in one run: ``trainprobe`` (the sidecar CLI with its shipped
-defaults) and ``alone`` (no sidecar: torchft by itself; the hooks find no
-sidecar and only retry in the background). A survivor that has not
-committed within ``--limit-s`` is reported as such.
+Goals (docs/PERFORMANCE.md): survivors commit again <= 5 s after onset for
+definitive faults, <= 15 s for ambiguous ones, same pid; the Ray Train
+replacement steps <= 20 s after onset with equal parameters; 0 evictions in
+the healthy cases, 0 kills of a waiting replica anywhere.
 
-    python bench/bench_torchft.py --faults sleep,stop,kill9 --trials 1
+    python bench/bench_torchft.py --trials 3
 
-Results: bench/results/torchft.json.
+Results: bench/results/torchft.json (medians per case, every trial, the
+machine's load average before and after, and each trial's own).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from tests.support import (  # noqa: E402
-    PYTHON,
-    SidecarProcess,
-    child_env,
-    free_port,
-    read_jsonl,
-    short_tmpdir,
-)
+from ft_local import HEALTHY, fault_trial, healthy_trial, torchrun_restart_trial  # noqa: E402
 
-SCRIPT = REPO / "examples" / "torchft_train.py"
-LIGHTHOUSE = Path(PYTHON).with_name("torchft_lighthouse")
+FAULTS = ("sleep", "lock", "gil", "stop", "kill9")
+DEFINITIVE = ("stop", "kill9")
+SECTIONS = ("faults", "healthy", "ray", "restart")
+MEASURES = ("survivor_resumed_s", "culprit_gone_s", "replacement_stepping_s")
+RAY_MEASURES = (*MEASURES, "replacement_begin_s", "replacement_start_s")
 
 
-def rows(progress: Path, event: str, replica: str) -> list[dict[str, Any]]:
-    return [
-        r for r in read_jsonl(progress) if r.get("event") == event and r.get("replica") == replica
-    ]
+def median(xs: list[Any]) -> float | None:
+    vals = [float(x) for x in xs if isinstance(x, (int, float))]
+    return round(statistics.median(vals), 2) if vals else None
 
 
-def trial(fault: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    work = short_tmpdir("tpftb-")
-    progress, marker = work / "progress.jsonl", work / "fault.done"
-    port = free_port()
-    lighthouse = subprocess.Popen(
-        [
-            str(LIGHTHOUSE),
-            *("--bind", f"[::]:{port}", "--min_replicas", "1"),
-            *("--join_timeout_ms", str(args.join_timeout_ms)),
-            *("--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    sidecar = SidecarProcess(work).start() if mode == "trainprobe" else None
-    target = sidecar.target if sidecar else f"unix://{work}/none.sock"
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(replica: str, f: str = "none") -> subprocess.Popen[bytes]:
-        env = child_env(
-            RANK="0",
-            WORLD_SIZE="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(free_port()),
-            TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}",
-            TRAINPROBE_TARGET=target,
-            TRAINPROBE_JOB_ID="bench-ft",
-        )
-        cmd = [PYTHON, str(SCRIPT), "--own-store", "--replica-id", replica, "--replicas", "2"]
-        cmd += ["--steps", "100000", "--progress", str(progress), "--fault", f]
-        cmd += ["--fault-at", str(args.fault_at), "--fault-marker", str(marker)]
-        p = subprocess.Popen(
-            cmd,
-            stdout=open(work / f"{replica}-{len(procs)}.log", "wb"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        procs.append(p)
-        return p
-
-    out: dict[str, Any] = {"fault": fault, "mode": mode}
-    try:
-        survivor = start("train_0")
-        culprit = start("train_1", fault)
-        deadline = time.monotonic() + 180
-        while not rows(progress, "fault", "train_1") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        faults = rows(progress, "fault", "train_1")
-        if not faults:
-            out["error"] = "no fault"
-            return out
-        onset = float(faults[0]["t"])
-        end = time.time() + args.limit_s
-        gone_at = resumed_at = replaced_at = None
-        replacement = None
-        while time.time() < end and (resumed_at is None or replaced_at is None):
-            now = time.time()
-            if gone_at is None and culprit.poll() is not None:
-                gone_at = now
-                replacement = start("train_1")
-            if resumed_at is None:
-                steps = [r for r in rows(progress, "step", "train_0") if r["t"] > onset + 0.2]
-                if steps:
-                    resumed_at = steps[0]["t"]
-            if replacement is not None and replaced_at is None:
-                steps = [
-                    r for r in rows(progress, "step", "train_1") if r["pid"] == replacement.pid
-                ]
-                if steps:
-                    replaced_at = steps[0]["t"]
-            if resumed_at is not None and gone_at is None and mode == "alone":
-                break  # torchft alone never ends a hung replica: nothing more to wait for
-            time.sleep(0.05)
-        out.update(
-            survivor_resumed_s=round(resumed_at - onset, 2) if resumed_at else None,
-            survivor_same_pid=survivor.poll() is None,
-            culprit_gone_s=round(gone_at - onset, 2) if gone_at else None,
-            replacement_stepping_s=round(replaced_at - onset, 2) if replaced_at else None,
-        )
-        if sidecar is not None:
-            acts = sidecar.incidents("action")
-            out["actions"] = [a.get("action") for a in acts]
-            out["summaries"] = [a.get("summary") for a in acts if a.get("summary")]
-        return out
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGCONT)
-                    p.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(10)
-        if sidecar is not None:
-            sidecar.stop()
-        lighthouse.kill()
-        lighthouse.wait(10)
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    t = doc["trials"]
+    faults: dict[str, Any] = {}
+    for r in t["faults"]:
+        key = f"{r['fault']}/{r['mode']}"
+        faults.setdefault(key, []).append(r)
+    out: dict[str, Any] = {"faults": {}, "healthy": {}, "ray": {}, "restart": {}}
+    for key, rs in faults.items():
+        out["faults"][key] = {
+            "trials": len(rs),
+            **{m: median([r.get(m) for r in rs]) for m in MEASURES},
+            "survivor_same_pid": all(r.get("survivor_same_pid") for r in rs),
+            "evictions": sum(r.get("evictions", 0) for r in rs),
+            "waiting_replica_kills": sum(r.get("waiting_replica_kills", 0) for r in rs),
+            "goal_s": 5.0 if key.split("/")[0] in DEFINITIVE else 15.0,
+        }
+    for case in {r["case"] for r in t["healthy"]}:
+        rs = [r for r in t["healthy"] if r["case"] == case]
+        out["healthy"][case] = {
+            "trials": len(rs),
+            "evictions": sum(r.get("evictions", 0) for r in rs),
+            "kills": sum(r.get("kills", 0) for r in rs),
+            "waiting_replica_kills": sum(r.get("waiting_replica_kills", 0) for r in rs),
+            "finished": all(r.get("finished") and r.get("same_pids") for r in rs),
+            "stall_s": median([s for r in rs for s in r.get("stalls_seen_s") or []]),
+        }
+    for fault in {r["fault"] for r in t["ray"]}:
+        rs = [r for r in t["ray"] if r["fault"] == fault]
+        out["ray"][fault] = {
+            "trials": len(rs),
+            **{m: median([r.get(m) for r in rs]) for m in RAY_MEASURES},
+            "survivor_same_pid": all(r.get("survivor_same_pid") for r in rs),
+            "params_equal": all(r.get("params_equal") for r in rs),
+            "single_group_replacement": all(r.get("single_group_replacement") for r in rs),
+            "evictions": sum(r.get("evictions", 0) for r in rs),
+            "other_kills": sum(r.get("other_kills", 0) for r in rs),
+            "goal_s": 20.0,
+        }
+    for orch in {r["orchestrator"] for r in t["restart"]}:
+        rs = [r for r in t["restart"] if r["orchestrator"] == orch]
+        out["restart"][orch] = {
+            "trials": len(rs),
+            "all_stepping_s": median([r.get("all_stepping_s") for r in rs]),
+            "errors": [r["error"] for r in rs if r.get("error")],
+            "patience_s": median([r.get("patience_s") for r in rs]),
+        }
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--faults", default="sleep,stop,kill9")
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--modes", default="trainprobe,alone")
-    p.add_argument("--trials", type=int, default=1)
+    p.add_argument("--healthy", default=",".join(HEALTHY))
+    p.add_argument("--ray-faults", default="sleep")
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--launcher", choices=("torchrun", "plain"), default="torchrun")
     p.add_argument("--fault-at", type=int, default=15)
     p.add_argument("--limit-s", type=float, default=90.0)
+    p.add_argument("--restart-limit-s", type=float, default=400.0)
+    p.add_argument("--ray-steps", type=int, default=400)
     p.add_argument("--heartbeat-timeout-ms", type=int, default=1000)
     p.add_argument("--join-timeout-ms", type=int, default=10000)
+    p.add_argument(
+        "--burn", type=int, default=0, help="busy-loop processes run alongside (a loaded machine)"
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "torchft.json")
     args = p.parse_args()
-    results = []
-    for fault in args.faults.split(","):
-        for mode in args.modes.split(","):
-            for _ in range(args.trials):
-                r = trial(fault, mode, args)
-                print(json.dumps(r), flush=True)
-                results.append(r)
-    summary: dict[str, Any] = {}
-    for fault in args.faults.split(","):
-        for mode in args.modes.split(","):
-            xs = [
-                r["survivor_resumed_s"]
-                for r in results
-                if r["fault"] == fault and r["mode"] == mode and r.get("survivor_resumed_s")
-            ]
-            summary[f"{fault}/{mode}"] = statistics.median(xs) if xs else None
-    doc = {
-        "command": " ".join(sys.argv),
-        "load": os.getloadavg(),
+    sections = [s for s in SECTIONS if s in args.sections.split(",")]
+    doc: dict[str, Any] = {
+        "command": "python " + " ".join(sys.argv),
         "cpus": os.cpu_count(),
-        "settings": vars(args) | {"out": str(args.out)},
-        "median_survivor_resumed_s": summary,
-        "trials": results,
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "trials": {s: [] for s in SECTIONS},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    started = time.time()
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burn)
+    ]
+    try:
+        run(args, sections, doc, started)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    print(json.dumps(doc.get("summary"), indent=2))
+
+
+def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], started: float) -> None:
+
+    def add(section: str, r: dict[str, Any]) -> None:
+        print(json.dumps({"section": section, **r}), flush=True)
+        doc["trials"][section].append(r)
+        doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        doc["wall_s"] = round(time.time() - started, 1)
+        doc["summary"] = summarize(doc)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+    for _ in range(args.trials):  # trials interleaved: a load spike spreads over cases
+        if "faults" in sections:
+            for fault in args.faults.split(","):
+                for mode in args.modes.split(","):
+                    add("faults", fault_trial(fault, mode, args))
+        if "healthy" in sections:
+            for case in args.healthy.split(","):
+                add("healthy", healthy_trial(case, args))
+        if "restart" in sections:
+            add("restart", torchrun_restart_trial(args))
+    if "ray" in sections or "restart" in sections:
+        from ft_ray import RaySession
+
+        session = RaySession(Path(tempfile.mkdtemp(prefix="tp-bench-ft-ray-")))
+        try:
+            for _ in range(args.trials):
+                if "ray" in sections:
+                    for fault in args.ray_faults.split(","):
+                        add("ray", session.ft_trial(fault, args.ray_steps, args.limit_s))
+                if "restart" in sections:
+                    add("restart", session.restart_trial())
+        finally:
+            session.close()
 
 
 if __name__ == "__main__":

@@ -272,10 +272,27 @@ def _scale(res: Results, out: Path) -> bool:
     return True
 
 
+def torchft_plot(r: Any, out: Path) -> None:
+    """Survivor back to committing, per fault: trainprobe beside torchft alone."""
+    f = r["summary"]["faults"]
+    faults = [x for x in ("sleep", "lock", "gil", "stop", "kill9") if f"{x}/trainprobe" in f]
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    for k, (mode, color) in enumerate((("trainprobe", "#4477aa"), ("alone", "#bbbbbb"))):
+        vals = [(f.get(f"{x}/{mode}") or {}).get("survivor_resumed_s") or 0 for x in faults]
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(faults))]
+        ax.bar(xs, vals, 0.38, color=color, label="torchft alone" if k else mode)
+    for i, x in enumerate(faults):  # each fault's goal over its own bars
+        goal = f[f"{x}/trainprobe"]["goal_s"]
+        ax.hlines(goal, i - 0.45, i + 0.45, color="red", lw=0.8, ls="--", label="goal" * (i == 0))
+    ax.set_xticks(range(len(faults)), [CASES.get(x, x) for x in faults], fontsize=7)
+    finish(fig, ax, out, "seconds after onset", "Survivor commits a step again (median)")
+
+
 MAKERS: dict[str, Callable[[Results, Path], bool]] = {
     "cost": one("cost", cost_plot),
     "detection": one("detection", detection_plot),
     "faults": one("faults", faults_plot),
+    "torchft": one("torchft", torchft_plot),
     "scale": _scale,
     "hook_memory": one("hook_memory", hook_memory_plot),
     "job_scale": job_scale_plot,

@@ -10,7 +10,7 @@ the new worker heals from a surviving replica while the others go on.
 
 Fault: worker ``fault_rank`` does ``fault`` (sleep, stop) at committed step
 ``fault_at``, once per run (a marker file in ``progress``'s folder). Events
-go to ``config["progress"]`` as JSON lines (start, step, fault, done).
+go to ``config["progress"]`` as JSON lines (begin, start, step, fault, done).
 
     python examples/ray_torchft_job.py --fault sleep
 """
@@ -44,14 +44,17 @@ def emit(path: str, **row: object) -> None:
 
 def train_func(config: dict[str, Any]) -> None:
     import ray.train
+
+    cfg = {**DEFAULTS, **config}
+    rank = ray.train.get_context().get_world_rank()
+    progress = str(cfg["progress"])
+    emit(progress, event="begin", rank=rank)  # Ray Train's part of a (re)start ends here
     import torch
     import torchft
 
     from trainprobe.hooks import LivenessProbeHook
     from trainprobe.hooks.torchft import DistributedDataParallel
 
-    cfg = {**DEFAULTS, **config}
-    rank = ray.train.get_context().get_world_rank()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -72,7 +75,6 @@ def train_func(config: dict[str, Any]) -> None:
     )
     ddp = DistributedDataParallel(manager, model)
     optimizer = torchft.Optimizer(manager, opt)
-    progress = str(cfg["progress"])
     marker = Path(progress).with_suffix(".fault") if progress else None
     faulty = cfg["fault"] != "none" and rank == cfg["fault_rank"]
     faulty = faulty and not (marker is not None and marker.exists())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_support import EXAMPLES, init_local_ray, ray_environment
+from tests.ray_support import EXAMPLES, WORKERS, init_local_ray, ray_environment
 from tests.support import read_jsonl
 
 pytest.importorskip("torchft")
@@ -71,4 +71,38 @@ def test_an_evicted_replica_group_is_replaced_alone() -> None:
         finally:
             with contextlib.suppress(Exception):
                 stop_sidecars()
+            ray.shutdown()
+
+
+def test_ray_train_replica_groups_name_each_workers_replica_without_a_manager() -> None:
+    # The hook under Ray Train + TorchftConfig takes its replica group from Ray Train
+    # itself; once it watches a Manager, the Manager's replica id replaces it.
+    with ray_environment() as workdir:
+        ray = init_local_ray(num_cpus=2)
+        try:
+            from ray.train import RunConfig, ScalingConfig
+            from ray.train.torch import TorchTrainer
+            from ray.train.v2.torch.torchft_config import TorchftConfig
+
+            if str(WORKERS) not in sys.path:
+                sys.path.insert(0, str(WORKERS))
+            import ray_replica_identity
+
+            out = workdir / "identity.jsonl"
+            TorchTrainer(
+                ray_replica_identity.train_func,
+                train_loop_config={"out": str(out)},
+                scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+                torch_config=TorchftConfig(lighthouse_kwargs={"min_replicas": 1}, backend="gloo"),
+                run_config=RunConfig(name="ft-identity", storage_path=str(workdir / "storage")),
+            ).fit()
+            rows = {(r["source"], r["rank"]): r for r in read_jsonl(out)}
+            for rank in (0, 1):
+                ray_row, mgr_row = rows[("ray", rank)], rows[("manager", rank)]
+                assert ray_row["replica"] == f"ray_replica_{rank}", ray_row
+                assert (ray_row["group_rank"], ray_row["group"]) == (0, 1)
+                assert mgr_row["replica"] == f"train_{rank}", mgr_row
+                # The job-wide rank stays Ray Train's world rank throughout.
+                assert ray_row["hook_rank"] == mgr_row["hook_rank"] == rank
+        finally:
             ray.shutdown()

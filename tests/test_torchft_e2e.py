@@ -36,6 +36,8 @@ from tests.support import (
 
 pytest.importorskip("torchft")
 
+from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
+
 SCRIPT = REPO / "examples" / "torchft_train.py"
 LIGHTHOUSE = Path(PYTHON).with_name("torchft_lighthouse")
 JOB = "ftjob"
@@ -45,8 +47,13 @@ pytestmark = pytest.mark.timeout(300)
 class FtJob:
     """A lighthouse, a sidecar and two replica groups of one process each."""
 
-    def __init__(self, workdir: Path, fault: str, steps: int, fault_at: int = 15) -> None:
+    def __init__(
+        self, workdir: Path, fault: str, steps: int, fault_at: int = 15, launcher: str = "plain"
+    ) -> None:
         self.workdir = workdir
+        #: "plain": one process per group hosting its store; "torchrun": one torchrun
+        #: --max-restarts per group (docs/DEPLOY.md's recipe), which replaces a lost worker.
+        self.launcher = launcher
         self.progress = workdir / "progress.jsonl"
         self.marker = workdir / "fault.done"
         self.stop_file = workdir / "stop.at"
@@ -83,6 +90,11 @@ class FtJob:
             TRAINPROBE_JOB_ID=JOB,
         )
         cmd = [PYTHON, str(SCRIPT), "--own-store", "--replica-id", replica, "--replicas", "2"]
+        if self.launcher == "torchrun":
+            cmd[1:3] = ["-m", "torch.distributed.run", "--nproc-per-node", "1"]
+            cmd[5:5] = ["--master-port", env["MASTER_PORT"], "--max-restarts", "3", str(SCRIPT)]
+            for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                env.pop(k)
         cmd += ["--steps", str(self.steps), "--progress", str(self.progress)]
         cmd += ["--fault", fault, "--fault-at", str(self.fault_at)]
         cmd += ["--fault-marker", str(self.marker), "--stop-file", str(self.stop_file)]
@@ -108,6 +120,10 @@ class FtJob:
         )
 
     def close(self) -> None:
+        for r in read_jsonl(self.progress):  # a torchrun's workers, by pid (one may be stopped)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(r["pid"]), signal.SIGCONT)
+                os.kill(int(r["pid"]), signal.SIGKILL)
         for procs in self.procs.values():
             for p in procs:
                 if p.poll() is None:
@@ -123,8 +139,8 @@ class FtJob:
 
 @pytest.fixture
 def job(request: pytest.FixtureRequest) -> Iterator[FtJob]:
-    fault, steps = request.param
-    j = FtJob(short_tmpdir("tpft-"), fault, steps)
+    fault, steps, *launcher = request.param
+    j = FtJob(short_tmpdir("tpft-"), fault, steps, launcher=launcher[0] if launcher else "plain")
     try:
         yield j
     except BaseException:
@@ -197,7 +213,7 @@ def test_a_replica_asleep_in_its_step_is_evicted_and_the_survivor_goes_on(job: F
     assert_evicted_once(job, out["culprit"].pid, out["survivor"].pid)
     decision = next(d for d in job.records("decision") if d.get("action") == "evict")
     assert decision["rule"] == "patience"
-    assert decision["patience_s"] == 12.0  # the replicated default, not 90 s
+    assert decision["patience_s"] == REPLICA_FLOOR_S  # the replicated default, not 90 s
     # Before torchft's own 30 s gloo timeout would have failed the step.
     assert out["resumed"] - out["onset"] < 30
 
@@ -252,3 +268,36 @@ def test_a_checkpoint_or_an_eval_on_every_replica_evicts_nothing(job: FtJob) -> 
     assert a.wait(30) == 0 and b.wait(30) == 0
     assert [r.get("action") for r in job.records("action")] == []
     assert {r["pid"] for r in job.rows("done")} == {a.pid, b.pid}
+
+
+@pytest.mark.parametrize("job", [("stop", 100000, "torchrun")], indirect=True)
+def test_one_torchrun_per_replica_group_replaces_the_evicted_group_alone(job: FtJob) -> None:
+    # docs/DEPLOY.md's recipe: the sidecar evicts the SIGSTOPped group's worker, that
+    # group's torchrun starts a new one, which heals from the survivor; the survivor's
+    # torchrun and worker never restart.
+    agents = [job.start("train_0"), job.start("train_1", job.fault)]
+    fault = wait_for(lambda: job.rows("fault"), 120, 0.1, "the fault")[0]
+    survivor_pid = job.rows("start", "train_0")[0]["pid"]
+    wait_for(
+        lambda: [r for r in job.rows("step", "train_0") if r["t"] > fault["t"] + 0.2],
+        60,
+        0.1,
+        "the survivor to commit a step after the fault",
+    )
+    wait_for(
+        lambda: len([r for r in job.rows("step", "train_1") if r["pid"] != fault["pid"]]) >= 5,
+        180,
+        0.2,
+        "train_1's torchrun to restart it and the new worker to commit steps",
+    )
+    top = max(r["step"] for r in job.rows("step"))
+    job.stop_file.write_text(str(top + 10))
+    wait_for(lambda: len(job.rows("done")) == 2, 180, 0.2, "both replicas to finish")
+    assert [a.wait(60) for a in agents] == [0, 0]
+    by = {r["replica"]: r for r in job.rows("done")}
+    assert by["train_0"]["pid"] == survivor_pid  # never restarted
+    assert [r["pid"] for r in job.rows("start", "train_0")] == [survivor_pid]
+    assert len(job.rows("start", "train_1")) == 2  # the evicted group, replaced once
+    assert by["train_1"]["pid"] != fault["pid"]
+    assert by["train_0"]["params"] == pytest.approx(by["train_1"]["params"], abs=1e-6)
+    assert_evicted_once(job, fault["pid"], survivor_pid)

@@ -12,13 +12,17 @@ from .detection import detection_section
 from .faults import faults_section
 from .headlines import headlines
 from .more import gpu_section, hardening_section, install_section
+from .recovery import recovery_section
 from .scale import job_scale_section, scale_section
+from .sessions import sessions_section
 
 NAMES = (
     "cost",
     "hook_memory",
     "detection",
     "faults",
+    "torchft",
+    "torchft_loaded",
     "scale",
     "scale_telemetry",
     "report_path",
@@ -30,6 +34,9 @@ NAMES = (
     "health",
     "ray_watch",
     "install",
+    "session_cost",
+    "burst",
+    "scale_overload",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -67,8 +74,10 @@ def markdown(results: Path = RESULTS) -> str:
         *cost_section(res["cost"], res["hook_memory"]),
         *detection_section(res["detection"]),
         *faults_section(res["faults"]),
+        *recovery_section(res["torchft"], res["torchft_loaded"]),
         *scale_section(res),
         *job_scale_section(res),
+        *sessions_section(res["session_cost"], res["burst"], res["scale_overload"]),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),
         *install_section(res["install"]),

@@ -8,6 +8,7 @@ import statistics
 from .core import Lines, Result, head, row, s, us, yes
 from .detection import current_stall_floor, default_floor
 from .faults import fault_goals
+from .recovery import recovery_goals
 from .scale import job_scale
 
 
@@ -65,6 +66,10 @@ def headlines(res: dict[str, Result | None]) -> Lines:
                  "healthy jobs killed", "culprit right"]
         for (goal, got, ok), anchor, name in zip(fault_goals(faults), anchors, names, strict=True):
             add(name, "fault-matrix-real-faults-healthy-stalls-shipped-defaults", goal, got,
+                anchor, ok)
+    if ft := res["torchft"]:
+        for name, goal, got, anchor, ok in recovery_goals(ft):
+            add(name, "recovery-without-restarting-healthy-ranks-torchft-replicas", goal, got,
                 anchor, ok)
     runs = job_scale(res)
     if runs["on"]:

@@ -83,3 +83,26 @@ def test_analysis_names_the_rank_not_arrived_and_the_peers_waiting_for_it() -> N
     stuck = analyze([summarize(w, T0 + 200, 1e6) for w in job({0: T0, 1: T0, 2: T0})])
     assert stuck.kind == ALL_IN_FLIGHT and stuck.waiting == (0, 1, 2) and not stuck.culprits
     assert "init_process_group" in stuck.summary
+
+
+def test_no_straggler_is_named_before_every_rank_of_the_world_has_connected() -> None:
+    # World 4, rank 3 never connected: ranks 0 and 2 wait inside, rank 1 is still
+    # before init. Rank 3 may be the one they all wait for (or may arrive last):
+    # "the last peer arrived" cannot be judged while a rank is missing.
+    reg = job({0: T0 + 1, 1: None, 2: T0 + 1}, world=4)
+    assert found(reg, T0 + 7) == {}
+    assert found(reg, T0 + 500) == {}  # however long (the start-up rule's 600 s applies)
+    # Rank 3 connects (still in init): now the job is whole and rank 1 and 3 are named.
+    w3 = connected(reg, 3, T0 + 40, world=4)
+    reg.apply(w3, report(T0 + 40, phases=(phase("init", T0 + 40),)), T0 + 40)
+    assert found(reg, T0 + 41) == {1: "init_straggler", 3: "init_straggler"}
+
+
+def test_a_rank_whose_stream_ended_does_not_count_toward_the_world() -> None:
+    reg = job({0: T0 + 1, 1: None, 2: T0 + 1, 3: None}, world=4)
+    assert found(reg, T0 + 7) == {1: "init_straggler", 3: "init_straggler"}
+    w3 = next(w for w in reg if w.hello.rank == 3)
+    assert reg.close(w3, w3.generation, "vanished", T0 + 8, pid_alive=False)
+    # Three of four connected: rank 3's exit is its own incident; rank 1 is not
+    # judged against a world that is no longer whole.
+    assert 1 not in found(reg, T0 + 9)

@@ -43,6 +43,9 @@ from trainprobe.proto import (
 log = logging.getLogger("trainprobe.hooks")
 
 HOOK_VERSION = VERSION
+#: A step ending at least this long (and 2 report intervals) after the one before is
+#: reported at once: at most one extra report a second, only after a stall.
+PROMPT_MIN_NS = 1_000_000_000
 #: A collector adds its fields to each report, in the reporter thread.
 Collector = Callable[[probe_pb2.Report], None]
 
@@ -186,6 +189,8 @@ class LivenessProbeHook(CollectiveMethods):
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
         self.target = _checked_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
+        #: A step that ends longer than this after the last one is reported at once.
+        self._prompt_ns = max(PROMPT_MIN_NS, 2 * interval_ms * 1_000_000)
         ray = self.identity.ray
         #: Under a Ray actor: hands our handle to the node's sidecar (kill by id).
         self.ray_handle = (
@@ -215,6 +220,8 @@ class LivenessProbeHook(CollectiveMethods):
             )
         if torchft is not None:
             self.watch_torchft(torchft)
+        elif self._ray[1]:
+            self._ray_replica_group()
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
         self._thread_ids = (threading.get_ident(), threading.get_native_id())
@@ -246,9 +253,14 @@ class LivenessProbeHook(CollectiveMethods):
         t = time.monotonic_ns()
         ring = self._ring
         n = ring.n
+        gap = t - ring.ends[(n - 1) & RING_MASK]
         ring.ends[n & RING_MASK] = t
         ring.steps[n & RING_MASK] = n + 1 if step is None else step
         ring.n = n + 1
+        if n and gap > self._prompt_ns and self._reporter is not None:
+            # The job steps again after a stall: say so now, not at the next
+            # interval, so a stall that ends by itself is never judged as going on.
+            self._reporter.report_soon()
 
     def phase(
         self, name: str, timeout_s: float | None = None
@@ -291,16 +303,28 @@ class LivenessProbeHook(CollectiveMethods):
         try:
             from trainprobe.hooks import torchft as ft
 
-            first = self._replica is None
+            before = self._replica
             watch = ft.install(manager, self._sync.group(ft.GROUP))
             self._replica = watch
-            if first:
+            if not isinstance(before, ft.ReplicaWatch):
                 self._collectors.append(watch.collect)
             self._adopt_replica_rank(watch, manager, num_replicas)
+            moved = before is not None and before.replica_id != watch.replica_id
+            if moved and self._reporter is not None:
+                self._reporter.renew()  # Ray Train's replica group, now the Manager's id
             return True
         except Exception:
             log.warning("trainprobe: watch_torchft failed; no replica reported", exc_info=True)
             return False
+
+    def _ray_replica_group(self) -> None:
+        """Under Ray Train with TorchftConfig: the replica group from Ray Train itself."""
+        try:
+            from trainprobe.hooks.torchft import ray_train_replica_group
+
+            self._replica = ray_train_replica_group(self._ray[1])
+        except Exception:
+            log.debug("trainprobe: no Ray Train replica group", exc_info=True)
 
     def _adopt_replica_rank(self, watch: Any, manager: Any, num_replicas: int | None) -> None:
         from trainprobe.hooks.torchft import replica_rank

@@ -105,6 +105,21 @@ class Reporter:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._poke)
 
+    def report_soon(self) -> None:
+        """Build and send a report now, not at the next interval. Returns at once;
+        safe from any thread (the training thread calls it after a stall)."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(Exception):  # a closed loop: nothing to send to
+                loop.call_soon_threadsafe(self._report_now)
+
+    def _report_now(self) -> None:
+        # Only while a session is open: between sessions reports are buffered at
+        # their interval anyway (and _idle must not be woken for nothing).
+        if self._loop is not None and self._outbox is not None and self.connected:
+            self._next_build = min(self._next_build, self._loop.time())
+            self._outbox.put_nowait(None)
+
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()

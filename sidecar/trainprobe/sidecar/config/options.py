@@ -14,6 +14,7 @@ from typing import Any
 from trainprobe.sidecar.config import parsers as v
 from trainprobe.sidecar.core.actions import ACTIONS, DEGRADED_ACTIONS
 from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
+from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
 from trainprobe.sidecar.core.ray_incident import RAY_FINDING_ACTIONS
 
 ENV_PREFIX = "TRAINPROBE_"
@@ -265,7 +266,8 @@ OPTIONS: tuple[Option, ...] = (
         v.auto_or_seconds(0, 604800),
         "hang_patience_s for a replicated (torchft) job whose culprit replica group is "
         "named: its action is to evict that group while the others go on, which costs one "
-        "replica's restart, not the job's. 'auto' = max(12 s, 2 x the longest stall of the "
+        "replica's restart, not the job's. "
+        f"'auto' = max({REPLICA_FLOOR_S:g} s, 2 x the longest stall of the "
         "job that ended by itself), before torchft's own timeouts (30-60 s) end the step; "
         "a replica evicted again at the same place waits 2x longer each time (at most 600 s).",
         _A,

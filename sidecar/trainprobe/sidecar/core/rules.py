@@ -67,10 +67,12 @@ class JobContext:
     phase_holders: tuple[int, ...] = ()
     last_phase_end_at: float = 0.0
     #: Start-up: the ranks waiting inside init_process_group (phase rendezvous),
-    #: when the last of them arrived, and the job's world size.
+    #: when the last of them arrived, the job's world size, and how many of its
+    #: ranks have a live stream here.
     arrived: tuple[int, ...] = ()
     last_arrival_at: float = 0.0
     world_size: int = 0
+    connected: int = 0
 
 
 def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:
@@ -79,7 +81,8 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     The job's threshold takes the maxima over its ranks (see thresholds.py).
     The tally is inlined (one method call per worker per tick cost more than
     the tally itself); each job's is [samples, p99_s, phase holders, last
-    phase end, ranks arrived in the rendezvous, the last arrival, world size].
+    phase end, ranks arrived in the rendezvous, the last arrival, world size,
+    connected ranks].
     Start-up phases hold nothing for the job: a rank before its process group
     is judged by :func:`_startup`, against its peers.
     """
@@ -87,7 +90,7 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     for w in workers:
         t = tallies.get(w.hello.job_id)
         if t is None:
-            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0]
+            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0, 0]
         window = w.step_samples
         # No window outgrows its maxlen: once a job's count reaches it, skip len().
         if t[0] < window.maxlen and (n := len(window)) > t[0]:
@@ -107,6 +110,8 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             t[3] = w.last_phase_end_at
         if w.hello.world_size > t[6]:
             t[6] = w.hello.world_size
+        if w.connected:  # one session per (job, rank): a count is the ranks'
+            t[7] += 1
     return {
         job: JobContext(
             threshold=stall_threshold(policy, [samples], [p99_s]),
@@ -115,8 +120,9 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             arrived=tuple(sorted(set(arrived))),
             last_arrival_at=last_arrival,
             world_size=world,
+            connected=live,
         )
-        for job, (samples, p99_s, holders, last_end, arrived, last_arrival, world) in (
+        for job, (samples, p99_s, holders, last_end, arrived, last_arrival, world, live) in (
             tallies.items()
         )
     }
@@ -271,9 +277,12 @@ def _startup(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Fi
     for the ranks that are not there yet: a rank still outside it
     ``init_straggler_s`` after the last of them arrived holds the job up (a
     verdict; the kill waits for the patience, as a slow data read may end).
-    When every rank of the job is inside and none comes out, the rendezvous
-    itself is stuck (the store, or the backend's connection set-up).
-    Without arrived peers, the start-up rule applies.
+    Only once every rank of the world has a live stream here: a rank that has
+    not connected may be the one they wait for, or arrive later still, so no
+    "last arrival" is known. When every rank of the job is inside and none
+    comes out, the rendezvous itself is stuck (the store, or the backend's
+    connection set-up). Without arrived peers, or with ranks of the world
+    missing, the start-up rule applies.
     """
     names = {p.name for p in w.active_phases}
     if RENDEZVOUS_PHASE in names:
@@ -291,7 +300,7 @@ def _startup(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Fi
                     timeout_s=cfg.rendezvous_timeout_s,
                 )
         return None  # waiting for a peer: the rank not there is the one to name
-    if INIT_PHASE in names and job.arrived:
+    if INIT_PHASE in names and job.arrived and job.connected >= job.world_size:
         waited = now - job.last_arrival_at
         if waited > cfg.init_straggler_s:
             return _finding(

@@ -42,6 +42,9 @@ T = TypeVar("T")
 #: Delay of the garbage collection that follows a refused stream (see
 #: SidecarServicer._collect_soon), and so the most often it runs.
 COLLECT_AFTER_S = 0.2
+#: The same after a stream ended: sessions end in waves (a job's ranks), and one
+#: collection after the wave frees what each would.
+COLLECT_AFTER_CLOSE_S = 2.0
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
@@ -204,7 +207,7 @@ class SidecarServicer:
                 context.set_details(error[1])
                 self._collect_soon()
 
-    def _collect_soon(self) -> None:
+    def _collect_soon(self, delay_s: float = COLLECT_AFTER_S) -> None:
         """Collect cyclic garbage shortly after a refusal, at most every COLLECT_AFTER_S.
 
         gRPC keeps each call's state in reference cycles that hold the call's
@@ -216,8 +219,12 @@ class SidecarServicer:
         """
         if self._collect_pending:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the loop: nothing to schedule on
+            return
         self._collect_pending = True
-        asyncio.get_running_loop().call_later(COLLECT_AFTER_S, self._collect)
+        loop.call_later(delay_s, self._collect)
 
     def _collect(self) -> None:
         self._collect_pending = False
@@ -235,6 +242,10 @@ class SidecarServicer:
         self, state: WorkerState, generation: int, how: str, alive: bool | None
     ) -> None:
         """Close a session in the registry, with one log line (Connect and Relay)."""
+        # A stream's gRPC buffers are freed now, from cycles and threads' arenas:
+        # collect and hand whole free pages back (at most every COLLECT_AFTER_S),
+        # or RSS stays at the high-water mark of sessions that have ended.
+        self._collect_soon(COLLECT_AFTER_CLOSE_S)
         if self.registry.close(state, generation, how, self._clock(), alive):
             level = logging.INFO if how == "goodbye" else logging.WARNING
             via = "" if state.relay is None else f" via relay {state.relay}"

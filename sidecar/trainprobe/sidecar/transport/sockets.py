@@ -32,12 +32,25 @@ from trainprobe.proto import (
     socket_dir_problem,
 )
 from trainprobe.sidecar.config.tls import read_pem
+from trainprobe.sidecar.core.limits import MAX_SESSIONS
 from trainprobe.sidecar.transport.auth import TokenInterceptor
 from trainprobe.sidecar.transport.identity import TicketDesk
 
 log = logging.getLogger("trainprobe.sidecar")
 
-SERVER_OPTIONS = [*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)]
+#: gRPC core queues the calls that arrive before the server asks for the next
+#: one (grpc.aio asks one at a time, from our loop), and past 1,000 queued it
+#: cancels new ones at random (all past 3,000): a burst of stream opens (every
+#: rank of a large job at once) lost hundreds of streams right after their
+#: Hello, CANCELLED (bench/bench_burst.py). Queue as many as sessions can exist;
+#: beyond them the registry refuses anyway.
+PENDING_CALLS = MAX_SESSIONS
+SERVER_OPTIONS = [
+    *MESSAGE_SIZE_OPTIONS,
+    ("grpc.so_reuseport", 0),
+    ("grpc.server.max_pending_requests", PENDING_CALLS),
+    ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS),
+]
 
 #: ``socket_access`` -> (mode bits the socket directory must add, socket mode).
 #: Connecting needs search (x) on the directory and write on the socket; no

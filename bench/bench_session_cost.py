@@ -1,0 +1,225 @@
+"""What one session costs the sidecar, by layer: connection, stream, reports.
+
+    python bench/bench_session_cost.py [--streams 2000] [--connections 200]
+        [--reports 3] [--settle-s 5] [--telemetry on|off] [--traced] [--json OUT]
+
+One sidecar process of the shipped defaults (actions ``observe``) and, in
+this process, one gRPC client that goes through the stages below, reading
+the sidecar's RSS (``/proc/PID/statm``) and its anonymous memory by kind
+(``/proc/PID/smaps``: the brk heap, other anonymous mappings: glibc's
+per-thread arenas and large blocks) after each, ``--settle-s`` later:
+
+1. idle: started, nothing connected;
+2. connections: ``--connections`` channels connected (HTTP/2 set up, no call);
+3. streams: ``--streams`` Connect streams over them, each past its Hello
+   (a session in the registry, its servicer coroutine waiting to read);
+4. reports: ``--reports`` reports on each (the first with 1,000 earlier step
+   times, bench/loadgen.py's), so each session's state is full;
+5. closed: every stream said Goodbye and every channel closed.
+
+Each stage's cost is its RSS step divided by its count. With ``--traced``
+the sidecar runs under tracemalloc (a sitecustomize; it costs memory of its
+own, so RSS is quoted from untraced runs) and writes, at each stage, the
+Python heap it traces and the lines that grew most: the Python share of each
+layer; the rest of the RSS step is C (gRPC core, glibc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, add_repo_to_path, rss_bytes, write_result
+
+add_repo_to_path()
+
+import grpc  # noqa: E402
+from loadgen import Sim  # noqa: E402
+
+from tests.support import SidecarProcess, short_tmpdir  # noqa: E402
+from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
+
+TRACER = """
+import os, signal, tracemalloc, linecache
+tracemalloc.start(1)
+_OUT = os.environ["TP_TRACE_OUT"]
+_base = [None]
+
+def _dump(signum, frame):
+    import gc
+    gc.collect()
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen*")])
+    top = []
+    if _base[0] is not None:
+        for s in snap.compare_to(_base[0], "lineno")[:12]:
+            f = s.traceback[0]
+            top.append([f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}", s.size_diff])
+    _base[0] = snap
+    with open(_OUT, "a") as fh:
+        fh.write(repr([tracemalloc.get_traced_memory()[0], top]) + "\\n")
+
+signal.signal(signal.SIGUSR2, _dump)
+"""
+
+
+def anon_kinds(pid: int) -> dict[str, int]:
+    """Resident anonymous memory of ``pid`` by mapping: the brk heap and the rest."""
+    out = {"heap": 0, "anon_other": 0, "file": 0}
+    kind = "file"
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            head = line.split(maxsplit=6)
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                name = head[5].strip() if len(head) > 5 else ""
+                kind = "heap" if name == "[heap]" else "anon_other" if not name else "file"
+            elif head[0] == "Rss:":
+                out[kind] += int(head[1]) * 1024
+    return out
+
+
+class Stages:
+    def __init__(self, sc: SidecarProcess, traced: Path | None, settle_s: float) -> None:
+        assert sc.proc is not None
+        self.pid = sc.proc.pid
+        self.traced = traced
+        self.settle_s = settle_s
+        self.rows: list[dict[str, Any]] = []
+
+    async def mark(self, stage: str, count: int) -> None:
+        await asyncio.sleep(self.settle_s)
+        row: dict[str, Any] = {"stage": stage, "count": count, "rss_bytes": rss_bytes(self.pid)}
+        row.update(anon_kinds(self.pid))
+        if self.traced is not None:
+            n = len(self.traced.read_text().splitlines()) if self.traced.exists() else 0
+            os.kill(self.pid, signal.SIGUSR2)
+            for _ in range(600):
+                await asyncio.sleep(0.1)
+                lines = self.traced.read_text().splitlines() if self.traced.exists() else []
+                if len(lines) > n:
+                    py, top = eval(lines[-1])  # our own tracer's repr of ints and strs
+                    row["python_bytes"] = py
+                    row["python_top"] = top
+                    break
+        if self.rows:
+            prev = self.rows[-1]
+            row["rss_step_bytes"] = row["rss_bytes"] - prev["rss_bytes"]
+            if "python_bytes" in row:
+                row["python_step_bytes"] = row["python_bytes"] - prev["python_bytes"]
+            if count:
+                row["rss_per_item"] = row["rss_step_bytes"] / count
+                if "python_step_bytes" in row:
+                    row["python_per_item"] = row["python_step_bytes"] / count
+        self.rows.append(row)
+        print(
+            f"{stage:12s} rss {row['rss_bytes'] / 1e6:7.1f} MB"
+            + (
+                f"  step {row['rss_step_bytes'] / 1e6:+7.1f} MB"
+                + (f" = {row['rss_per_item'] / 1024:6.1f} KiB each" if count else "")
+                if "rss_step_bytes" in row
+                else ""
+            )
+            + (
+                f"  python {row['python_bytes'] / 1e6:6.1f} MB"
+                + (
+                    f" ({row['python_per_item'] / 1024:5.1f} KiB each)"
+                    if "python_per_item" in row
+                    else ""
+                )
+                if "python_bytes" in row
+                else ""
+            )
+            + f"  heap {row['heap'] / 1e6:.1f} other-anon {row['anon_other'] / 1e6:.1f}",
+            flush=True,
+        )
+
+
+async def run(args: argparse.Namespace, sc: SidecarProcess, stages: Stages) -> None:
+    await stages.mark("idle", 0)
+    channels = [
+        grpc.aio.insecure_channel(sc.target, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(args.connections)
+    ]
+    await asyncio.gather(*(ch.channel_ready() for ch in channels))
+    await stages.mark("connections", args.connections)
+    sims = [Sim("cost", r, args.streams, 20, 1000) for r in range(args.streams)]
+    calls = [
+        probe_pb2_grpc.SidecarStub(channels[i % len(channels)]).Connect() for i in range(len(sims))
+    ]
+    await asyncio.gather(
+        *(c.write(probe_pb2.WorkerMessage(hello=s.hello)) for c, s in zip(calls, sims, strict=True))
+    )
+    await wait_sessions(sc, args.streams)
+    await stages.mark("streams", args.streams)
+    for _ in range(args.reports):
+        await asyncio.gather(*(c.write(s.report()) for c, s in zip(calls, sims, strict=True)))
+    await stages.mark("reports", args.streams)
+    bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="bench done"))
+    await asyncio.gather(*(c.write(bye) for c in calls))
+    await asyncio.gather(*(c.done_writing() for c in calls))
+    for c in calls:
+        c.cancel()
+    for ch in channels:
+        await ch.close()
+    await stages.mark("closed", 0)
+
+
+async def wait_sessions(sc: SidecarProcess, n: int, timeout_s: float = 300.0) -> None:
+    """Until the sidecar's status counts ``n`` connected sessions."""
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(sc.target) as ch:
+        stub = probe_pb2_grpc.SidecarStub(ch)
+        while time.monotonic() < deadline:
+            st = await stub.GetStatus(probe_pb2.StatusRequest(job_id="cost"), timeout=30)
+            if len(st.workers) + st.omitted >= n:
+                return
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"fewer than {n} sessions after {timeout_s:.0f} s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--streams", type=int, default=2000)
+    p.add_argument("--connections", type=int, default=200)
+    p.add_argument("--reports", type=int, default=3)
+    p.add_argument("--settle-s", type=float, default=5.0)
+    p.add_argument("--telemetry", choices=["on", "off"], default="on")
+    p.add_argument("--traced", action="store_true")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the sidecar")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    started = time.monotonic()
+    work = short_tmpdir("tpcost-")
+    env: dict[str, str] = {}
+    traced = None
+    if args.traced:
+        (work / "site").mkdir()
+        (work / "site" / "sitecustomize.py").write_text(TRACER)
+        traced = work / "trace.txt"
+        roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
+        env = {"PYTHONPATH": os.pathsep.join(roots), "TP_TRACE_OUT": str(traced)}
+    env.update(kv.split("=", 1) for kv in args.env)
+    flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
+    flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
+    sc = SidecarProcess(work, *flags, env=env).start(timeout_s=120)
+    try:
+        stages = Stages(sc, traced, args.settle_s)
+        asyncio.run(run(args, sc, stages))
+    finally:
+        sc.stop()
+    if args.json:
+        params = {k: v for k, v in vars(args).items() if k != "json"}
+        write_result(args.json, "session_cost", {"params": params, "stages": stages.rows}, started)
+    print(json.dumps({r["stage"]: r.get("rss_per_item") for r in stages.rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Ray Train on one embedded local Ray: replicated (TorchftConfig) and not.
+
+- ``ray_ft_trial``: ``examples/ray_torchft_job.py``, 2 workers, each its own
+  torchft replica group; worker 1 faults at a committed step. With the
+  per-node sidecar (shipped defaults), measured on this machine's wall clock
+  from onset: the survivor's next committed step, the culprit's process gone,
+  the replacement entering ``train_func`` (Ray Train's part ends there), its
+  hook and Manager made, and its first committed step; and, at the end,
+  whether the two replicas hold equal parameters, how many times each worker
+  started (a single-group replacement starts worker 1 twice and worker 0
+  once), and the evictions.
+- ``ray_restart_trial``: ``examples/ray_train_job.py`` (DDP, no replicas),
+  rank 1 sleeps; the sidecar with its shipped defaults kills, Ray Train
+  restarts the whole group from the last checkpoint
+  (``bench_ray_restart.run_trial``): onset to every rank stepping again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support import read_jsonl
+
+__all__ = ["RaySession"]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+def _first(rows: list[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
+    return next((r for r in rows if pred(r)), None)
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= 1e-6 for x, y in zip(a, b, strict=True))
+
+
+class RaySession:
+    """ray.init once; the per-node sidecar with the shipped defaults."""
+
+    def __init__(self, workdir: Path) -> None:
+        import logging
+
+        import bench_ray_restart as restart
+
+        restart.setup_paths(workdir)
+        import ray
+
+        from trainprobe.sidecar import load_settings
+        from trainprobe.sidecar.ray import start_sidecars
+
+        self.workdir, self.ray, self.restart = workdir, ray, restart
+        ray.init(num_cpus=2, log_to_driver=False, logging_level=logging.ERROR)
+        settings = load_settings(env={}, cli={"state_dir": str(workdir / "state")})
+        (self.node,) = start_sidecars(settings)
+        self.n = 0
+
+    def close(self) -> None:
+        from trainprobe.sidecar.ray import stop_sidecars
+
+        try:
+            stop_sidecars()
+        finally:
+            self.ray.shutdown()
+
+    def records(self, job: str) -> list[dict[str, Any]]:
+        return [r for r in read_jsonl(Path(self.node.incident_log)) if r.get("job_id") == job]
+
+    def ft_trial(self, fault: str, steps: int, limit_s: float) -> dict[str, Any]:
+        import ray_torchft_job
+
+        self.n += 1
+        name = f"ft{self.n}"
+        progress = self.workdir / f"{name}.jsonl"
+        out: dict[str, Any] = {"fault": fault, "load": round(os.getloadavg()[0], 2)}
+        cfg = {"fault": fault, "fault_rank": 1, "steps": steps, "progress": str(progress)}
+        trainer = ray_torchft_job.make_trainer(cfg, str(self.workdir / "storage"), name)
+        res: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: res.setdefault("r", trainer.fit()), daemon=True)
+        runner.start()
+        deadline = time.time() + limit_s + 120
+        fault_row = None
+        gone_at = None
+        while time.time() < deadline and runner.is_alive():
+            rows = read_jsonl(progress)
+            fault_row = fault_row or _first(rows, lambda r: r["event"] == "fault")
+            if fault_row and gone_at is None and not _pid_alive(int(fault_row["pid"])):
+                gone_at = time.time()
+            time.sleep(0.05)
+        runner.join(5)
+        rows = read_jsonl(progress)
+        if fault_row is None:
+            return {**out, "error": "no fault"}
+        onset, cpid = float(fault_row["t"]), int(fault_row["pid"])
+
+        def after(event: str, rank: int, new: bool = False) -> float | None:
+            r = _first(
+                rows,
+                lambda r: (
+                    r["event"] == event
+                    and r["rank"] == rank
+                    and r["t"] > onset + (0.2 if event == "step" else 0)
+                    and (not new or r["pid"] != cpid)
+                ),
+            )
+            return round(float(r["t"]) - onset, 2) if r else None
+
+        starts = [r["rank"] for r in rows if r["event"] == "start"]
+        done = {r["rank"]: r for r in rows if r["event"] == "done"}
+        survivor = {r["pid"] for r in rows if r["rank"] == 0}
+        recs = self.records(name)
+        acts = [r for r in recs if r.get("type") == "action" and r.get("action")]
+        result = res.get("r")
+        out.update(
+            survivor_resumed_s=after("step", 0),
+            survivor_same_pid=len(survivor) == 1,
+            culprit_gone_s=round(gone_at - onset, 2) if gone_at else None,
+            replacement_begin_s=after("begin", 1, new=True),
+            replacement_start_s=after("start", 1, new=True),
+            replacement_stepping_s=after("step", 1, new=True),
+            starts={"0": starts.count(0), "1": starts.count(1)},
+            single_group_replacement=starts.count(0) == 1 and starts.count(1) == 2,
+            params_equal=len(done) == 2 and _close(done[0]["params"], done[1]["params"]),
+            evictions=sum(1 for a in acts if a["action"] == "evict"),
+            other_kills=sum(1 for a in acts if a["action"] in ("kill", "restart")),
+            run_ok=result is not None and result.error is None,
+        )
+        return out
+
+    def restart_trial(self) -> dict[str, Any]:
+        """Non-replicated Ray Train under the sidecar's shipped defaults."""
+        import ray_train_job
+
+        self.n += 1
+        name = f"ddp{self.n}"
+        # Past the stall rule's 20 warm-up steps, as a hang in a running job would be.
+        cfg = {"steps": 40, "step_s": 0.05, "ckpt_every": 5, "hang_rank": 1, "hang_at": 30}
+        out: dict[str, Any] = {"orchestrator": "ray_train", "load": round(os.getloadavg()[0], 2)}
+        try:
+            t = self.restart.run_trial(
+                ray_train_job, self.workdir, name, cfg, Path(self.node.incident_log)
+            )
+        except Exception as err:  # a trial that failed is reported, not fatal
+            return {**out, "error": f"{type(err).__name__}: {err}"}
+        acted = [r for r in self.records(name) if r.get("type") == "decision" and r.get("act")]
+        out.update(
+            all_stepping_s=round(t["onset_to_kill_s"] + t["kill_to_resumed_s"], 2),
+            onset_to_kill_s=round(t["onset_to_kill_s"], 2),
+            kill_to_resumed_s=round(t["kill_to_resumed_s"], 2),
+            rule=acted[0].get("rule") if acted else None,
+            patience_s=acted[0].get("patience_s") if acted else None,
+        )
+        return out
