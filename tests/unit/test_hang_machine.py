@@ -274,3 +274,21 @@ def test_another_sidecars_episode_is_followed_stacks_first() -> None:
     assert published.incident.diagnosis["stacks_s"] == 0.2
     told = note_for_coordinator(state, "job")
     assert told is not None and told.id == "ep-1" and told.where == {1: "train.py:9"}
+
+
+def test_a_replicated_stall_that_ends_by_itself_records_the_replicated_patience() -> None:
+    from tests.unit.test_replicas import rank
+    from trainprobe.sidecar.core.jobview import analyze_job
+    from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
+
+    state = machine(patience_s=None)
+    reg, (w,) = stalled()
+    watch = tick(state, reg, T0 + 4.5)[1]
+    assert isinstance(watch, Watch)
+    # The episode's diagnosis names a replica that stopped while the other waits.
+    watch.episode.diagnosis = analyze_job([rank(0, "train_0", "quorum"), rank(1, "train_1")])
+    reg.apply(w, report(T0 + 6.0, step=6, step_t_s=T0 + 6.0, seq=2), T0 + 6.0)
+    (record,) = [e for e in tick(state, reg, T0 + 6.0) if isinstance(e, Record)]
+    assert isinstance(record.record, StallEnded)
+    # The patience that governs this job from now on is the replicated one, not 90 s.
+    assert record.record.patience_s == REPLICA_FLOOR_S

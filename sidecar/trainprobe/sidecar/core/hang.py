@@ -50,7 +50,7 @@ from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import IncidentUpdate, PauseEnded, StallEnded
-from trainprobe.sidecar.core.rounds import judge_round, kill_decided, signals_for
+from trainprobe.sidecar.core.rounds import judge_round, kill_decided, patience_for, signals_for
 
 __all__ = ["step"]
 
@@ -258,7 +258,8 @@ def _closed(
     culprit = ep.diagnosis.culprits[0] if ep.diagnosis.culprits else None
     where = ep.where.get(culprit, "") if culprit is not None else ""
     state.patience.record(ep.job_id, length, where, ep.activity, now)
-    patience_s = state.patience.patience_s(ep.job_id)[0]
+    # The patience that now governs the job: a replicated job's, where it is one.
+    patience_s = patience_for(state, ep.job_id, ep.diagnosis, now)[0]
     out.append(Record(StallEnded(ep.id, ep.job_id, length, where, ep.activity, patience_s)))
     out.append(
         Log.info("job %s: stall of %.1fs ended by itself (%s)", ep.job_id, length, where or "?")

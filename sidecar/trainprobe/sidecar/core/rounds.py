@@ -57,7 +57,7 @@ from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import ActDecision, PauseDecision
 from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
 
-__all__ = ["judge_round", "kill_decided", "signals_for"]
+__all__ = ["judge_round", "kill_decided", "patience_for", "signals_for"]
 
 
 def signals_for(config: HangConfig, incident: Incident) -> bool:
@@ -114,7 +114,7 @@ def judge_round(
     diag = apply_replicas(ranks, refine(analyze_job(ranks), evidence), dead)
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
-    patience_s, basis = _patience(state, ep.job_id, diag, now)
+    patience_s, basis = patience_for(state, ep.job_id, diag, now)
     j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
     action = cfg.policy.for_verdict(incident.verdict)
     if not j.act and not is_destructive(action):
@@ -188,7 +188,7 @@ def _judge_pause(
     return j
 
 
-def _patience(state: HangState, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
+def patience_for(state: HangState, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
     """The job's patience: a replicated job's (short, backed off per place) or today's."""
     rep = replica_evidence(diag.evidence)
     if rep is None or not rep.culprits:
