@@ -4,7 +4,7 @@
 
 Best of 5 runs of the same 2M-iteration loop, in this thread's CPU time. The
 VM these benchmarks run on changes speed by tens of per cent within minutes
-(docs/perf/HISTORY.md); a figure taken next to a probe says which
+(bench/HISTORY.md); a figure taken next to a probe says which
 state it was taken in.
 """
 

@@ -65,7 +65,7 @@ def markdown(results: Path = RESULTS) -> str:
         "",
         "`make bench` runs every benchmark and renders this page and its plots;",
         "`python bench/render.py` re-renders them from the results already there. How these",
-        "figures were reached: [perf/HISTORY.md](perf/HISTORY.md).",
+        "figures were reached: [bench/HISTORY.md](../bench/HISTORY.md).",
         "",
         "## Headline figures",
         "",

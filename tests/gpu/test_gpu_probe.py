@@ -1,6 +1,6 @@
 """GPU memory and sync timing on a real NVIDIA GPU (marker ``gpu``).
 
-Run on the device machine (see docs/perf/HISTORY.md for the command); skipped
+Run on the device machine (see bench/HISTORY.md for the command); skipped
 where CUDA or NVML is missing, as on CI. No Ray or OpenTelemetry here: the
 device machine has neither. The process group is NCCL with world size 1 in
 this process; sidecars are real processes on private Unix sockets, with

@@ -19,7 +19,7 @@ hook, like PyTorch's, divides by the group size.
 
 Hot path cost per bucket: a sequence number, a clock read, one small list, a
 deque append and the same single ``.then`` callback the default hook has; on
-CUDA also two event records (bench/bench_sync.py, docs/perf/HISTORY.md).
+CUDA also two event records (bench/bench_sync.py, bench/HISTORY.md).
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def tune_gc() -> None:
     objects (messages, report data), nearly all freed by reference counting;
     collecting the young generation every 700 of them mostly re-scans live
     state. Measured with bench/bench_scale.py (relayed, N = 2,000): see
-    docs/perf/HISTORY.md.
+    bench/HISTORY.md.
     """
     gc.collect()
     gc.freeze()

@@ -119,7 +119,7 @@ class Settings:
     # relay
     relay_to: str | None = None
     #: 500 ms: five hook reports of a worker fold into one (relay/coalesce.py), so one
-    #: upstream core carries about 1.5x the ranks it would at 200 ms (docs/perf/HISTORY.md).
+    #: upstream core carries about 1.5x the ranks it would at 200 ms (bench/HISTORY.md).
     relay_interval_ms: int = 500
     relay_buffer_messages: int = 20_000
     relay_tls_cert_file: Path | None = None

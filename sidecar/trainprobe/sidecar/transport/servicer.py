@@ -243,7 +243,7 @@ class SidecarServicer:
     ) -> None:
         """Close a session in the registry, with one log line (Connect and Relay)."""
         # A stream's gRPC buffers are freed now, from cycles and threads' arenas:
-        # collect and hand whole free pages back (at most every COLLECT_AFTER_S),
+        # collect and hand whole free pages back (once per COLLECT_AFTER_CLOSE_S),
         # or RSS stays at the high-water mark of sessions that have ended.
         self._collect_soon(COLLECT_AFTER_CLOSE_S)
         if self.registry.close(state, generation, how, self._clock(), alive):
