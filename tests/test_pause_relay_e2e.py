@@ -1,0 +1,63 @@
+"""A paused job is not a hang when its ranks report through a relay node, too.
+
+Real parts: an upstream sidecar and a node sidecar (``--relay-to``) as real
+processes on private Unix sockets, real torch.distributed (gloo) ranks with
+the hook connected to the node, and real SIGSTOP/SIGCONT to their pids. The
+upstream cannot read a relayed rank's ``/proc``; the node reads its verified
+workers' and sends up which of them are held. Under ``--hang-patience-s 0``
+any judgement but "paused" would order a kill down at once, so 0 kills means
+the upstream recognised the pause from the node's word.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+from tests.test_pause_e2e import FLAGS, TRAIN, hold_and_resume, records, stepping
+
+pytestmark = pytest.mark.slow
+
+
+def _pair() -> tuple[SidecarProcess, SidecarProcess]:
+    up = SidecarProcess(short_tmpdir("tpup-"), *FLAGS)
+    node = SidecarProcess(short_tmpdir("tpnode-"), "--relay-to", up.target)
+    return up, node
+
+
+def test_a_relayed_job_sigstopped_for_15_s_then_continued_is_paused_and_never_killed() -> None:
+    up, node = _pair()
+    with up, node, Workers(2, node.target, short_tmpdir(), job_id="rpause", args=TRAIN) as w:
+
+        def signal_all(sig: int) -> None:
+            for pid in w.pids:
+                os.kill(pid, sig)
+
+        hold_and_resume(
+            up,
+            w,
+            "rpause",
+            lambda: signal_all(signal.SIGSTOP),
+            lambda: signal_all(signal.SIGCONT),
+            15.0,
+        )
+        dec = next(d for d in records(up, "rpause", "decision") if d["rule"] == "paused")
+        assert "stopped by SIGSTOP" in dec["why"] and "ranks [0, 1]" in dec["why"], dec
+        assert "killed worker pid" not in node.log_text()
+
+
+def test_one_relayed_rank_stopped_while_its_peer_waits_is_killed_as_stopped() -> None:
+    up, node = _pair()
+    with up, node, Workers(2, node.target, short_tmpdir(), job_id="rstop1", args=TRAIN) as w:
+        stepping(w, 10)
+        os.kill(w.pids[1], signal.SIGSTOP)
+        action = wait_for(lambda: records(up, "rstop1", "action"), 120, what="the kill")[0]
+        dec = next(d for d in records(up, "rstop1", "decision") if d.get("act"))
+        assert dec["rule"] == "stopped" and dec["definitive"] is True, dec
+        assert list(action["outcomes"]) == ["1"]
+        assert action["outcomes"]["1"]["method"] == "relay-signal", action
+        assert not any(d["rule"] == "paused" for d in records(up, "rstop1", "decision"))
+        assert w.wait(30)[1] is not None  # the stopped rank is really gone
