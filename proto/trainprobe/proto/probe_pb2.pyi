@@ -1,9 +1,21 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class HeldHow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HELD_NONE: _ClassVar[HeldHow]
+    HELD_STOPPED: _ClassVar[HeldHow]
+    HELD_TRACED: _ClassVar[HeldHow]
+    HELD_FROZEN: _ClassVar[HeldHow]
+HELD_NONE: HeldHow
+HELD_STOPPED: HeldHow
+HELD_TRACED: HeldHow
+HELD_FROZEN: HeldHow
 
 class WorkerMessage(_message.Message):
     __slots__ = ("hello", "report", "goodbye", "command_result")
@@ -491,14 +503,26 @@ class DiagnoseReply(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., text: _Optional[str] = ..., json: _Optional[str] = ..., truncated_chars: _Optional[int] = ...) -> None: ...
 
 class RelayBatch(_message.Message):
-    __slots__ = ("items", "dropped_reports", "interval_ms")
+    __slots__ = ("items", "dropped_reports", "interval_ms", "held")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_REPORTS_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[RelayItem]
     dropped_reports: int
     interval_ms: int
-    def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., interval_ms: _Optional[int] = ...) -> None: ...
+    held: _containers.RepeatedCompositeFieldContainer[HeldWorker]
+    def __init__(self, items: _Optional[_Iterable[_Union[RelayItem, _Mapping]]] = ..., dropped_reports: _Optional[int] = ..., interval_ms: _Optional[int] = ..., held: _Optional[_Iterable[_Union[HeldWorker, _Mapping]]] = ...) -> None: ...
+
+class HeldWorker(_message.Message):
+    __slots__ = ("stream_id", "how", "age_ms")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    HOW_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    stream_id: int
+    how: HeldHow
+    age_ms: int
+    def __init__(self, stream_id: _Optional[int] = ..., how: _Optional[_Union[HeldHow, str]] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
 class RelayItem(_message.Message):
     __slots__ = ("stream_id", "message", "ended", "kill_result", "vouch")

@@ -208,7 +208,7 @@ class Sidecar:
             lambda: not self.servicer.shedder.load(clock()).overloaded,
         )
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
-        self.relay = RelayUpstream(self.servicer)
+        self.relay = RelayUpstream(self.servicer, clock)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []

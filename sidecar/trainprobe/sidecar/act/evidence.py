@@ -6,6 +6,8 @@ worker thread (a stuck /proc read, e.g. of a process in a hung NFS mount, then
 costs a thread, not the loop), and stacks come from the
 :class:`~trainprobe.sidecar.act.stacks.StackCollector`, whose reads are all
 bounded by timeouts. Every history is bounded (:data:`KEEP` samples a rank).
+A relayed rank's kernel state is its node's word (:func:`relayed_samples`):
+the node reads it with :func:`read_procs` too.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from trainprobe.sidecar.core.evidence import (
     assess,
     stale_after_s,
 )
+from trainprobe.sidecar.core.held import relayed_samples
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
 
-__all__ = ["KEEP", "EvidenceGatherer", "StackReader"]
+__all__ = ["KEEP", "EvidenceGatherer", "StackReader", "read_procs"]
 
 #: Samples kept per rank: enough to compare stacks and measure CPU over a few seconds.
 KEEP = 4
@@ -44,7 +47,9 @@ class StackReader(Protocol):
     ) -> dict[str, object]: ...
 
 
-def _read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
+def read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
+    """(state letter, cpu ticks, rchar, read_bytes, ticks a second, frozen) of each
+    (pid, start ticks): blocking reads, for a worker thread."""
     out = []
     for pid, start in targets:
         sample = proc_sample(pid)
@@ -102,7 +107,7 @@ class EvidenceGatherer:
         return {
             w.hello.rank: assess(
                 w.hello.rank,
-                list(self._procs.get(w.hello.rank, ())),
+                list(self._procs.get(w.hello.rank, ())) if w.local else relayed_samples(w, now),
                 list(self._frames.get(w.hello.rank, ())),
                 reporter_alive=w.connected
                 and now - w.last_report_at <= stale_after_s(heard_every_ms(w)),
@@ -114,7 +119,7 @@ class EvidenceGatherer:
         if delay_s:
             await asyncio.sleep(delay_s)
         targets = [(w.hello.pid, w.proc_start_ticks) for w in local]
-        read = await asyncio.to_thread(_read_procs, targets)
+        read = await asyncio.to_thread(read_procs, targets)
         at = self._clock()
         for w, (state, cpu, rchar, rbytes, hz, held) in zip(local, read, strict=True):
             history = self._procs.setdefault(w.hello.rank, deque(maxlen=KEEP))
@@ -124,7 +129,13 @@ class EvidenceGatherer:
         self, states: Sequence[WorkerState], culprits: Collection[int]
     ) -> None:
         # A rank that is gone or stopped has nothing more to say: its first stack stands.
-        readable = [w for w in states if not w.ended and not self._frozen(w.hello.rank)]
+        # A relayed rank its node says is held cannot answer the command at all.
+        now = self._clock()
+        readable = [
+            w
+            for w in states
+            if not w.ended and not self._frozen(w.hello.rank) and not relayed_samples(w, now)
+        ]
         if not readable:
             return
         t0 = self._clock()

@@ -27,6 +27,7 @@ from trainprobe.sidecar.core.culprit import (
     RankSummary,
 )
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
+from trainprobe.sidecar.core.held import held_kind
 
 __all__ = [
     "ORPHANING_RULES",
@@ -214,8 +215,9 @@ def paused_reason(evidence: Mapping[int, RankEvidence], summaries: Sequence[Rank
     ``kill -STOP`` of every rank, or a cgroup freezer holds *every* rank at
     once: nobody waits for anybody, and the job goes on when it is resumed.
     Paused means: at least one rank the kernel shows held (stopped, stopped by
-    a tracer, or frozen: :attr:`RankEvidence.held`), no live rank sampled here
-    shown running, and no other live rank of the job reporting (a held
+    a tracer, or frozen: :attr:`RankEvidence.held`; for a relayed rank, the
+    kernel of its node, as that node said: :mod:`~trainprobe.sidecar.core.held`),
+    no live rank sampled shown running, and no other live rank of the job reporting (a held
     process's reporter thread is held too, so a rank that reports runs).
 
     A held rank whose peers run and wait for it is no pause: that is a hang,
@@ -234,7 +236,7 @@ def paused_reason(evidence: Mapping[int, RankEvidence], summaries: Sequence[Rank
         return ""
     if any(s.reporting and not s.ended and s.rank not in held for s in summaries):
         return ""
-    how = sorted({_HELD_HOW[_held_kind(evidence[r])] for r in held})
+    how = sorted({_HELD_HOW[held_kind(evidence[r])] for r in held})
     return f"every live rank is held ({', '.join(how)}: ranks {held}): the job is paused, not hung"
 
 
@@ -243,10 +245,6 @@ _HELD_HOW = {
     "stopped": "stopped by SIGSTOP",
     "traced": "stopped by a tracer",
 }
-
-
-def _held_kind(ev: RankEvidence) -> str:
-    return "frozen" if ev.frozen else ev.state
 
 
 def paused_line(reason: str, paused_s: float) -> str:

@@ -46,3 +46,10 @@ MAX_STATUS_BYTES = 3 * 1024 * 1024
 #: Characters of a Diagnose reply's text and of its JSON; beyond it they are
 #: cut and the reply says how many characters were left out.
 MAX_DIAGNOSE_CHARS = 256 * 1024
+
+#: Held-worker entries in one RelayBatch: a node sends at most one per worker
+#: stream it verified, and a batch far beyond the sessions kept is a bug.
+MAX_HELD = MAX_SESSIONS
+#: How old a node's read of a held worker may be when sent, in ms: it reads
+#: every second and sends with the next batch (at most 10 s apart).
+MAX_HELD_AGE_MS = 60_000

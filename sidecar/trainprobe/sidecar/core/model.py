@@ -330,6 +330,9 @@ class WorkerState:
     #: The relaying node's batch interval (0: not relayed, or a node that does not
     #: say): this sidecar hears from the worker this often at best.
     relay_interval_ms: int = 0
+    #: The owning node's word that the kernel holds the process (how, when read
+    #: on this sidecar's clock; None: not held, or not said): ``core/held.py``.
+    held: tuple[str, float] | None = None
     #: "", "goodbye", "vanished" or "rejected".
     ended: str = ""
     ended_at: float = 0.0

@@ -325,6 +325,12 @@ class Registry:
         """The relaying node's batch interval: the session is heard that often at best."""
         state.relay_interval_ms = interval_ms
 
+    @staticmethod
+    def set_held(state: WorkerState, held: tuple[str, float] | None) -> None:
+        """The owning node's word that the kernel holds the process (how, when read),
+        or None: it runs again, or its stream is new (``core/held.py``)."""
+        state.held = held
+
     def forget_stale(self, now: float) -> list[WorkerState]:
         """Drop ended sessions older than ``forget_after_s``.
 

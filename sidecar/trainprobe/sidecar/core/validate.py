@@ -8,10 +8,14 @@ message only once a value has failed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainprobe.sidecar.core.conventions import STACK_SIGNALS
 from trainprobe.sidecar.core.limits import (
     MAX_DURATION_S,
     MAX_GROUPS,
+    MAX_HELD,
+    MAX_HELD_AGE_MS,
     MAX_ID_LEN,
     MAX_LABEL_KEY_LEN,
     MAX_LABEL_VALUE_LEN,
@@ -250,3 +254,15 @@ def _sync(s: SyncData) -> None:
             raise ValidationError(
                 f"sync sample {c.group!r}#{c.seq}: end_mono_ns before start_mono_ns"
             )
+
+
+def validate_held(held: Sequence[tuple[int, int]], kinds: int) -> None:
+    """Check a relay batch's held workers: (how, age in ms) each, ``how`` one of
+    ``kinds`` values (0 = runs again)."""
+    _check(len(held) <= MAX_HELD, f"held has {len(held)} entries; at most {MAX_HELD}")
+    for i, (how, age_ms) in enumerate(held):
+        _check(0 <= how < kinds, f"held[{i}].how={how}: must be in 0..{kinds - 1}")
+        _check(
+            0 <= age_ms <= MAX_HELD_AGE_MS,
+            f"held[{i}].age_ms={age_ms}: must be in 0..{MAX_HELD_AGE_MS}",
+        )

@@ -6,7 +6,8 @@ upstream as one ``RelayBatch`` every ``relay_interval_ms`` over one ``Relay``
 stream. The upstream sidecar judges; this node forwards its commands to the
 right worker stream, carries out its kill orders with local signals
 (:func:`~trainprobe.sidecar.act.procs.terminate`, pid-reuse checked), and reports
-streams that end without a Goodbye together with whether the pid still runs.
+streams that end without a Goodbye together with whether the pid still runs,
+and which of its verified workers the kernel holds (:mod:`.held`).
 
 The hooks never notice the upstream: while it is unreachable their streams
 stay open here, reports are buffered (the oldest dropped beyond the bound),
@@ -41,6 +42,7 @@ from trainprobe.sidecar.act.procs import still_alive, terminate
 from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
+from trainprobe.sidecar.relay.held import NodeHeld
 from trainprobe.sidecar.relay.wire import (
     Rejected,
     WorkerStream,
@@ -87,6 +89,8 @@ class RelayNode:
         #: (pid 0: not verified): what it vouches for upstream and may signal.
         self._pids: OrderedDict[int, tuple[int, int | None, int]] = OrderedDict()
         self._ids = itertools.count(1)
+        #: Which verified workers the kernel holds (read when silent), for the upstream.
+        self.held = NodeHeld()
         # Unix sockets are guarded by file permissions; a token goes over TCP only.
         self._metadata = bearer_metadata(settings.token if self.upstream.kind != "unix" else None)
         #: The upstream's own certificate, the only root this node trusts: the
@@ -147,13 +151,15 @@ class RelayNode:
         if first is None:
             return
         sid = next(self._ids)
-        pid, ticket = hello_pid_and_ticket(first)
+        pid, ticket, interval_ms = hello_pid_and_ticket(first)
         # As in direct mode, only a pid the kernel vouched for is ours to signal.
         peer = self.tickets.redeem(ticket, pid) if ticket else None
         local = peer is not None
         stream = WorkerStream(sid, first)
         self._streams[sid] = stream
         self._pids[sid] = (pid, peer.start_ticks, peer.uid) if peer is not None else (0, None, -1)
+        if peer is not None:
+            self.held.add(sid, pid, peer.start_ticks, interval_ms)
         while len(self._pids) > _REMEMBERED_STREAMS:
             self._pids.popitem(last=False)
         self._add(sid, Kind.HELLO, first)
@@ -163,6 +169,7 @@ class RelayNode:
         async def read() -> None:
             async for data in request_iterator:
                 last[0] = data
+                self.held.heard(sid)
                 self._add(sid, kind_of(data), data)
 
         async def write(item: Any) -> None:
@@ -176,6 +183,7 @@ class RelayNode:
             rejected = err
         finally:
             self._streams.pop(sid, None)
+            self.held.forget(sid)
             if rejected is None and last[0][:1] != GOODBYE_TAG and not self._closing:
                 # Not awaited here: gRPC may cancel this handler again while it waits.
                 self._spawn(self._vanished(sid, pid, local))
@@ -206,12 +214,14 @@ class RelayNode:
     def batch(self) -> probe_pb2.RelayBatch | None:
         """Everything buffered as one RelayBatch; None when there is nothing."""
         items, dropped = self.buffer.take()
-        if not items and not dropped:
+        held = self.held.pb()  # taken with the items: a release goes with its report
+        if not items and not dropped and not held:
             return None
         return probe_pb2.RelayBatch(
             items=[self._item_pb(i) for i in items],
             dropped_reports=dropped,
             interval_ms=self.settings.relay_interval_ms,
+            held=held,
         )
 
     def _item_pb(self, item: Any) -> probe_pb2.RelayItem:
@@ -270,9 +280,11 @@ class RelayNode:
             log.info("relaying to %s", self.upstream)
             # The new stream knows no session: every live worker's Hello goes first.
             self.buffer.resume((s.sid, s.hello) for s in self._streams.values())
+            self.held.watch.resend()
             reader = asyncio.ensure_future(self._commands(call))
             try:
                 while not self._done.is_set():
+                    await self.held.poll(min(0.25, self.interval_s))
                     batch = self.batch()
                     if batch is not None:
                         # An upstream that stopped reading (a partition, not a
@@ -343,6 +355,7 @@ class RelayNode:
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()
         self._closing = True
+        self.held.close()
         await self.tickets.close()
         if self._servers is not None:
             await asyncio.gather(*(s.stop(grace_s) for s in self._servers.servers))

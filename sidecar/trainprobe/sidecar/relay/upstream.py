@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -21,6 +23,7 @@ from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.act.procs import KillOutcome
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.relay.held import take_held
 from trainprobe.sidecar.transport.servicer import (
     Ending,
     Malformed,
@@ -122,8 +125,11 @@ class RelayRoute:
 class RelayUpstream:
     """Implements the ``Relay`` RPC on top of a :class:`SidecarServicer`."""
 
-    def __init__(self, servicer: SidecarServicer) -> None:
+    def __init__(
+        self, servicer: SidecarServicer, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.servicer = servicer
+        self._clock = clock
         #: Reports that relaying nodes said they dropped, over this sidecar's life.
         self.dropped_reports = 0
 
@@ -186,6 +192,10 @@ class RelayUpstream:
                             self._close(link, sessions, refused, item.stream_id, ending)
                         continue
                 self._item(link, sessions, refused, item)
+            if batch.held:  # after the items: a worker's Hello comes before its word
+                refusal = take_held(link, sessions, batch.held, self._clock())
+                if refusal is not None:
+                    return refusal
         return None
 
     def _item(
@@ -238,6 +248,7 @@ class RelayUpstream:
             self._refuse(link, refused, sid, refusal)
             return
         sessions[sid] = (state, state.generation)
+        Registry.set_held(state, None)  # a new stream's word only
         Registry.set_relay_interval(state, link.interval_ms)
         self.servicer.commander.attach(state.key, state.generation, route)
 

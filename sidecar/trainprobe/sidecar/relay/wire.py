@@ -35,16 +35,16 @@ class WorkerStream:
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
 
-def hello_pid_and_ticket(data: bytes) -> tuple[int, bytes]:
-    """The pid and identity ticket a worker's first message carries ((0, b"") if
-    it is no Hello, which the upstream rejects)."""
+def hello_pid_and_ticket(data: bytes) -> tuple[int, bytes, int]:
+    """The pid, identity ticket and report interval (ms) a worker's first message
+    carries ((0, b"", 0) if it is no Hello, which the upstream rejects)."""
     try:
         msg = probe_pb2.WorkerMessage.FromString(data)
     except Exception:
-        return 0, b""
+        return 0, b"", 0
     if msg.WhichOneof("body") != "hello":
-        return 0, b""
-    return msg.hello.pid, msg.hello.identity_ticket
+        return 0, b"", 0
+    return msg.hello.pid, msg.hello.identity_ticket, msg.hello.interval_ms or 1000
 
 
 def item_pb(item: Item) -> probe_pb2.RelayItem:
