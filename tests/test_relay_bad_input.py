@@ -127,6 +127,21 @@ def test_malformed_batch_ends_the_relay_stream() -> None:
             raise AssertionError("a malformed batch was accepted")
 
 
+def test_held_words_out_of_bounds_end_the_relay_stream() -> None:
+    sc = SidecarProcess(short_tmpdir())
+    with sc:
+        relay = RawRelay(sc.target)
+        try:
+            relay.send(item(1, hello(0, "rheld")))
+            word = probe_pb2.HeldWorker(stream_id=1, how=probe_pb2.HELD_STOPPED, age_ms=10**9)
+            relay._out.put(probe_pb2.RelayBatch(held=[word]))
+            wait_for(lambda: relay.error is not None, 10, what="the refusal")
+            assert relay.error.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[union-attr]
+            assert "bad RelayBatch.held: held[0].age_ms" in relay.error.details()  # type: ignore[union-attr]
+        finally:
+            relay.close()
+
+
 def test_a_node_refused_by_the_upstream_says_why_and_backs_off() -> None:
     port = free_port()
     upstream_flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")

@@ -1,0 +1,196 @@
+"""A relayed rank held by its node's kernel: the pure half, with a fake clock.
+
+The node (:class:`HeldWatch`) reads a verified worker only once it is silent,
+then at the evidence cadence while silent or held, and sends each held read
+and one release; the upstream (:func:`relayed_samples`) turns the word of the
+node stream that owns the session into the ``/proc`` sample of a local rank,
+so :func:`paused_reason` and :func:`definitive_reason` judge both alike.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core_builders import connected
+from trainprobe.sidecar.core import Registry
+from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.decision import paused_reason
+from trainprobe.sidecar.core.evidence import ProcSample, assess, definitive_reason
+from trainprobe.sidecar.core.held import (
+    READ_EVERY_S,
+    HeldWatch,
+    held_fresh_s,
+    held_kind,
+    relayed_samples,
+)
+from trainprobe.sidecar.core.limits import MAX_HELD, MAX_HELD_AGE_MS
+from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.validate import ValidationError, validate_held
+
+T0 = 100.0
+NODE = object()  # the Relay stream that vouched for (owns) a session
+
+
+# -- the node: when to read, what to send ------------------------------------------
+
+
+def test_a_reporting_worker_is_never_read() -> None:
+    watch = HeldWatch()
+    watch.watch(1, 100, T0)
+    for i in range(50):  # reports every 100 ms for 5 s
+        watch.heard(1, T0 + i * 0.1)
+        assert watch.due(T0 + i * 0.1 + 0.05) == []
+    assert watch.updates(T0 + 5) == []
+
+
+def test_a_silent_worker_is_read_once_a_cadence_and_each_held_read_is_sent() -> None:
+    watch = HeldWatch()
+    watch.watch(1, 100, T0)
+    assert watch.due(T0 + 0.9) == []  # 1 s of silence at 100 ms reports is not yet stale
+    assert watch.due(T0 + 1.1) == [1]
+    watch.seen(1, "stopped", T0 + 1.1)
+    assert watch.updates(T0 + 1.3) == [(1, "stopped", pytest.approx(0.2))]
+    assert watch.updates(T0 + 1.4) == []  # sent once
+    assert watch.due(T0 + 1.1 + READ_EVERY_S / 2) == []
+    assert watch.due(T0 + 1.1 + READ_EVERY_S) == [1]
+    watch.seen(1, "stopped", T0 + 2.1)  # still held: sent again, the word stays fresh
+    assert watch.updates(T0 + 2.2) == [(1, "stopped", pytest.approx(0.1))]
+    assert watch.held() == {1: "stopped"}
+
+
+def test_a_silent_worker_that_runs_sends_nothing() -> None:
+    # A GIL hog: silent, but the kernel shows it running. Read, not sent.
+    watch = HeldWatch()
+    watch.watch(1, 100, T0)
+    watch.seen(1, "", T0 + 1.5)
+    assert watch.updates(T0 + 1.6) == []
+    assert watch.due(T0 + 1.5 + READ_EVERY_S) == [1]  # read again at the cadence, no sooner
+
+
+def test_a_report_after_a_held_read_is_one_release() -> None:
+    watch = HeldWatch()
+    watch.watch(1, 100, T0)
+    watch.seen(1, "frozen", T0 + 1.2)
+    watch.updates(T0 + 1.3)
+    watch.heard(1, T0 + 16.0)  # thawed: it reports
+    assert watch.updates(T0 + 16.1) == [(1, "", pytest.approx(0.1))]
+    assert watch.updates(T0 + 16.2) == []
+    watch.heard(1, T0 + 16.2)
+    assert watch.updates(T0 + 16.3) == [] and watch.held() == {}
+
+
+def test_a_read_that_a_report_overtook_is_not_taken() -> None:
+    watch = HeldWatch()
+    watch.watch(1, 100, T0)
+    watch.heard(1, T0 + 1.25)  # it resumed while the read (started at 1.2) ran
+    watch.seen(1, "stopped", T0 + 1.2)
+    assert watch.updates(T0 + 1.3) == [] and watch.held() == {}
+
+
+def test_a_new_relay_stream_gets_every_held_word_again_and_no_release() -> None:
+    watch = HeldWatch()
+    for sid in (1, 2, 3):
+        watch.watch(sid, 100, T0)
+    watch.seen(1, "stopped", T0 + 1.2)
+    watch.seen(2, "traced", T0 + 1.2)
+    watch.seen(3, "", T0 + 1.2)
+    watch.updates(T0 + 1.3)
+    watch.forget(2)
+    watch.resend()
+    assert watch.updates(T0 + 1.5) == [(1, "stopped", pytest.approx(0.3))]
+    watch.seen(2, "stopped", T0 + 2.0)  # a read of a stream that ended meanwhile
+    assert watch.updates(T0 + 2.1) == []
+
+
+# -- the upstream: the owning stream's word as evidence ------------------------------
+
+
+def relayed(
+    reg: Registry, rank: int, how: str | None, at: float, node: object = NODE
+) -> WorkerState:
+    w = connected(reg, rank, T0, world=2, interval_ms=100)
+    w.node = node  # vouched by that Relay stream (Registry.open does this)
+    Registry.set_relay_interval(w, 500)
+    Registry.set_held(w, None if how is None else (how, at))
+    return w
+
+
+def summary(rank: int, reporting: bool) -> RankSummary:
+    return RankSummary(rank=rank, world_size=2, reporting=reporting)
+
+
+def test_two_relayed_ranks_held_is_a_pause() -> None:
+    reg, now = Registry(), T0 + 5
+    ws = [relayed(reg, 0, "stopped", now - 0.6), relayed(reg, 1, "stopped", now - 0.2)]
+    evidence = {w.hello.rank: assess(w.hello.rank, relayed_samples(w, now), [], False) for w in ws}
+    assert all(ev.state == "stopped" and ev.held for ev in evidence.values())
+    why = paused_reason(evidence, [summary(0, False), summary(1, False)])
+    assert "stopped by SIGSTOP" in why and "ranks [0, 1]" in why
+
+
+def test_a_relayed_stopped_rank_whose_peer_waits_is_definitive() -> None:
+    reg, now = Registry(), T0 + 5
+    ws = [relayed(reg, 0, None, 0.0), relayed(reg, 1, "stopped", now - 0.5)]
+    evidence = {w.hello.rank: assess(w.hello.rank, relayed_samples(w, now), [], True) for w in ws}
+    assert evidence[0].state == ""  # no word: unknown, as a relayed rank was before
+    assert paused_reason(evidence, [summary(0, True), summary(1, False)]) == ""
+    assert definitive_reason(evidence[1]) == "stopped"
+
+
+def test_a_local_and_a_relayed_rank_held_together_are_a_pause() -> None:
+    reg, now = Registry(), T0 + 5
+    local = assess(0, [ProcSample(now - 0.3, "T"), ProcSample(now, "T")], [], False)
+    w = relayed(reg, 1, "frozen", now - 0.5)
+    evidence = {0: local, 1: assess(1, relayed_samples(w, now), [], False)}
+    assert held_kind(evidence[1]) == "frozen" and definitive_reason(evidence[1]) == ""
+    why = paused_reason(evidence, [summary(0, False), summary(1, False)])
+    assert "frozen by a cgroup freezer" in why and "stopped by SIGSTOP" in why
+
+
+def test_a_word_is_taken_only_while_fresh_live_and_vouched() -> None:
+    reg = Registry()
+    w = relayed(reg, 0, "traced", T0)
+    fresh = held_fresh_s(w.relay_interval_ms)
+    assert fresh == 3 * READ_EVERY_S
+    assert relayed_samples(w, T0 + fresh)[0].state == "t"
+    assert relayed_samples(w, T0 + fresh + 0.01) == []  # the node went quiet: unknown again
+    assert relayed_samples(relayed(reg, 1, "stopped", T0, node=None), T0) == []  # unvouched
+    w.connected = False
+    assert relayed_samples(w, T0) == []
+    # A slow node's word lasts 3 of its batches.
+    assert held_fresh_s(4000) == pytest.approx(12.0)
+
+
+def test_held_entries_are_bounded() -> None:
+    validate_held([(0, 0), (3, MAX_HELD_AGE_MS)], 4)
+    with pytest.raises(ValidationError, match=r"held\[0\]\.how=4"):
+        validate_held([(4, 0)], 4)
+    with pytest.raises(ValidationError, match=r"held\[1\]\.age_ms"):
+        validate_held([(1, 0), (1, MAX_HELD_AGE_MS + 1)], 4)
+    with pytest.raises(ValidationError, match="entries"):
+        validate_held([(1, 0)] * (MAX_HELD + 1), 4)
+
+
+# -- the upstream takes a word only from the stream that owns the rank ----------------
+
+
+def test_only_the_owning_relay_stream_sets_a_ranks_word() -> None:
+    from trainprobe.proto import probe_pb2
+    from trainprobe.sidecar.relay.held import take_held
+
+    reg, other = Registry(), object()
+    owned = relayed(reg, 0, None, 0.0)
+    unvouched = relayed(reg, 1, None, 0.0, node=None)
+    sessions = {7: (owned, owned.generation), 8: (unvouched, unvouched.generation)}
+    stopped = probe_pb2.HELD_STOPPED
+    words = [probe_pb2.HeldWorker(stream_id=s, how=stopped, age_ms=250) for s in (7, 8, 9)]
+    assert take_held(other, sessions, words, T0) is None  # a stream that owns neither
+    assert owned.held is None and unvouched.held is None
+    assert take_held(NODE, sessions, words, T0) is None
+    assert owned.held == ("stopped", pytest.approx(T0 - 0.25))
+    assert unvouched.held is None  # no node vouched for it: no kernel's word about it
+    release = [probe_pb2.HeldWorker(stream_id=7, how=probe_pb2.HELD_NONE)]
+    assert take_held(NODE, sessions, release, T0 + 1) is None and owned.held is None
+    bad = [probe_pb2.HeldWorker(stream_id=7, how=9)]
+    code, details = take_held(NODE, sessions, bad, T0 + 2)  # type: ignore[misc]
+    assert code.name == "INVALID_ARGUMENT" and "held[0].how=9" in details
