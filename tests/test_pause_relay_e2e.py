@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
-from tests.test_pause_e2e import FLAGS, TRAIN, hold_and_resume, records, stepping
+from tests.test_pause_e2e import FLAGS, TRAIN, freezer, hold_and_resume, records, stepping
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +47,30 @@ def test_a_relayed_job_sigstopped_for_15_s_then_continued_is_paused_and_never_ki
         dec = next(d for d in records(up, "rpause", "decision") if d["rule"] == "paused")
         assert "stopped by SIGSTOP" in dec["why"] and "ranks [0, 1]" in dec["why"], dec
         assert "killed worker pid" not in node.log_text()
+
+
+def test_a_relayed_job_frozen_by_a_cgroup_v2_freezer_is_paused_and_never_killed() -> None:
+    # The freezer's word travels too (a frozen process reads S in /proc): the
+    # node asks the freezer as an evidence round does. Needs a writable cgroupfs.
+    up, node = _pair()
+    with (
+        freezer("v2") as (group, knob, value),
+        up,
+        node,
+        Workers(2, node.target, short_tmpdir(), job_id="rfreeze", args=TRAIN) as w,
+    ):
+        for pid in w.pids:
+            (group / "cgroup.procs").write_text(str(pid))
+        hold_and_resume(
+            up,
+            w,
+            "rfreeze",
+            lambda: (group / knob).write_text(value),
+            lambda: (group / knob).write_text("0"),
+            10.0,
+        )
+        dec = next(d for d in records(up, "rfreeze", "decision") if d["rule"] == "paused")
+        assert "frozen by a cgroup freezer" in dec["why"], dec
 
 
 def test_one_relayed_rank_stopped_while_its_peer_waits_is_killed_as_stopped() -> None:

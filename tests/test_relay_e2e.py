@@ -36,8 +36,8 @@ def _workers(up: SidecarProcess, job: str) -> dict[int, str]:
 
 
 def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
-    # The upstream cannot read a relayed worker's /proc (the node can): the stopped
-    # state is no evidence here, so act at the verdict.
+    # The upstream cannot read a relayed worker's /proc; the node can, and sends up
+    # that its worker is stopped (relay/held.py): definitive, so the kill comes at once.
     up, node = _pair(
         "--heartbeat-timeout-s", "3", "--stall-timeout-s", "600", "--hang-patience-s", "0"
     )
@@ -53,6 +53,8 @@ def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
             assert inc["verdict"] == "UNRESPONSIVE" and inc["ranks"] == [1]
             assert inc["pids"] == [w.pids[1]]
             action = wait_for(lambda: up.incidents("action"), 30, what="kill record")[0]
+            decision = next(d for d in up.incidents("decision") if d.get("act"))
+            assert decision["rule"] == "stopped" and decision["definitive"], decision
             outcome = action["outcomes"]["1"]
             # Signalled by the node, whose outcome came back up the relay.
             assert outcome["method"] == "relay-signal", outcome
