@@ -49,6 +49,35 @@ def test_a_relayed_job_sigstopped_for_15_s_then_continued_is_paused_and_never_ki
         assert "killed worker pid" not in node.log_text()
 
 
+def test_a_job_held_on_the_upstreams_host_and_through_a_node_is_paused() -> None:
+    # Rank 0 reports to the upstream directly (its /proc is read there), rank 1
+    # through the node (the node's word): one pause, both kinds of evidence.
+    up, node = _pair()
+    direct = {0: {"TRAINPROBE_TARGET": up.target}}
+    with (
+        up,
+        node,
+        Workers(2, node.target, short_tmpdir(), job_id="rmix", args=TRAIN, rank_env=direct) as w,
+    ):
+
+        def signal_all(sig: int) -> None:
+            for pid in w.pids:
+                os.kill(pid, sig)
+
+        hold_and_resume(
+            up,
+            w,
+            "rmix",
+            lambda: signal_all(signal.SIGSTOP),
+            lambda: signal_all(signal.SIGCONT),
+            10.0,
+        )
+        dec = next(d for d in records(up, "rmix", "decision") if d["rule"] == "paused")
+        assert "ranks [0, 1]" in dec["why"], dec
+        # Rank 0 read here, from /proc, twice or more; rank 1 one sample, the node's word.
+        assert dec["evidence"]["0"]["samples"] >= 2 and dec["evidence"]["1"]["samples"] == 1, dec
+
+
 def test_a_relayed_job_frozen_by_a_cgroup_v2_freezer_is_paused_and_never_killed() -> None:
     # The freezer's word travels too (a frozen process reads S in /proc): the
     # node asks the freezer as an evidence round does. Needs a writable cgroupfs.

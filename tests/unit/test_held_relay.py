@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core_builders import connected
+from tests.core_builders import connected, report
 from trainprobe.sidecar.core import Registry
 from trainprobe.sidecar.core.culprit import RankSummary
 from trainprobe.sidecar.core.decision import paused_reason
@@ -19,6 +19,7 @@ from trainprobe.sidecar.core.evidence import ProcSample, assess, definitive_reas
 from trainprobe.sidecar.core.held import (
     READ_EVERY_S,
     HeldWatch,
+    awaiting_word,
     held_fresh_s,
     held_kind,
     relayed_samples,
@@ -194,3 +195,55 @@ def test_only_the_owning_relay_stream_sets_a_ranks_word() -> None:
     bad = [probe_pb2.HeldWorker(stream_id=7, how=9)]
     code, details = take_held(NODE, sessions, bad, T0 + 2)  # type: ignore[misc]
     assert code.name == "INVALID_ARGUMENT" and "held[0].how=9" in details
+
+
+# -- a kill on patience alone waits for a node's word that is on its way -------------
+
+
+def test_a_patience_kill_waits_for_a_relay_nodes_word_then_goes_on() -> None:
+    from tests.unit.test_hang_machine import machine, tick
+    from trainprobe.sidecar.core import step
+    from trainprobe.sidecar.core.effects import EvidenceRound, ExecuteAction, Watch
+    from trainprobe.sidecar.core.evidence import RankEvidence
+    from trainprobe.sidecar.core.hangstate import plan_round
+
+    def run(held: tuple[str, float] | None, now: float) -> list[object]:
+        state = machine()  # patience 0: anything but a pause or a wait kills at once
+        reg = Registry()
+        ws = [connected(reg, r, T0, world=2, interval_ms=100) for r in range(2)]
+        for w in ws:
+            w.node = NODE
+            Registry.set_relay_interval(w, 500)
+        # Both last stepped at T0+1; rank 0 still reports (waiting), rank 1 went silent at T0+4.
+        reg.apply(ws[1], report(T0 + 4.0, step=5, step_t_s=T0 + 1), T0 + 4.0)
+        reg.apply(ws[0], report(T0 + 4.5, step=5, step_t_s=T0 + 1), T0 + 4.5)
+        # A relayed rank's stall counts from when its next batch was due: open at T0+5.
+        (watch,) = [e for e in tick(state, reg, T0 + 5.0) if isinstance(e, Watch)]
+        ws[0].last_report_at = now - 0.3  # rank 0 goes on reporting
+        Registry.set_held(ws[1], held)
+        plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+        assert plan is not None
+        evidence = {
+            w.hello.rank: assess(w.hello.rank, relayed_samples(w, now), [], True) for w in ws
+        }
+        evidence[0] = RankEvidence(0, reporter_alive=True)
+        rnd = EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, evidence)
+        _, effects = step(state, reg.workers(), None, (rnd,), now)
+        return [e for e in effects if isinstance(e, ExecuteAction)]
+
+    # 1.5 s after rank 1's last report: its node may not have read it yet.
+    assert awaiting_word(list(_relayed_pair()), T0 + 5.5) == [1]
+    assert run(None, T0 + 5.5) == []
+    # The word came: stopped, so killed at once, definitively.
+    (kill,) = run(("stopped", T0 + 5.2), T0 + 5.5)
+    assert kill.incident.targets == [1]  # type: ignore[attr-defined]
+    # No word 2.5 s after (1 s silent + 2 batches + 2 read waits): the node saw it run.
+    (kill,) = run(None, T0 + 6.6)
+    assert kill.incident.targets  # type: ignore[attr-defined]
+
+
+def _relayed_pair() -> list[WorkerState]:
+    reg = Registry()
+    ws = [relayed(reg, r, None, 0.0) for r in range(2)]
+    ws[0].last_report_at, ws[1].last_report_at = T0 + 5.3, T0 + 4.0
+    return ws

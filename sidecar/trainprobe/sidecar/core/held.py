@@ -18,21 +18,25 @@ here, pure:
   :class:`~trainprobe.sidecar.core.evidence.ProcSample` a ``/proc`` read of a
   local rank gives, so evidence, :func:`paused_reason` and
   :func:`~trainprobe.sidecar.core.evidence.definitive_reason` see no
-  difference.
+  difference. :func:`awaiting_word` names the relayed ranks whose node's
+  word may still be on its way, so that a kill on patience alone waits for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, stale_after_s
 from trainprobe.sidecar.core.hangstate import ROUND_S
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 
 __all__ = [
     "HOWS",
+    "NODE_READ_WAIT_S",
     "READ_EVERY_S",
     "HeldWatch",
+    "awaiting_word",
     "held_fresh_s",
     "held_kind",
     "relayed_samples",
@@ -42,6 +46,8 @@ __all__ = [
 HOWS = ("stopped", "traced", "frozen")
 #: How often the node reads a silent or held worker: the evidence rounds' cadence.
 READ_EVERY_S = ROUND_S
+#: How long the node's batch loop waits for a read before it sends without it.
+NODE_READ_WAIT_S = 0.25
 #: The /proc state letter each held kind reads as (a frozen one reads S or D).
 _LETTER = {"stopped": "T", "traced": "t", "frozen": "S"}
 
@@ -73,6 +79,25 @@ def relayed_samples(w: WorkerState, now: float) -> list[ProcSample]:
     if how not in _LETTER or now - at > held_fresh_s(w.relay_interval_ms):
         return []
     return [ProcSample(at, _LETTER[how], frozen=how == "frozen")]
+
+
+def awaiting_word(states: Sequence[WorkerState], now: float) -> list[int]:
+    """Relayed ranks, silent here, whose node may not have said yet whether they
+    are held: the node reads a worker once it is silent 2.5 report intervals
+    and sends the read with its next batch (two batch intervals and two read
+    waits, at most, after the last report arrived here). Past that, no word
+    means the node saw it running (or is gone itself)."""
+    return sorted(
+        w.hello.rank
+        for w in states
+        if w.node is not None
+        and w.connected
+        and not relayed_samples(w, now)
+        and stale_after_s(heard_every_ms(w))
+        < now - w.last_report_at
+        <= stale_after_s(w.hello.interval_ms)
+        + 2 * (w.relay_interval_ms / 1000.0 + NODE_READ_WAIT_S)
+    )
 
 
 @dataclass(slots=True)

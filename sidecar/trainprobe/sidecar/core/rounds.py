@@ -50,6 +50,7 @@ from trainprobe.sidecar.core.effects import (
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
 from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
+from trainprobe.sidecar.core.held import awaiting_word
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
@@ -116,6 +117,9 @@ def judge_round(
     diag = diag.with_where(where)
     patience_s, basis = patience_for(state, ep.job_id, diag, now)
     j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
+    if j.act and not j.definitive and (pending := awaiting_word(rnd.states, now)):
+        why = f"{j.why}; waiting for the relay node's word on ranks {pending} (held or not)"
+        j = replace(j, act=False, rule="", why=why)
     action = cfg.policy.for_verdict(incident.verdict)
     if not j.act and not is_destructive(action):
         # The patience guards kills only: a dump or an observation costs nothing.

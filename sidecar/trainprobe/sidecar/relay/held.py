@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,13 +26,15 @@ import grpc
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.evidence import read_procs
 from trainprobe.sidecar.core.evidence import ProcSample, assess
-from trainprobe.sidecar.core.held import HeldWatch, held_kind
+from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, HeldWatch, held_kind
 from trainprobe.sidecar.core.limits import MAX_HELD_AGE_MS
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.validate import ValidationError, validate_held
 
 __all__ = ["NodeHeld", "take_held"]
+
+log = logging.getLogger("trainprobe.sidecar")
 
 _HOW_PB = {
     "": probe_pb2.HELD_NONE,
@@ -63,10 +66,11 @@ class NodeHeld:
         self._pids.pop(sid, None)
         self.watch.forget(sid)
 
-    async def poll(self, wait_s: float) -> None:
+    async def poll(self, wait_s: float = NODE_READ_WAIT_S) -> None:
         """Read the workers that are due (silent or held), waiting at most
-        ``wait_s`` for the read: a stuck /proc read (a process in a hung NFS
-        mount) costs a thread and a later batch, never the batch loop."""
+        ``wait_s`` for the read (a later batch carries it otherwise): a stuck
+        /proc read (a process in a hung NFS mount) costs a thread and a later
+        batch, never the batch loop."""
         if self._task is None or self._task.done():
             now = self._clock()
             due = [sid for sid in self.watch.due(now) if sid in self._pids]
@@ -77,7 +81,11 @@ class NodeHeld:
             await asyncio.wait_for(asyncio.shield(self._task), wait_s)
 
     async def _read(self, sids: list[int], at: float) -> None:
-        read = await asyncio.to_thread(read_procs, [self._pids[s] for s in sids])
+        try:
+            read = await asyncio.to_thread(read_procs, [self._pids[s] for s in sids])
+        except Exception:  # never the batch loop's end: the next cadence reads again
+            log.exception("reading workers %s from /proc failed", sids)
+            return
         for sid, (state, cpu, rchar, rbytes, hz, frozen) in zip(sids, read, strict=True):
             ev = assess(0, [ProcSample(at, state, cpu, rchar, rbytes, hz, frozen)], [], True)
             self.watch.seen(sid, held_kind(ev), at)

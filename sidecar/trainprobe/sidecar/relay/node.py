@@ -284,7 +284,7 @@ class RelayNode:
             reader = asyncio.ensure_future(self._commands(call))
             try:
                 while not self._done.is_set():
-                    await self.held.poll(min(0.25, self.interval_s))
+                    await self.held.poll()
                     batch = self.batch()
                     if batch is not None:
                         # An upstream that stopped reading (a partition, not a
