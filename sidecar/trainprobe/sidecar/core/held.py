@@ -32,7 +32,6 @@ from trainprobe.sidecar.core.hangstate import ROUND_S
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 
 __all__ = [
-    "HOWS",
     "NODE_READ_WAIT_S",
     "READ_EVERY_S",
     "HeldWatch",
@@ -42,13 +41,12 @@ __all__ = [
     "relayed_samples",
 ]
 
-#: How a process can be held, as the node sends it ("" = runs).
-HOWS = ("stopped", "traced", "frozen")
 #: How often the node reads a silent or held worker: the evidence rounds' cadence.
 READ_EVERY_S = ROUND_S
 #: How long the node's batch loop waits for a read before it sends without it.
 NODE_READ_WAIT_S = 0.25
-#: The /proc state letter each held kind reads as (a frozen one reads S or D).
+#: How a process can be held, as the node says it, and the /proc state letter
+#: each reads as here (a frozen one reads S or D: the freezer's word decides).
 _LETTER = {"stopped": "T", "traced": "t", "frozen": "S"}
 
 
