@@ -1,7 +1,8 @@
 """What one session costs the sidecar, by layer: connection, stream, reports.
 
     python bench/bench_session_cost.py [--streams 2000] [--connections 200]
-        [--reports 3] [--settle-s 5] [--telemetry on|off] [--traced] [--json OUT]
+        [--relayed K] [--reports 3] [--settle-s 5] [--telemetry on|off] [--traced]
+        [--json OUT]
 
 One sidecar process of the shipped defaults (actions ``observe``) and, in
 this process, one gRPC client that goes through the stages below, reading
@@ -16,6 +17,13 @@ per-thread arenas and large blocks) after each, ``--settle-s`` later:
 4. reports: ``--reports`` reports on each (the first with 1,000 earlier step
    times, bench/loadgen.py's), so each session's state is full;
 5. closed: every stream said Goodbye and every channel closed.
+
+With ``--relayed K`` the sessions arrive as a sidecar of 10,000 ranks gets
+them: through node sidecars in relay mode (``--relay-to``), each node one
+``Relay`` stream carrying K workers' sessions (its Hellos and reports in
+``RelayBatch`` items, as bench/relay_loadgen.py sends them), ``--streams``
+sessions over ``--streams / K`` Relay streams; stage 5 ends each session with
+a relayed Goodbye, then the Relay streams.
 
 Each stage's cost is its RSS step divided by its count. With ``--traced``
 the sidecar runs under tracemalloc (a sitecustomize; it costs memory of its
@@ -149,7 +157,10 @@ async def run(args: argparse.Namespace, sc: SidecarProcess, stages: Stages) -> N
     ]
     await asyncio.gather(*(ch.channel_ready() for ch in channels))
     await stages.mark("connections", args.connections)
-    sims = [Sim("cost", r, args.streams, 20, 1000) for r in range(args.streams)]
+    sims = [Sim("cost", r, args.streams, 20, args.fill) for r in range(args.streams)]
+    if args.relayed:
+        await run_relayed(args, sc, stages, channels, sims)
+        return
     calls = [
         probe_pb2_grpc.SidecarStub(channels[i % len(channels)]).Connect() for i in range(len(sims))
     ]
@@ -163,6 +174,55 @@ async def run(args: argparse.Namespace, sc: SidecarProcess, stages: Stages) -> N
     await stages.mark("reports", args.streams)
     bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="bench done"))
     await asyncio.gather(*(c.write(bye) for c in calls))
+    await asyncio.gather(*(c.done_writing() for c in calls))
+    for c in calls:
+        c.cancel()
+    for ch in channels:
+        await ch.close()
+    await stages.mark("closed", 0)
+
+
+RELAY = "/trainprobe.v1.Sidecar/Relay"
+
+
+async def run_relayed(
+    args: argparse.Namespace, sc: SidecarProcess, stages: Stages, channels: list, sims: list[Sim]
+) -> None:
+    """Stages 3-5 with every session relayed: ``args.relayed`` per Relay stream."""
+    k = args.relayed
+    nodes = [sims[i : i + k] for i in range(0, len(sims), k)]
+    calls = [
+        channels[i % len(channels)].stream_stream(
+            RELAY,
+            request_serializer=probe_pb2.RelayBatch.SerializeToString,
+            response_deserializer=probe_pb2.RelayCommand.FromString,
+        )()
+        for i in range(len(nodes))
+    ]
+
+    def batch(node: list[Sim], make: Any) -> probe_pb2.RelayBatch:
+        b = probe_pb2.RelayBatch()
+        for sid, sim in enumerate(node, 1):
+            b.items.add(stream_id=sid, message=make(sim).SerializeToString())
+        return b
+
+    await asyncio.gather(
+        *(
+            c.write(batch(n, lambda s: probe_pb2.WorkerMessage(hello=s.hello)))
+            for c, n in zip(calls, nodes, strict=True)
+        )
+    )
+    await wait_sessions(sc, args.streams)
+    await stages.mark("streams", args.streams)
+    for _ in range(args.reports):
+        await asyncio.gather(
+            *(c.write(batch(n, Sim.report)) for c, n in zip(calls, nodes, strict=True))
+        )
+    await stages.mark("reports", args.streams)
+    bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="bench done"))
+    await asyncio.gather(
+        *(c.write(batch(n, lambda s: bye)) for c, n in zip(calls, nodes, strict=True))
+    )
     await asyncio.gather(*(c.done_writing() for c in calls))
     for c in calls:
         c.cancel()
@@ -188,7 +248,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--streams", type=int, default=2000)
     p.add_argument("--connections", type=int, default=200)
+    p.add_argument(
+        "--relayed", type=int, default=0, help="K sessions per Relay stream (0: Connect streams)"
+    )
     p.add_argument("--reports", type=int, default=3)
+    p.add_argument(
+        "--fill", type=int, default=1000, help="earlier step times in each session's first report"
+    )
     p.add_argument("--settle-s", type=float, default=5.0)
     p.add_argument("--telemetry", choices=["on", "off"], default="on")
     p.add_argument("--traced", action="store_true")

@@ -1,23 +1,69 @@
 """Commands to workers: one outbound sink per live session, and pending results.
 
 Connect streams and relayed sessions alike: a session's sink is its stream's
-queue, or its relay route (see relay_upstream.py).
+:class:`StreamSink`, or its relay route (see relay/upstream.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.core.model import WorkerKey
 
+log = logging.getLogger("trainprobe.sidecar")
+
 
 class CommandSink(Protocol):
-    """Where a session's commands go: its Connect stream's queue, or a relay."""
+    """Where a session's commands go: its Connect stream's sink, or a relay."""
 
     def put_nowait(self, command: probe_pb2.Command) -> None: ...
+
+
+class StreamSink:
+    """A Connect stream's commands, written in order by a task that lives only
+    while some are waiting.
+
+    Commands are rare (stack dumps, aborts, notices), so nothing waits on a
+    stream between them: a session costs its reading coroutine and this, not a
+    queue and two more tasks (about 5 KiB each; bench/bench_session_cost.py).
+    gRPC allows one write pending beside the handler's read.
+    """
+
+    __slots__ = ("_backlog", "_task", "_write")
+
+    def __init__(self, write: Callable[[probe_pb2.Command], Awaitable[None]]) -> None:
+        self._write = write
+        self._backlog: deque[probe_pb2.Command] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def put_nowait(self, command: probe_pb2.Command) -> None:
+        if self._backlog is None:
+            self._backlog = deque()
+        self._backlog.append(command)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._backlog:
+                await self._write(self._backlog.popleft())
+        except Exception as err:  # the stream ended under it: the result times out
+            log.debug("a command was not written: %s", err or type(err).__name__)
+            self._backlog = None
+        finally:
+            self._task = None
+
+    def close(self) -> None:
+        """The stream ended: what was not written never will be."""
+        self._backlog = None
+        if self._task is not None:
+            self._task.cancel()
 
 
 class Commander:
@@ -29,11 +75,9 @@ class Commander:
         self._pending: dict[int, tuple[WorkerKey, asyncio.Future[probe_pb2.CommandResult]]] = {}
         self._ids = itertools.count(1)
 
-    def attach(self, key: WorkerKey, generation: int, sink: CommandSink | None = None) -> Any:
-        """Route the session's commands to ``sink`` (default: a new queue, returned)."""
-        out: CommandSink = asyncio.Queue() if sink is None else sink
-        self._queues[key] = (generation, out)
-        return out
+    def attach(self, key: WorkerKey, generation: int, sink: CommandSink) -> None:
+        """Route the session's commands to ``sink``."""
+        self._queues[key] = (generation, sink)
 
     def detach(self, key: WorkerKey, generation: int) -> None:
         entry = self._queues.get(key)
