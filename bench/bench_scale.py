@@ -76,6 +76,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -291,6 +292,9 @@ def run_level(
         for ss in rs.get("scopeSpans", ())
     )
     b0, b1 = int(t0 * 10), int(t1 * 10)
+    lost = {rank for o in outs for rank, _ in o.get("lost", ())}
+    lost_at = [t for o in outs for _, t in o.get("lost", ())]
+    load_incidents = [r for r in incidents if r.get("job_id") == "load"]
     sent = sum(v for o in outs for k, v in o["buckets"].items() if b0 <= int(k) < b1)
     sends: dict[str, list[float]] = {}
     made: dict[str, list[float]] = {}
@@ -336,13 +340,25 @@ def run_level(
         "rss_idle_bytes": rss_idle,
         "bytes_per_worker": (rss - rss_idle) / n,
         "generator_errors": sum(o["n_errors"] for o in outs),
-        # Incidents about the simulated job, which never hangs (issue 21's goal: 0).
-        "false_incidents": sum(1 for r in incidents if r.get("job_id") == "load"),
+        # Incidents about the simulated job, which never hangs (goal: 0), except
+        # those about ranks whose stream the generator itself lost (then the
+        # sidecar is right: those ranks did stop reporting and went away).
+        "false_incidents": sum(1 for r in load_incidents if not set(r["ranks"]) <= lost),
+        "incidents_on_lost_streams": sum(1 for r in load_incidents if set(r["ranks"]) <= lost),
+        "streams_lost": len(lost),
+        # When, from the start of the measured window (s), the first and last were lost.
+        "streams_lost_at_s": [
+            round(min(lost_at) - t0, 1) if lost_at else None,
+            round(max(lost_at) - t0, 1) if lost_at else None,
+        ],
+        "window_s": round(t1 - t0, 1),
+        # What the sidecar said about streams that ended unasked, and its own troubles.
+        "sidecar_log_examples": sidecar_log_examples(sc.log_path),
         "generator_error_examples": [e for o in outs for e in o["errors"]][:5],
         "false_incident_examples": [
             {k: r.get(k) for k in ("verdict", "rule", "ranks", "summary")}
-            for r in incidents
-            if r.get("job_id") == "load"
+            for r in load_incidents
+            if not set(r["ranks"]) <= lost
         ][:3],
         # What the sidecar shed as too late to apply in full (core/overload.py).
         "reports_shed": ingest.shed if ingest is not None else None,
@@ -352,6 +368,18 @@ def run_level(
         "spans_per_report": spans / max(s_end / STEPS_PER_REPORT, 1),
         "sustained": processed_rate >= 0.97 * load_sent_rate and lag_p99 <= LAG_GOAL_S,
     }
+
+
+def sidecar_log_examples(path: Path, limit: int = 12) -> list[str]:
+    """Distinct warnings and errors of the sidecar's log (numbers blanked to group them)."""
+    if not path.exists():
+        return []
+    seen: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        if " WARNING " in line or " ERROR " in line or "Traceback" in line:
+            key = re.sub(r"\d+", "N", line.split(" ", 3)[-1])[:100]
+            seen.setdefault(key, line[:300])
+    return list(seen.values())[:limit]
 
 
 def main() -> int:
@@ -431,7 +459,8 @@ def main() -> int:
                 if "lag_from_hook_p99_s" in row
                 else ""
             )
-            + f"false incidents {row['false_incidents']} shed {row['reports_shed']} "
+            + f"false incidents {row['false_incidents']} (lost streams {row['streams_lost']}) "
+            + f"shed {row['reports_shed']} "
             + f"rss {row['rss_bytes'] / 2**20:.0f} MiB "
             f"({row['bytes_per_worker'] / 1024:.1f} KiB/worker) sustained={row['sustained']}",
             flush=True,

@@ -8,7 +8,8 @@ One sidecar process of the shipped defaults (actions ``observe``) and, in
 this process, one gRPC client that goes through the stages below, reading
 the sidecar's RSS (``/proc/PID/statm``) and its anonymous memory by kind
 (``/proc/PID/smaps``: the brk heap, other anonymous mappings: glibc's
-per-thread arenas and large blocks) after each, ``--settle-s`` later:
+per-thread arenas and large blocks) after each, once the sidecar is quiet (under 30 % of a core
+for 1 s: it applied what was sent) and ``--settle-s`` later:
 
 1. idle: started, nothing connected;
 2. connections: ``--connections`` channels connected (HTTP/2 set up, no call);
@@ -44,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, add_repo_to_path, rss_bytes, write_result
+from _common import REPO, add_repo_to_path, cpu_seconds, rss_bytes, write_result
 
 add_repo_to_path()
 
@@ -101,7 +102,18 @@ class Stages:
         self.settle_s = settle_s
         self.rows: list[dict[str, Any]] = []
 
+    async def quiet(self, timeout_s: float = 300.0) -> None:
+        """Until the sidecar has applied what was sent: under 30 % of a core for 1 s
+        (its rules tick alone takes some at 10,000 sessions)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            before = cpu_seconds(self.pid)
+            await asyncio.sleep(1.0)
+            if cpu_seconds(self.pid) - before < 0.3:
+                return
+
     async def mark(self, stage: str, count: int) -> None:
+        await self.quiet()
         await asyncio.sleep(self.settle_s)
         row: dict[str, Any] = {"stage": stage, "count": count, "rss_bytes": rss_bytes(self.pid)}
         row.update(anon_kinds(self.pid))

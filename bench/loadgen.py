@@ -127,6 +127,8 @@ class Run:
         self.workers = workers
         self.buckets: dict[int, int] = {}
         self.all_first = asyncio.Event()
+        #: (rank, wall time) of each stream this generator lost before its stop.
+        self.lost: list[tuple[int, float]] = []
 
     def count(self, wall: float) -> None:
         b = int(wall * 10)
@@ -141,6 +143,23 @@ async def run_sim(
     probe_sends: list[float] | None,
 ) -> None:
     call = stub.Connect()
+    try:
+        await _run_call(call, sim, period, run, probe_sends)
+    except Exception as err:
+        # "RPC already finished" says nothing: the call's own status says who ended it.
+        if not call.done():
+            raise
+        if not run.stopped:
+            run.lost.append((sim.hello.rank, time.time()))
+        code, details = await call.code(), await call.details()
+        raise RuntimeError(
+            f"{type(err).__name__} at {time.time():.1f}: stream ended {code.name}: {details}"
+        ) from err
+
+
+async def _run_call(
+    call: Any, sim: Sim, period: float, run: Run, probe_sends: list[float] | None
+) -> None:
     lock = asyncio.Lock()  # one write at a time on the stream
     await call.write(probe_pb2.WorkerMessage(hello=sim.hello))
     await call.write(sim.report())
@@ -168,7 +187,20 @@ async def run_sim(
     async with lock:
         await call.write(probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="loadgen done")))
     await call.done_writing()
-    call.cancel()
+    await end_call(call)
+
+
+async def end_call(call: Any, timeout_s: float = 10.0) -> None:
+    """Wait for the sidecar to end the stream after the Goodbye, as the hook does.
+
+    A cancel right after ``done_writing`` can overtake the Goodbye: the sidecar
+    then sees the stream vanish, and a vanished rank whose process is gone is
+    DEAD (rule ``exit``), which the benchmark used to count as false incidents.
+    """
+    try:
+        await asyncio.wait_for(call.code(), timeout_s)
+    except asyncio.TimeoutError:
+        call.cancel()
 
 
 async def answer_commands(call: Any, lock: asyncio.Lock) -> None:
@@ -231,12 +263,18 @@ async def finish(
     results = await asyncio.gather(*tasks, return_exceptions=True)
     watcher.cancel()
     errors = [repr(r) for r in results if isinstance(r, BaseException)]
+    # The distinct endings first: one example of each kind, then the rest.
+    kinds: dict[str, str] = {}
+    for e in errors:
+        kinds.setdefault(e.split(": stream ended ")[-1][:120], e)
+    errors = list(kinds.values()) + [e for e in errors if e not in kinds.values()]
     for ch in channels:
         await ch.close()
     return {
         "buckets": {str(k): v for k, v in sorted(run.buckets.items())},
         "probe_sends": probes,
         "errors": errors[:5],
+        "lost": run.lost,
         "n_errors": len(errors),
     }
 

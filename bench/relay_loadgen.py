@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterable
 
 import grpc
-from loadgen import Run, Sim, build_parser, finish, run_generator
+from loadgen import Run, Sim, build_parser, end_call, finish, run_generator
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer
@@ -180,7 +180,7 @@ async def run_node(
         await call.write(batch)
         run.count_n(wall, len(made_list))
     await call.done_writing()
-    call.cancel()
+    await end_call(call)
 
 
 class CountingRun(Run):
