@@ -35,6 +35,7 @@ NAMES = (
     "ray_watch",
     "install",
     "session_cost",
+    "session_cost_relayed",
     "burst",
     "scale_overload",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
@@ -77,7 +78,9 @@ def markdown(results: Path = RESULTS) -> str:
         *recovery_section(res["torchft"], res["torchft_loaded"]),
         *scale_section(res),
         *job_scale_section(res),
-        *sessions_section(res["session_cost"], res["burst"], res["scale_overload"]),
+        *sessions_section(
+            res["session_cost"], res["session_cost_relayed"], res["burst"], res["scale_overload"]
+        ),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),
         *install_section(res["install"]),
