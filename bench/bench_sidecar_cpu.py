@@ -46,7 +46,7 @@ from trainprobe.sidecar.cli.sidecar import tune_gc  # noqa: E402
 from trainprobe.sidecar.config.settings import Settings, load_settings  # noqa: E402
 from trainprobe.sidecar.relay.upstream import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
-from trainprobe.sidecar.transport.servicer import safe_parser  # noqa: E402
+from trainprobe.sidecar.transport.streams import safe_parser  # noqa: E402
 
 STEPS_PER_REPORT = 2
 #: Time to start the sidecar and apply every first report (1,000 step times each).

@@ -54,8 +54,9 @@ from trainprobe.sidecar.relay.wire import (
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport.health import DoomedPids, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
-from trainprobe.sidecar.transport.servicer import SERVICE, pump
+from trainprobe.sidecar.transport.servicer import SERVICE
 from trainprobe.sidecar.transport.sockets import open_servers, server_tls
+from trainprobe.sidecar.transport.streams import pump
 
 log = logging.getLogger("trainprobe.sidecar")
 

@@ -24,14 +24,8 @@ from trainprobe.sidecar.act.procs import KillOutcome
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
-from trainprobe.sidecar.transport.servicer import (
-    Ending,
-    Malformed,
-    Refusal,
-    SidecarServicer,
-    pump,
-    safe_parser,
-)
+from trainprobe.sidecar.transport.servicer import Ending, Refusal, SidecarServicer
+from trainprobe.sidecar.transport.streams import Malformed, pump, safe_parser
 
 log = logging.getLogger("trainprobe.sidecar")
 

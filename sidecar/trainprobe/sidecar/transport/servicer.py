@@ -7,14 +7,10 @@ one log line.
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
-import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -34,51 +30,17 @@ from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander, StreamSink
 from trainprobe.sidecar.transport.identity import TicketDesk
+from trainprobe.sidecar.transport.reclaim import COLLECT_AFTER_CLOSE_S, Reclaimer
+from trainprobe.sidecar.transport.streams import Malformed, safe_parser
 
 log = logging.getLogger("trainprobe.sidecar")
 
 SERVICE = "trainprobe.v1.Sidecar"
-T = TypeVar("T")
-#: Delay of the garbage collection that follows a refused stream (see
-#: SidecarServicer._collect_soon), and so the most often it runs.
-COLLECT_AFTER_S = 0.2
-#: The same after a stream ended: sessions end in waves (a job's ranks), and one
-#: collection after the wave frees what each would.
-COLLECT_AFTER_CLOSE_S = 2.0
-
-
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        return None
-
-
-_malloc_trim = _libc_malloc_trim()
 ReportListener = Callable[[WorkerState, ReportData], None]
 #: The status a refused stream gets.
 Refusal = tuple[grpc.StatusCode, str]
 #: How a stream ended ("goodbye", "vanished", "rejected") and its refusal, if any.
 Ending = tuple[str, Refusal | None]
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """Stands in for a message that did not parse."""
-
-    type_name: str
-    size: int
-    error: str
-
-
-def safe_parser(cls: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except Exception as err:
-            return Malformed(cls.__name__, len(data), str(err) or type(err).__name__)
-
-    return parse
 
 
 class SidecarServicer:
@@ -107,7 +69,7 @@ class SidecarServicer:
         #: Which reports are too late to apply in full (core/overload.py), and counts.
         self.shedder = Shedder()
         self._closing = TaskSet()
-        self._collect_pending = False
+        self._reclaim = Reclaimer()
 
     def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
         """Method handlers whose parsers turn garbage into :class:`Malformed`.
@@ -209,34 +171,7 @@ class SidecarServicer:
                 log.warning("rejected %s from %s: %s", error[0].name, context.peer(), error[1])
                 context.set_code(error[0])
                 context.set_details(error[1])
-                self._collect_soon()
-
-    def _collect_soon(self, delay_s: float = COLLECT_AFTER_S) -> None:
-        """Collect cyclic garbage shortly after a refusal, at most every COLLECT_AFTER_S.
-
-        gRPC keeps each call's state in reference cycles that hold the call's
-        buffers (C memory, up to the 4 MiB message limit); with the collector
-        tuned for the report path (cli/sidecar.py tune_gc) they wait for
-        20,000 allocations. Measured: 50 refused 3.9 MB Hellos held 200 MB,
-        150 held 600 MB. Refusals are rare in normal operation, so this costs
-        nothing there, and under a flood at most one collection per interval.
-        """
-        if self._collect_pending:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # called outside the loop: nothing to schedule on
-            return
-        self._collect_pending = True
-        loop.call_later(delay_s, self._collect)
-
-    def _collect(self) -> None:
-        self._collect_pending = False
-        gc.collect()
-        if _malloc_trim is not None:
-            # glibc keeps freed blocks of a flood's messages mapped, fragmented
-            # between live ones: hand whole free pages back, or RSS only grows.
-            _malloc_trim(0)
+                self._reclaim.soon()
 
     async def _close(self, state: WorkerState, generation: int, how: str) -> None:
         alive = await still_alive(state.hello.pid) if state.local and how != "goodbye" else None
@@ -249,7 +184,7 @@ class SidecarServicer:
         # A stream's gRPC buffers are freed now, from cycles and threads' arenas:
         # collect and hand whole free pages back (once per COLLECT_AFTER_CLOSE_S),
         # or RSS stays at the high-water mark of sessions that have ended.
-        self._collect_soon(COLLECT_AFTER_CLOSE_S)
+        self._reclaim.soon(COLLECT_AFTER_CLOSE_S)
         if self.registry.close(state, generation, how, self._clock(), alive):
             level = logging.INFO if how == "goodbye" else logging.WARNING
             via = "" if state.relay is None else f" via relay {state.relay}"
@@ -384,25 +319,3 @@ class SidecarServicer:
                 "a second Hello on one stream; open a new stream instead",
             )
         return None
-
-
-async def pump(
-    write: Callable[[Any], Awaitable[None]], reader: Awaitable[T], outbox: asyncio.Queue[Any]
-) -> T:
-    """``write`` what arrives in ``outbox`` until ``reader`` is done; its result."""
-    task = asyncio.ensure_future(reader)
-    getter: asyncio.Future[Any] | None = None
-    try:
-        while True:
-            getter = asyncio.ensure_future(outbox.get())
-            done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                await write(getter.result())
-            else:
-                getter.cancel()
-            if task in done:
-                return task.result()
-    finally:  # also when the handler itself is cancelled (the peer went away)
-        task.cancel()
-        if getter is not None:
-            getter.cancel()
