@@ -186,11 +186,7 @@ async def run(args: argparse.Namespace, sc: SidecarProcess, stages: Stages) -> N
     await stages.mark("reports", args.streams)
     bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="bench done"))
     await asyncio.gather(*(c.write(bye) for c in calls))
-    await asyncio.gather(*(c.done_writing() for c in calls))
-    for c in calls:
-        c.cancel()
-    for ch in channels:
-        await ch.close()
+    await close_all(calls, channels)
     await stages.mark("closed", 0)
 
 
@@ -235,12 +231,17 @@ async def run_relayed(
     await asyncio.gather(
         *(c.write(batch(n, lambda s: bye)) for c, n in zip(calls, nodes, strict=True))
     )
+    await close_all(calls, channels)
+    await stages.mark("closed", 0)
+
+
+async def close_all(calls: list, channels: list) -> None:
+    """Stage 5's end, once every stream's Goodbye is written: half-close, cancel, close."""
     await asyncio.gather(*(c.done_writing() for c in calls))
     for c in calls:
         c.cancel()
     for ch in channels:
         await ch.close()
-    await stages.mark("closed", 0)
 
 
 async def wait_sessions(sc: SidecarProcess, n: int, timeout_s: float = 300.0) -> None:

@@ -75,24 +75,29 @@ def hold_and_resume(
     assert incidents and all(i["action"] == "observe" for i in incidents), incidents
 
 
+def stop_and_continue(sc: SidecarProcess, w: Workers, job: str, held_s: float) -> None:
+    """:func:`hold_and_resume` by SIGSTOP of every rank, then SIGCONT."""
+
+    def signal_all(sig: int) -> None:
+        for pid in w.pids:
+            os.kill(pid, sig)
+
+    hold_and_resume(
+        sc,
+        w,
+        job,
+        lambda: signal_all(signal.SIGSTOP),
+        lambda: signal_all(signal.SIGCONT),
+        held_s,
+    )
+
+
 def test_a_job_sigstopped_for_15_s_then_continued_is_paused_and_never_killed() -> None:
     with (
         sidecar(*FLAGS) as sc,
         Workers(2, sc.target, short_tmpdir(), job_id="pause2", args=TRAIN) as w,
     ):
-
-        def signal_all(sig: int) -> None:
-            for pid in w.pids:
-                os.kill(pid, sig)
-
-        hold_and_resume(
-            sc,
-            w,
-            "pause2",
-            lambda: signal_all(signal.SIGSTOP),
-            lambda: signal_all(signal.SIGCONT),
-            15.0,
-        )
+        stop_and_continue(sc, w, "pause2", 15.0)
 
 
 def test_one_rank_stopped_while_its_peer_waits_is_still_killed_at_once() -> None:

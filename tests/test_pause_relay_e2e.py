@@ -17,7 +17,15 @@ import signal
 import pytest
 
 from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
-from tests.test_pause_e2e import FLAGS, TRAIN, freezer, hold_and_resume, records, stepping
+from tests.test_pause_e2e import (
+    FLAGS,
+    TRAIN,
+    freezer,
+    hold_and_resume,
+    records,
+    stepping,
+    stop_and_continue,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,19 +39,7 @@ def _pair() -> tuple[SidecarProcess, SidecarProcess]:
 def test_a_relayed_job_sigstopped_for_15_s_then_continued_is_paused_and_never_killed() -> None:
     up, node = _pair()
     with up, node, Workers(2, node.target, short_tmpdir(), job_id="rpause", args=TRAIN) as w:
-
-        def signal_all(sig: int) -> None:
-            for pid in w.pids:
-                os.kill(pid, sig)
-
-        hold_and_resume(
-            up,
-            w,
-            "rpause",
-            lambda: signal_all(signal.SIGSTOP),
-            lambda: signal_all(signal.SIGCONT),
-            15.0,
-        )
+        stop_and_continue(up, w, "rpause", 15.0)
         dec = next(d for d in records(up, "rpause", "decision") if d["rule"] == "paused")
         assert "stopped by SIGSTOP" in dec["why"] and "ranks [0, 1]" in dec["why"], dec
         assert "killed worker pid" not in node.log_text()
@@ -59,19 +55,7 @@ def test_a_job_held_on_the_upstreams_host_and_through_a_node_is_paused() -> None
         node,
         Workers(2, node.target, short_tmpdir(), job_id="rmix", args=TRAIN, rank_env=direct) as w,
     ):
-
-        def signal_all(sig: int) -> None:
-            for pid in w.pids:
-                os.kill(pid, sig)
-
-        hold_and_resume(
-            up,
-            w,
-            "rmix",
-            lambda: signal_all(signal.SIGSTOP),
-            lambda: signal_all(signal.SIGCONT),
-            10.0,
-        )
+        stop_and_continue(up, w, "rmix", 10.0)
         dec = next(d for d in records(up, "rmix", "decision") if d["rule"] == "paused")
         assert "ranks [0, 1]" in dec["why"], dec
         # Rank 0 read here, from /proc, twice or more; rank 1 one sample, the node's word.
