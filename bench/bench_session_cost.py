@@ -68,7 +68,7 @@ def _dump(signum, frame):
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen*")])
     top = []
     if _base[0] is not None:
-        for s in snap.compare_to(_base[0], "lineno")[:12]:
+        for s in snap.compare_to(_base[0], "lineno")[:int(os.environ.get("TP_TRACE_TOP", "12"))]:
             f = s.traceback[0]
             top.append([f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}", s.size_diff])
     _base[0] = snap

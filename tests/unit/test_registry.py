@@ -160,7 +160,7 @@ def test_step_rate_and_samples() -> None:
         reg.apply(w, report(T0 + i, step=i * 5, seq=i, durations=(0.2,) * 5), T0 + i)
     assert w.steps_per_s == pytest.approx(5.0)
     assert len(w.step_samples) == 50
-    assert w.step_p99_s == pytest.approx(0.2)
+    assert w.step_p99_s == pytest.approx(0.2, rel=3e-4)  # step times are kept to 0.021 %
 
 
 def test_forget_stale_drops_only_old_ended_sessions() -> None:

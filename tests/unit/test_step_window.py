@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
-from array import array
 
-from trainprobe.sidecar.core.thresholds import StepWindow, p99
+import pytest
 
+from trainprobe.sidecar.core.thresholds import StepWindow, p99, stored_step_time
 
-def f32(x: float) -> float:
-    """``x`` as the window keeps it (a 32-bit float)."""
-    return array("f", [x])[0]
+f32 = stored_step_time  # ``x`` as the window keeps it
 
 
 def test_window_p99_matches_sorting_the_last_n_samples() -> None:
@@ -62,9 +61,22 @@ def test_window_p99_holds_when_its_largest_leave_first() -> None:
             assert list(window) == history[-1000:]
 
 
-def test_a_full_window_holds_its_times_in_4_kb() -> None:
+def test_a_full_window_holds_its_times_in_2_kb() -> None:
     window = StepWindow(1000)
     assert window._fifo is None  # nothing allocated before the first sample
     window.extend_positive([0.05] * 5000)
-    assert window._fifo is not None and window._fifo.itemsize * len(window._fifo) == 4000
-    assert len(window._top) <= 12
+    assert window._fifo is not None and window._fifo.itemsize * len(window._fifo) == 2000
+    assert len(window._top) <= 22
+
+
+@pytest.mark.parametrize("x", [1e-6, 3.3e-5, 0.001, 0.0123, 0.25, 1.0, 7.77, 600.0, 86400.0, 9e5])
+def test_a_kept_time_is_within_a_fiftieth_of_a_percent(x: float) -> None:
+    assert math.isclose(stored_step_time(x), x, rel_tol=2.2e-4)
+
+
+def test_times_out_of_range_are_clamped_not_lost() -> None:
+    window = StepWindow(10)
+    window.extend_positive([1e-9, 5e7, math.inf])
+    assert len(window) == 3
+    assert min(window) == pytest.approx(1e-6, rel=1e-3)
+    assert window.p99() == pytest.approx(1e6, rel=1e-3)

@@ -206,9 +206,10 @@ class ReportData:
     active_phases: tuple[PhaseData, ...] = ()
     finished_phases: tuple[PhaseData, ...] = ()
     dropped_reports: int = 0
-    recent_steps: tuple[int, ...] = ()
-    recent_step_end_mono_ns: tuple[int, ...] = ()
-    recent_step_s: tuple[float, ...] = ()
+    #: Tuples as parsed; once applied, arrays of the last few (:func:`trim_applied`).
+    recent_steps: Sequence[int] = ()
+    recent_step_end_mono_ns: Sequence[int] = ()
+    recent_step_s: Sequence[float] = ()
     gpu: GpuMemoryData | None = None
     sync: SyncData | None = None
     replica: ReplicaProgressData | None = None
@@ -429,6 +430,13 @@ KEPT_RECENT = 16
 KEPT_SAMPLES = 16
 
 
+def _q(xs: Sequence[int]) -> Sequence[int]:
+    try:
+        return array("q", xs)
+    except OverflowError:  # validated reports fit; a test's hand-made one may not
+        return tuple(xs)
+
+
 def trim_applied(report: ReportData) -> None:
     """Drop the bulk of a report once it is applied and its listeners ran.
 
@@ -438,10 +446,12 @@ def trim_applied(report: ReportData) -> None:
     report (and a client's 256 groups of 256 issue times) stayed in memory
     for every session until its next report.
     """
-    if len(report.recent_steps) > KEPT_RECENT or len(report.recent_step_s) > KEPT_RECENT:
-        report.recent_steps = report.recent_steps[-KEPT_RECENT:]
-        report.recent_step_end_mono_ns = report.recent_step_end_mono_ns[-KEPT_RECENT:]
-        report.recent_step_s = report.recent_step_s[-KEPT_RECENT:]
+    if len(report.recent_steps) > 4 or len(report.recent_step_s) > 4:
+        # As arrays: 16 entries are 128 bytes each way, where a tuple of number
+        # objects was 540-680 (three of them, in every session).
+        report.recent_steps = _q(report.recent_steps[-KEPT_RECENT:])
+        report.recent_step_end_mono_ns = _q(report.recent_step_end_mono_ns[-KEPT_RECENT:])
+        report.recent_step_s = array("d", report.recent_step_s[-KEPT_RECENT:])
     if report.finished_phases:
         report.finished_phases = ()
     sync = report.sync

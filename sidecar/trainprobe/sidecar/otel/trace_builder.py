@@ -164,7 +164,7 @@ class TraceBuilder:
         self, wt: WorkerTrace, rec: StepRecord, clock: WallClock, sampled: bool
     ) -> list[SpanDesc]:
         rec.span = self._step_span(wt, rec, clock, sampled)
-        wt.traced.append(rec)
+        wt.note_traced(rec)
         wt.keep(rec)
         out = [rec.span]
         out.extend(self._collective(wt, rec, c, clock) for c in wt.collectives_in(rec))

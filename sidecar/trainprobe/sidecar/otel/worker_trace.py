@@ -9,15 +9,20 @@ start, and the worker's clock mapping. Pure: no OpenTelemetry import.
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import CollectiveData, HelloData, Ring, WorkerState
 from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc, WallClock, worker_attributes
 
-STEP_HISTORY = 256
-RECENT_COLLECTIVES = 512
+#: Steps remembered per worker. What reads them: an incident's last step, the
+#: steps of the last report's window (at most ``core.model.KEPT_RECENT``) and
+#: the step that held a collective of that report. 64 covers them: at 256 the
+#: ring was 8 KB of a session's ~25 after its first report.
+STEP_HISTORY = 64
+#: Collectives remembered per worker (trimmed at twice this): those of the
+#: remembered steps, which a hook samples at most 16 of a report.
+RECENT_COLLECTIVES = 128
 #: Traced steps that a late collective is still matched against.
 TRACED_STEPS = 8
 #: Incident-made spans remembered per worker.
@@ -51,8 +56,8 @@ class WorkerTrace:
         #: ints, which the garbage collector stops tracking. One StepRecord per step
         #: (256 a worker) gave every collection that reached them ~250,000 more
         #: objects to scan at 1,000 workers (issue 15).
-        #: In an int ring (core.model.Ring): 8 KB for 256 steps, where a deque of
-        #: tuples of int objects was 36 KB of a session's 46 (session_structures.py).
+        #: In an int ring (core.model.Ring): 2 KB for 64 steps, where a deque of
+        #: tuples of int objects cost 36 KB for 256 (session_structures.py).
         self.history: Ring = Ring(STEP_HISTORY, 4, "q")
         #: The records of traced steps (they hold the span), by (number, end ns).
         self._records: dict[tuple[int, int], StepRecord] = {}
@@ -62,7 +67,9 @@ class WorkerTrace:
         self._starts: list[int] = []
         #: (group, seq) of the remembered ones: a resent sample is not added twice.
         self._keys: set[tuple[str, int]] = set()
-        self.traced: deque[StepRecord] = deque(maxlen=TRACED_STEPS)
+        #: The last :data:`TRACED_STEPS` traced, oldest first: a list (an empty one
+        #: is 56 bytes; a deque is 760 whether it holds anything or not).
+        self.traced: list[StepRecord] = []
         self.last_end_mono_ns: int | None = None
         self.last_step: int | None = None
         #: Spans made for incidents, by (kind, key), so two incidents share them.
@@ -124,6 +131,12 @@ class WorkerTrace:
         self.open_spans[key] = span
         if len(self.open_spans) > OPEN_SPANS:
             del self.open_spans[next(iter(self.open_spans))]
+
+    def note_traced(self, rec: StepRecord) -> None:
+        traced = self.traced
+        traced.append(rec)
+        if len(traced) > TRACED_STEPS:
+            del traced[0]
 
     def record(self, step: tuple[int, int, int, bool]) -> StepRecord:
         """The record of a remembered step: the traced one if it was traced."""
