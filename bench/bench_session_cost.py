@@ -50,7 +50,7 @@ from _common import REPO, add_repo_to_path, cpu_seconds, rss_bytes, write_result
 add_repo_to_path()
 
 import grpc  # noqa: E402
-from loadgen import Sim  # noqa: E402
+from loadgen import Sim, end_call  # noqa: E402
 
 from tests.support import SidecarProcess, short_tmpdir  # noqa: E402
 from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
@@ -236,10 +236,10 @@ async def run_relayed(
 
 
 async def close_all(calls: list, channels: list) -> None:
-    """Stage 5's end, once every stream's Goodbye is written: half-close, cancel, close."""
+    """Stage 5's end, once every stream's Goodbye is written: half-close, wait for
+    the sidecar to end each stream (a cancel could overtake the Goodbye), close."""
     await asyncio.gather(*(c.done_writing() for c in calls))
-    for c in calls:
-        c.cancel()
+    await asyncio.gather(*(end_call(c) for c in calls))
     for ch in channels:
         await ch.close()
 

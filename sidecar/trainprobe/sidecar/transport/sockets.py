@@ -45,11 +45,18 @@ log = logging.getLogger("trainprobe.sidecar")
 #: Hello, CANCELLED (bench/bench_burst.py). Queue as many as sessions can exist;
 #: beyond them the registry refuses anyway.
 PENDING_CALLS = MAX_SESSIONS
+#: How long such a call may wait to be asked for. gRPC's default, 30 s, cancels
+#: it after that: while a loaded loop applies 2,000 streams' reports at 10 Hz
+#: it asks for new calls slowly, and 1,236 of 2,000 streams opening at once
+#: ended CANCELLED 30 s in, before the sidecar saw their Hello
+#: (bench/bench_scale.py). The queue is bounded by ``PENDING_CALLS``.
+PENDING_CALL_WAIT_S = 300
 SERVER_OPTIONS = [
     *MESSAGE_SIZE_OPTIONS,
     ("grpc.so_reuseport", 0),
     ("grpc.server.max_pending_requests", PENDING_CALLS),
     ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS),
+    ("grpc.server_max_unrequested_time_in_server", PENDING_CALL_WAIT_S),
 ]
 
 #: ``socket_access`` -> (mode bits the socket directory must add, socket mode).
