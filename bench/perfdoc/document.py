@@ -38,6 +38,7 @@ NAMES = (
     "session_cost_relayed",
     "burst",
     "scale_overload",
+    "scale_overload_relay",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -79,7 +80,11 @@ def markdown(results: Path = RESULTS) -> str:
         *scale_section(res),
         *job_scale_section(res),
         *sessions_section(
-            res["session_cost"], res["session_cost_relayed"], res["burst"], res["scale_overload"]
+            res["session_cost"],
+            res["session_cost_relayed"],
+            res["burst"],
+            res["scale_overload"],
+            res["scale_overload_relay"],
         ),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),
