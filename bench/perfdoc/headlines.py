@@ -88,6 +88,16 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         ratio = gpu["ratio_watched_over_plain"]
         add("GPU step time, watched", "step-time-on-a-gpu", "≤ 1.01× plain", f"{ratio:.4f}×",
             'NVRx straggler detection: "< 1 %"', ratio <= 1.01)
+    sessions = "sessions-at-the-cap-bursts-2000-workers-at-10-hz"
+    if rel := res["session_cost_relayed"]:
+        peak = max(x["rss_bytes"] for x in rel["stages"]) / 1e6
+        add("10,000 sessions, relayed", sessions, "RSS ≤ 150 MB", f"peak {peak:.0f} MB", "–",
+            peak <= 150)
+    if (ov := res["scale_overload_relay"]) and ov["levels"]:
+        x = ov["levels"][0]
+        p99 = x.get("lag_from_hook_p99_s", x["lag_p99_s"])
+        add("2,000 workers at 10 Hz, relayed", sessions, "0 false incidents, verdict ≤ 5 s",
+            f"{x['false_incidents']}; p99 {s(p99)}", "–", x["false_incidents"] == 0 and p99 <= 5)
     hardening = "hostile-input-kubelet-probes-the-ray-watcher"
     if fz := res["fuzz_soak"]:
         ok = fz["cases"] >= 20000 and fz["crashes"] == fz["false_kills"] == 0
