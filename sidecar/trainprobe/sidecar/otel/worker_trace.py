@@ -12,7 +12,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import CollectiveData, HelloData, Ring, WorkerState
+from trainprobe.sidecar.core.model import CollectiveData, HelloData, WorkerState
+from trainprobe.sidecar.core.ring import Ring
 from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc, WallClock, worker_attributes
 
 #: Steps remembered per worker. What reads them: an incident's last step, the
