@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from trainprobe.sidecar.core.limits import MAX_SESSIONS
 from trainprobe.sidecar.core.model import (
     CollectiveData,
     HelloData,
@@ -42,9 +43,11 @@ from trainprobe.sidecar.otel.worker_trace import StepRecord, WorkerTrace
 #: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).
 #: Above a job's worker count, reports evict each other round-robin: every report
 #: then rebuilt its worker's state (the cost) and no worker kept the step history
-#: its incident spans need (the harm), so this is sized for job scale (issue 15:
-#: a relay upstream takes thousands of workers).
-MAX_WORKERS = 4096
+#: its incident spans need (the harm), so this is sized for every session the
+#: registry can hold: a relay upstream takes thousands of workers. At 4,096 the
+#: harm began past that many; a worker's trace state is ~3 KiB since its step
+#: history was cut to 64 steps, so all 10,000 cost less than 4,096 did.
+MAX_WORKERS = MAX_SESSIONS
 
 #: The sidecar's ``time.time() - time.monotonic()``, or a function that gives it.
 WallMinusMono = float | Callable[[], float]
