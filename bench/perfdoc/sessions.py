@@ -105,12 +105,13 @@ def _load(results: list[Result]) -> Lines:
                 f"The direct run's generators sent {x['sent_per_s']:,.0f} of the "
                 f"{x['offered_per_s']:,.0f} reports a second offered: {lost:,} of its streams "
                 "ended CANCELLED right after connecting, before the sidecar saw their Hello "
-                "(no incident names them). gRPC cancels a call that its server has not asked "
-                "for within 30 s, and a loop busy with the other streams' reports asks for new "
-                "calls slowly. The sidecar now lets such a call wait 300 s; at this load, "
-                "accepting every stream then takes minutes. One core applies about 10,000 "
-                "reports a second from direct streams: past that, run node sidecars in relay "
-                "mode, which fold each node's reports into one stream."
+                "(no incident names them). This run had gRPC's own limit: a call its server has "
+                "not asked for within 30 s is cancelled, and a loop busy with the other "
+                "streams' reports asks for new calls slowly. The shipped sidecar lets such a "
+                "call wait 300 s; at this load, accepting every stream then takes minutes. "
+                "One core applies about 10,000 reports a second from direct streams: past "
+                "that, run node sidecars in relay mode, which fold each node's reports into "
+                "one stream."
             )
     out += [
         "",

@@ -45,8 +45,9 @@ from trainprobe.sidecar.otel.worker_trace import StepRecord, WorkerTrace
 #: then rebuilt its worker's state (the cost) and no worker kept the step history
 #: its incident spans need (the harm), so this is sized for every session the
 #: registry can hold: a relay upstream takes thousands of workers. At 4,096 the
-#: harm began past that many; a worker's trace state is ~3 KiB since its step
-#: history was cut to 64 steps, so all 10,000 cost less than 4,096 did.
+#: harm began past that many. A worker's trace state is about 5 KiB with a
+#: 64-step history: 10,000 relayed sessions peaked 32 MB higher than with 4,096
+#: (bench/bench_session_cost.py --relayed 8).
 MAX_WORKERS = MAX_SESSIONS
 
 #: The sidecar's ``time.time() - time.monotonic()``, or a function that gives it.

@@ -57,7 +57,7 @@ class WorkerTrace:
         #: ints, which the garbage collector stops tracking. One StepRecord per step
         #: (256 a worker) gave every collection that reached them ~250,000 more
         #: objects to scan at 1,000 workers (issue 15).
-        #: In an int ring (core.model.Ring): 2 KB for 64 steps, where a deque of
+        #: In an int ring (core.ring.Ring): 2 KB for 64 steps, where a deque of
         #: tuples of int objects cost 36 KB for 256 (session_structures.py).
         self.history: Ring = Ring(STEP_HISTORY, 4, "q")
         #: The records of traced steps (they hold the span), by (number, end ns).
