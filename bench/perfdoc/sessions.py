@@ -29,8 +29,9 @@ def sessions_section(
             out.append(row(_arrival(how, r), *(_stage(st[n]) for n in STAGES), _peak(r)))
         out += [
             "",
-            "Each column is the sidecar's RSS once it has applied that stage (in brackets, the "
-            "step per session): its idle process, the connections, a session per stream past "
+            "Each column is the sidecar's RSS (shipped defaults, every action `observe`) once it "
+            "has applied that stage (in brackets, the step per session): its idle process, "
+            "the connections, a session per stream past "
             "its Hello, three reports each (the first with 1,000 earlier step times), then "
             f"every session ended. Goal: {GOAL_RSS_MB} MB at the cap. A direct session is a "
             "gRPC stream of its own; more than half of that is gRPC core's call and HTTP/2 stream "
@@ -115,7 +116,8 @@ def _load(results: list[Result]) -> Lines:
             )
     out += [
         "",
-        "2,000 workers at 10 Hz, telemetry on, the sidecar on its own core; goal 0 false "
+        "2,000 workers at 10 Hz, telemetry on, every action `observe`, the sidecar on its own "
+        "core; goal 0 false "
         "incidents, a verdict within 5 s (p50 / p99 from a report's send by the worker to its "
         "verdict; relayed, that includes the node's 500 ms batch interval).",
     ]
