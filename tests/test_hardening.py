@@ -71,7 +71,7 @@ def test_oversized_labels_and_ray_ids_are_refused_and_memory_stays_bounded(
             return run_stream(sc.target, [h, report()])
 
         grown = []
-        for _ in range(3):  # 150 in all, 8 at a time
+        for _ in range(5):  # 250 in all (975 MB), 8 at a time
             with ThreadPoolExecutor(8) as pool:
                 errors = list(pool.map(attack, range(50)))
             for i, err in enumerate(errors):
@@ -83,10 +83,11 @@ def test_oversized_labels_and_ray_ids_are_refused_and_memory_stays_bounded(
             time.sleep(0.5)  # the collection that follows refusals (0.2 s)
             grown.append(rss_mb(sc.proc.pid) - before)
         # 8 messages in flight at once make a high-water mark of ~100 MB, reached
-        # in the first round or the second (CI saw 31 then 103). What must not
-        # happen is growth per message (it was +200 MB per 50, linear): the last
-        # round may not climb past the rounds before it.
-        assert grown[-1] < 150 and grown[-1] < max(grown[:-1]) + 40, f"RSS grew {grown} MB"
+        # in whichever round they first pile up (CI saw 31 then 103, and 17, 6,
+        # then 124): comparing rounds tells nothing. What must not happen is
+        # growth per message (it was +200 MB per 50, linear): 975 MB refused may
+        # leave at most 150 MB, so a leak of a sixth of what is refused fails.
+        assert max(grown) < 150, f"RSS grew {grown} MB"
         reply = sc.status()
         assert [w.job_id for w in reply.workers] == ["loop"]
         assert reply.workers[0].state == "connected" and reply.workers[0].verdict == "OK"

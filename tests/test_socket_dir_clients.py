@@ -176,11 +176,14 @@ def test_a_relay_node_checks_again_before_every_try() -> None:
     later = parent / "up"
     node = SidecarProcess(short_tmpdir("tpnode-"), "--relay-to", f"unix://{later}/sidecar.sock")
     with node:
-        # Appears at once as 0777 (made aside, then renamed into place): made and
-        # then chmod-ed, it is ours and safe for a moment, and a try that checks
-        # it then and connects once the impostor listens is this test's own race
-        # (seen once in 650 tests), not the node's.
-        aside = parent / "aside"
+        # A try that finds no directory does not open a channel at all: one that
+        # did would let gRPC connect once the directory appeared, past the check
+        # (an impostor that made it 0777 and listened between the two was accepted).
+        wait_for(lambda: "is down" in node.log_text(), 15, what="the node's first try")
+        down = next(line for line in node.log_text().splitlines() if "is down" in line)
+        assert f"{later} does not exist yet" in down, down
+        assert "UNAVAILABLE" not in down, down
+        aside = parent / "aside"  # appears at once as 0777: made aside, then renamed
         aside.mkdir()
         os.chmod(aside, 0o777)
         aside.rename(later)

@@ -181,18 +181,32 @@ class UnsafeSocketDir(Exception):
     """
 
 
-def check_socket_dir(ep: Endpoint, doing: str = "not connecting to") -> Endpoint:
+class SocketDirMissing(ConnectionError):
+    """A Unix socket whose directory does not exist (yet): nothing to connect to."""
+
+
+def check_socket_dir(
+    ep: Endpoint, doing: str = "not connecting to", *, present: bool = False
+) -> Endpoint:
     """The endpoint to connect to (:func:`resolve_socket`); raise
     :class:`UnsafeSocketDir` if it is a Unix socket in a directory
     :func:`socket_dir_problem` refuses. Every client of a sidecar socket (the
     CLI, a relay node's upstream link) calls this before it connects: one that
-    connects through such a directory may be talking to an impostor."""
+    connects through such a directory may be talking to an impostor.
+
+    With ``present``, a missing directory raises :class:`SocketDirMissing`:
+    a client that then opened a channel anyway would have gRPC connect to
+    whatever appears there later, unchecked (a directory made 0777 and
+    listened in between)."""
     if ep.kind != "unix":
         return ep
     ep = resolve_socket(ep)
-    problem = socket_dir_problem(Path(ep.path).parent)
+    directory = Path(ep.path).parent
+    problem = socket_dir_problem(directory)
     if problem is not None:
         raise UnsafeSocketDir(f"{doing} {ep}: {problem}")
+    if present and not os.path.lexists(directory):
+        raise SocketDirMissing(f"{directory} does not exist yet")
     return ep
 
 

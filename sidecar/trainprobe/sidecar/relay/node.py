@@ -260,8 +260,9 @@ class RelayNode:
                 await asyncio.wait_for(self._done.wait(), backoff.next_delay(permanent))
 
     async def _relay_once(self) -> None:
-        # Again on every try: the directory may have been made, or opened up, since.
-        upstream = check_socket_dir(self.upstream, "not relaying to")
+        # Again on every try: the directory may have been made, or opened up, since;
+        # and no channel until it exists (gRPC would connect to what appears later).
+        upstream = check_socket_dir(self.upstream, "not relaying to", present=True)
         target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
         channel_cm = (
             grpc.aio.insecure_channel(target, options=options)
