@@ -57,7 +57,8 @@ from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
 
 TRACER = """
 import os, signal, tracemalloc, linecache
-tracemalloc.start(1)
+_FRAMES = int(os.environ.get("TP_TRACE_FRAMES", "1"))
+tracemalloc.start(_FRAMES)
 _OUT = os.environ["TP_TRACE_OUT"]
 _base = [None]
 
@@ -68,9 +69,12 @@ def _dump(signum, frame):
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen*")])
     top = []
     if _base[0] is not None:
-        for s in snap.compare_to(_base[0], "lineno")[:int(os.environ.get("TP_TRACE_TOP", "12"))]:
-            f = s.traceback[0]
-            top.append([f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}", s.size_diff])
+        by = "traceback" if _FRAMES > 1 else "lineno"
+        for s in snap.compare_to(_base[0], by)[:int(os.environ.get("TP_TRACE_TOP", "12"))]:
+            where = " < ".join(
+                f"{f.filename.rsplit('site-packages/', 1)[-1].rsplit('/', 1)[-1]}:{f.lineno}"
+                for f in reversed(s.traceback))
+            top.append([where, s.size_diff])
     _base[0] = snap
     with open(_OUT, "a") as fh:
         fh.write(repr([tracemalloc.get_traced_memory()[0], top]) + "\\n")

@@ -27,7 +27,7 @@ from tests.support import (
     sidecar,
     wait_for,
 )
-from trainprobe.proto import probe_pb2, probe_pb2_grpc
+from trainprobe.proto import liveness_command, probe_pb2, probe_pb2_grpc
 from trainprobe.sidecar import SidecarThread, load_settings
 from trainprobe.sidecar.transport.health import MIN_NOT_SERVING_S
 
@@ -217,11 +217,15 @@ def test_relay_node_serves_health_for_the_kills_it_carries_out() -> None:
             wait_for(
                 lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 30, what="NOT_SERVING"
             )
+            # The trainer's exec probe reads the same decision beside the node's socket.
+            exec_probe = liveness_command(str(node.workdir))
+            assert subprocess.run(exec_probe, timeout=10).returncode == 1
             assert worker.poll() is None  # seen while the process still lives
             inc = up.wait_incident(lambda r: r["job_id"] == "health-relay", timeout_s=10)
             assert inc["action"] == "kill"
             worker.wait(30)  # the node's SIGKILL after kill_grace_s
             wait_for(lambda: check(stub, "trainprobe.workers") == SERVING, 10, what="SERVING")
+            assert subprocess.run(exec_probe, timeout=10).returncode == 0
             assert check(stub, "") == SERVING
         finally:
             worker.kill()

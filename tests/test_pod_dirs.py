@@ -30,6 +30,7 @@ import pytest
 
 from tests.support import PYTHON, SidecarProcess, child_env, free_port, short_tmpdir, wait_for
 from tests.test_socket_dir_clients import Impostor
+from trainprobe.proto import liveness_command
 
 SIDECAR_UID, TRAINER_UID, OTHER_UID = 1000, 1001, 1002
 HANG = Path(__file__).parent / "workers" / "hang.py"
@@ -161,6 +162,13 @@ def test_without_cap_kill_another_uid_is_verified_but_not_killed(empty_dir: Path
             assert "not permitted" in text or "eperm" in text or "permission" in text, out
             time.sleep(1.0)
             assert proc.poll() is None  # alive: the sidecar had no right to signal it
+            # The trainer's exec probe, as its own UID, reads the decision through
+            # the 0711 directory: it fails, and the kubelet restarts the trainer.
+            probe = [*as_uid(TRAINER_UID), *liveness_command(str(private))]
+            assert subprocess.run(probe, timeout=10).returncode == 1
+            proc.kill()
+            proc.wait(10)
+            assert subprocess.run(probe, timeout=10).returncode == 0
         finally:
             proc.kill()
             proc.wait(10)
@@ -401,6 +409,11 @@ def test_the_manifests_pod_starts_and_its_hook_is_verified(
         )
         assert out.returncode == 0, out.stderr
         assert f"(verified, uid {t_uid}" in log_path.read_text(), out.stderr
+        if "livenessProbe" in main:  # its exec probe, as the trainer's UID: healthy
+            live = [stand_in.rewrite(main, a) for a in main["livenessProbe"]["exec"]["command"]]
+            assert Path(live[-1].split('"')[1]).is_dir()  # the sidecar made what it reads
+            ran = subprocess.run([*as_uid(t_uid, gid=t_gid), *live], timeout=10)
+            assert ran.returncode == 0
     finally:
         proc.terminate()
         proc.wait(20)

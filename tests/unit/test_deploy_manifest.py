@@ -26,7 +26,7 @@ import yaml
 
 from tests.k8s_schema import schema_errors, validate
 from tests.support import REPO
-from trainprobe.proto import parse_endpoint
+from trainprobe.proto import liveness_command, parse_endpoint
 from trainprobe.sidecar import Settings, load_settings
 from trainprobe.sidecar.cli.sidecar import build_parser
 
@@ -104,7 +104,7 @@ def test_the_schema_check_rejects_what_a_cluster_would() -> None:
         "restartPolicyy: not a field of V1Container" in e for e in schema_errors(bad, "V1Job")
     )
     bad = copy.deepcopy(doc)
-    bad["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["grpc"]["port"] = "7070"
+    bad["spec"]["template"]["spec"]["initContainers"][0]["livenessProbe"]["grpc"]["port"] = "7070"
     assert any("grpc.port: expected int" in e for e in schema_errors(bad, "V1Job"))
     bad = copy.deepcopy(doc)
     del bad["spec"]["template"]["spec"]["containers"][0]["name"]
@@ -113,7 +113,7 @@ def test_the_schema_check_rejects_what_a_cluster_would() -> None:
     assert pod["shareProcessNamespace"] is True
 
 
-def _check_pod(pod: dict[str, Any], main: dict[str, Any], probe_service: str | None) -> Settings:
+def _check_pod(pod: dict[str, Any], main: dict[str, Any], probed: bool) -> Settings:
     assert pod["shareProcessNamespace"] is True
     side = _sidecar(pod)
     assert side["restartPolicy"] == "Always", "a native sidecar"
@@ -133,11 +133,15 @@ def _check_pod(pod: dict[str, Any], main: dict[str, Any], probe_service: str | N
     assert side["ports"][0]["containerPort"] == port
     for probe in ("startupProbe", "livenessProbe"):
         assert side[probe]["grpc"] == {"port": port}, probe  # service "": the sidecar
-    if probe_service is None:
+    if not probed:
         assert "livenessProbe" not in main
     else:
-        assert main["livenessProbe"]["grpc"] == {"port": port, "service": probe_service}
+        # The exec probe reads the decisions beside the sidecar's socket: in its
+        # own trainprobe-<uid>/ inside the emptyDir (a kubelet's is root's, 0777).
+        side_uid, _ = _uid(pod, side)
         live = main["livenessProbe"]
+        assert live["exec"]["command"] == liveness_command(f"{sock_dir}/trainprobe-{side_uid}")
+        assert live["timeoutSeconds"] >= 2  # a shell and two cats, on a loaded node
         # Long enough for the sidecar's own kill to end the process first.
         assert live["periodSeconds"] * live["failureThreshold"] > settings.kill_grace_s
     return settings
@@ -167,14 +171,14 @@ def test_another_trainer_uid_is_caught_by_the_uid_check() -> None:
     pod = copy.deepcopy(_load(JOB)["spec"]["template"]["spec"])
     pod["containers"][0]["securityContext"] = {"runAsUser": 1001}
     with pytest.raises(AssertionError):
-        _check_pod(pod, pod["containers"][0], "trainprobe.workers")
+        _check_pod(pod, pod["containers"][0], True)
 
 
 def test_job_runs_torchrun_beside_a_native_sidecar_whose_probe_restarts_it() -> None:
     pod = _load(JOB)["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "OnFailure"  # the probe's restart stays in the pod
     (trainer,) = pod["containers"]
-    _check_pod(pod, trainer, "trainprobe.workers")
+    _check_pod(pod, trainer, True)
     cmd = trainer["command"]
     assert cmd[0] == "torchrun" and any(a.startswith("--max-restarts=") for a in cmd)
     assert (REPO / cmd[cmd.index("--max-restarts=3") + 1]).exists()
@@ -188,7 +192,7 @@ def test_kuberay_sidecar_fits_the_ray_container(group: str, template: dict[str, 
     ray_c = pod["containers"][0]
     assert ray_c["name"].startswith("ray"), "KubeRay needs the Ray container first"
     # No workers probe on the head: restarting it would end the cluster.
-    settings = _check_pod(pod, ray_c, None if group == "head" else "trainprobe.workers")
+    settings = _check_pod(pod, ray_c, group != "head")
     side = _sidecar(pod)
     assert _mounts(ray_c)["/tmp/ray"] == _mounts(side)["/tmp/ray"]
     assert _env(ray_c)["RAY_AUTH_TOKEN"] == _env(side)["RAY_AUTH_TOKEN"]

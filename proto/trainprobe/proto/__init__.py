@@ -29,6 +29,7 @@ from trainprobe.proto.endpoints import (
     socket_dir_problem,
 )
 from trainprobe.proto.identity import IDENT_SUFFIX, fetch_ticket, ident_socket_path
+from trainprobe.proto.liveness import DOOMED_DIR_NAME, liveness_command, liveness_script
 from trainprobe.proto.wire import (
     AUTH_METADATA_KEY,
     MAX_MESSAGE_BYTES,
@@ -48,6 +49,7 @@ RELAY_ACCEPTED_KEY = "trainprobe-relay-accepted"
 __all__ = [
     "AUTH_METADATA_KEY",
     "DEFAULT_TARGET_ENV",
+    "DOOMED_DIR_NAME",
     "IDENT_SUFFIX",
     "MAX_MESSAGE_BYTES",
     "MESSAGE_SIZE_OPTIONS",
@@ -68,6 +70,8 @@ __all__ = [
     "default_socket_path",
     "fetch_ticket",
     "ident_socket_path",
+    "liveness_command",
+    "liveness_script",
     "parse_endpoint",
     "private_dir",
     "probe_pb2",

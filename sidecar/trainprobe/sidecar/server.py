@@ -34,6 +34,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.relay.upstream import RelayUpstream
 from trainprobe.sidecar.transport.commander import Commander
+from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import EngineHealth, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.pb import status_pb
@@ -201,7 +202,7 @@ class Sidecar:
             diagnose_ray=self.diagnose_ray,
         )
         #: The standard gRPC health service, for kubelet probes.
-        checks = EngineHealth(self.engine, settings.engine_stall_s, clock=clock)
+        checks = self._checks = EngineHealth(self.engine, settings.engine_stall_s, clock=clock)
         self.health = Health(
             checks.ticking,
             checks.workers_ok,
@@ -333,6 +334,8 @@ class Sidecar:
             served.unix_paths,
         )
         self.stacks.socket_dirs = [path.parent for path in self._unix_paths]
+        if self._unix_paths:  # where verified workers connect: their probe looks there
+            self._checks.doomed.files = DoomFiles(self._unix_paths[0].parent)
         self._engine_task = asyncio.ensure_future(
             self.engine.run(
                 self.settings.tick_interval_ms / 1000.0, self._stop, self.settings.settle_s

@@ -52,6 +52,7 @@ from trainprobe.sidecar.relay.wire import (
     reason,
 )
 from trainprobe.sidecar.tasks import TaskSet
+from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import DoomedPids, Health
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.servicer import SERVICE
@@ -346,6 +347,8 @@ class RelayNode:
             server_tls(self.settings.tls_cert_file, self.settings.tls_key_file),
         )
         self.addresses = self._servers.addresses
+        if self._servers.unix_paths:  # the trainer's exec probe reads the decisions there
+            self._doomed.files = DoomFiles(self._servers.unix_paths[0].parent)
         self._relay_task = asyncio.ensure_future(self._relay_forever())
         log.info(
             "trainprobe relay node listening on %s; relaying to %s every %d ms (no rules here)",

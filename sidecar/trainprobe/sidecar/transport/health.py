@@ -48,6 +48,7 @@ from grpc_health.v1 import health_pb2
 
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
 from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.transport.doom_files import DoomFiles
 
 if TYPE_CHECKING:
     from trainprobe.sidecar.engine.loop import Engine
@@ -104,14 +105,23 @@ class DoomedPids:
         self._clock = clock
         #: pid -> (start ticks, decided at)
         self._pids: dict[int, tuple[int | None, float]] = {}
+        #: Where the decisions are also written down, once a Unix socket is open.
+        self.files: DoomFiles | None = None
 
     def add(self, pid: int, start_ticks: int | None) -> None:
         if pid <= 0:
             return
         self._pids.pop(pid, None)
         self._pids[pid] = (start_ticks, self._clock())
+        if self.files is not None:
+            self.files.add(pid, start_ticks)
         while len(self._pids) > MAX_DOOMED:
-            del self._pids[next(iter(self._pids))]
+            self._forget(next(iter(self._pids)))
+
+    def _forget(self, pid: int) -> None:
+        del self._pids[pid]
+        if self.files is not None:
+            self.files.remove(pid)
 
     def none_left(self) -> bool:
         now = self._clock()
@@ -119,7 +129,7 @@ class DoomedPids:
             if now - at < self.min_s:
                 continue
             if not pid_alive(pid) or proc_start_ticks(pid) not in (None, ticks):
-                del self._pids[pid]
+                self._forget(pid)
         return not self._pids
 
 

@@ -1,0 +1,137 @@
+"""The trainer's exec liveness probe: it fails on the sidecar's written
+decision about a live process, and never because the sidecar is down.
+
+Real shell (``sh -c`` with the shipped script), real processes and their
+``/proc`` start times, a real sidecar that decides to kill a real hung
+worker, and a real SIGSTOP of that sidecar while the kubelet's gRPC probe
+(the real grpc health client, 1 s timeout as in deploy/) times out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.support import PYTHON, REPO, child_env, free_port, short_tmpdir, sidecar, wait_for
+from trainprobe.proto import DOOMED_DIR_NAME, liveness_command
+from trainprobe.sidecar.act.procs import proc_start_ticks
+from trainprobe.sidecar.transport.doom_files import DoomFiles
+
+WORKER = REPO / "tests" / "workers" / "hang_after.py"
+
+
+def probe(socket_dir: Path) -> int:
+    """The probe's exit status, as the kubelet's exec probe gets it."""
+    return subprocess.run(liveness_command(str(socket_dir)), timeout=10).returncode
+
+
+def _named_sleeper(name: bytes) -> subprocess.Popen[bytes]:
+    """A process whose comm is ``name`` (prctl PR_SET_NAME), then sleeping."""
+    code = (
+        "import ctypes, time; "
+        f"ctypes.CDLL(None).prctl(15, ctypes.c_char_p({name!r}), 0, 0, 0); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_the_probe_fails_only_while_a_doomed_process_runs_with_its_start_time() -> None:
+    d = short_tmpdir()
+    assert probe(d) == 0  # no sidecar has written anything: healthy
+    files = DoomFiles(d)
+    assert (d / DOOMED_DIR_NAME).stat().st_mode & 0o777 == 0o755
+    assert probe(d) == 0
+    # A comm with ") " in it must not shift the fields the probe reads.
+    victim = _named_sleeper(b"x) 1 2 3")
+    try:
+        ticks = proc_start_ticks(victim.pid)
+        assert ticks is not None
+        files.add(victim.pid, ticks + 1)  # another process that had the pid
+        assert probe(d) == 0
+        files.add(victim.pid, ticks)
+        assert (d / DOOMED_DIR_NAME / str(victim.pid)).read_text() == str(ticks)
+        assert probe(d) == 1
+    finally:
+        victim.kill()
+        victim.wait()
+    assert probe(d) == 0  # gone: its file is no evidence any more
+    # A new sidecar (a restart) removes what names processes that are gone.
+    DoomFiles(d)
+    assert list((d / DOOMED_DIR_NAME).iterdir()) == []
+
+
+def test_an_unknown_start_time_is_never_written() -> None:
+    d = short_tmpdir()
+    DoomFiles(d).add(os.getpid(), None)
+    assert list((d / DOOMED_DIR_NAME).iterdir()) == []
+    assert probe(d) == 0
+
+
+def test_a_real_hang_fails_the_probe_until_gone_and_a_frozen_sidecar_never_does() -> None:
+    port = free_port()
+    flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
+    rules = ("--stall-timeout-s", "2", "--kill-grace-s", "4", "--hang-patience-s", "0")
+    with sidecar(*flags, *rules) as sc, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        # SIGTERM ignored: the process lives until the SIGKILL 4 s later.
+        hung = subprocess.Popen(
+            [PYTHON, str(WORKER), "doomed", "40", "--ignore-term"],
+            env=child_env(TRAINPROBE_TARGET=sc.target),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert hung.stdout is not None and hung.stdout.readline().startswith("hang")
+            wait_for(lambda: probe(sc.workdir) == 1, 60, what="the probe to fail")
+            assert hung.poll() is None  # it failed on a process that runs
+            hung.wait(30)  # the sidecar's SIGKILL
+            assert probe(sc.workdir) == 0
+        finally:
+            hung.kill()
+            hung.wait()
+        # A healthy worker; then the sidecar frozen past the kubelet's timeout.
+        healthy = subprocess.Popen(
+            [PYTHON, str(WORKER), "fine", "100000"],
+            env=child_env(TRAINPROBE_TARGET=sc.target),
+            stdout=subprocess.PIPE,
+        )
+        assert sc.proc is not None
+        try:
+            wait_for(lambda: sc.status("fine").workers, 30, what="the healthy worker")
+            os.kill(sc.proc.pid, signal.SIGSTOP)
+            try:
+                request = health_pb2.HealthCheckRequest(service="trainprobe.workers")
+                t0 = time.monotonic()
+                try:
+                    stub.Check(request, timeout=1)
+                    raise AssertionError("a stopped sidecar answered")
+                except grpc.RpcError as err:  # what the kubelet counts as a failure
+                    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert time.monotonic() - t0 >= 0.9
+                for _ in range(3):  # failureThreshold probes: none fails
+                    assert probe(sc.workdir) == 0
+            finally:
+                os.kill(sc.proc.pid, signal.SIGCONT)
+            assert healthy.poll() is None
+        finally:
+            healthy.kill()
+            healthy.wait()
+
+
+def test_the_script_refuses_a_directory_it_could_not_quote() -> None:
+    for bad in ('/run/a"b', "/run/$HOME", "/run/`id`", "/run/a\\b"):
+        try:
+            liveness_command(bad)
+        except ValueError as err:
+            assert "no quotes or $" in str(err)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
