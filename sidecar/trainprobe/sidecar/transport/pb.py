@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from array import array
 from typing import Any
 
 from trainprobe.proto import probe_pb2
@@ -115,15 +114,6 @@ def _sync(s: probe_pb2.SyncStats) -> SyncData:
     )
 
 
-def _recent(m: probe_pb2.Report) -> tuple[Any, Any, Any]:
-    steps, ends, times = m.recent_steps, m.recent_step_end_mono_ns, m.recent_step_s
-    if len(steps) <= 64 and len(times) <= 64:
-        # A slice first: copying the upb container to a list is about twice as
-        # fast as iterating it (bench/bench_report_path.py).
-        return tuple(steps[:]), tuple(ends[:]), tuple(times[:])
-    return array("q", steps), array("q", ends), array("d", times)
-
-
 def report_from_pb(m: probe_pb2.Report) -> ReportData:
     """The core's view of one report.
 
@@ -146,7 +136,11 @@ def report_from_pb(m: probe_pb2.Report) -> ReportData:
         _phases(m.active_phases),
         _phases(m.finished_phases),
         m.dropped_reports,
-        *_recent(m),
+        # A slice first: copying the upb container to a list is about twice as
+        # fast as iterating it (bench/bench_report_path.py).
+        tuple(m.recent_steps[:]),
+        tuple(m.recent_step_end_mono_ns[:]),
+        tuple(m.recent_step_s[:]),
         _gpu(m.gpu_memory) if m.HasField("gpu_memory") else None,
         _sync(m.sync) if m.HasField("sync") else None,
         _replica(m.replica) if m.HasField("replica") else None,
