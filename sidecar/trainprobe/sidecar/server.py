@@ -309,6 +309,7 @@ class Sidecar:
             self.telemetry.ingest = self.servicer.shedder.load
             self.engine.sinks.append(self.telemetry)
             self.servicer.report_listeners.append(self.telemetry.on_report)
+            self.servicer.reclaimer.before.append(self.telemetry.prune)
             self.actions.listeners.append(self.telemetry.on_action)
         try:
             await self._serve()

@@ -95,12 +95,21 @@ class Telemetry:
         if n == 1:  # say it once; a bug here must not flood the log per report
             log.exception("telemetry: building %s failed; detection is unaffected", what)
 
+    def prune(self) -> None:
+        """Forget the trace state of workers that said Goodbye (they need no
+        incident spans any more) or that the registry forgot: every
+        :data:`PRUNE_EVERY_REPORTS` reports, and after streams end (a wave of
+        Goodbyes with no reports after it left ~5 KiB a worker behind)."""
+        try:
+            self.builder.retain(w.hello for w in self._workers() if w.ended != "goodbye")
+        except Exception:
+            self._failed("pruning trace state")
+
     def on_report(self, state: WorkerState, report: ReportData) -> None:
         try:
             self._reports += 1
             if self._reports % PRUNE_EVERY_REPORTS == 0:
-                # Workers that said Goodbye need no incident spans any more.
-                self.builder.retain(w.hello for w in self._workers() if w.ended != "goodbye")
+                self.prune()
             if self.tracing:
                 spans = self.builder.on_report(state, report, self._wall_minus_mono)
                 if spans:

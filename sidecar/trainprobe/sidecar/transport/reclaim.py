@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import logging
 from collections.abc import Callable
+
+log = logging.getLogger("trainprobe.sidecar")
 
 #: Delay of the garbage collection that follows a refused stream (see
 #: Reclaimer.soon), and so the most often it runs.
@@ -31,6 +34,8 @@ class Reclaimer:
 
     def __init__(self) -> None:
         self._pending = False
+        #: Run first: what may drop state tied to ended streams (each guarded).
+        self.before: list[Callable[[], None]] = []
 
     def soon(self, delay_s: float = COLLECT_AFTER_S) -> None:
         """Collect cyclic garbage ``delay_s`` from now, unless a collection is already due.
@@ -53,6 +58,11 @@ class Reclaimer:
 
     def _collect(self) -> None:
         self._pending = False
+        for drop in self.before:
+            try:
+                drop()
+            except Exception:  # a listener's bug must not keep memory from being freed
+                log.exception("dropping ended sessions' state failed")
         gc.collect()
         if _malloc_trim is not None:
             # glibc keeps freed blocks of a flood's messages mapped, fragmented

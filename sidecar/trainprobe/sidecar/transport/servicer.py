@@ -69,7 +69,7 @@ class SidecarServicer:
         #: Which reports are too late to apply in full (core/overload.py), and counts.
         self.shedder = Shedder()
         self._closing = TaskSet()
-        self._reclaim = Reclaimer()
+        self.reclaimer = Reclaimer()
 
     def handler(self, extra: dict[str, Any] | None = None) -> grpc.GenericRpcHandler:
         """Method handlers whose parsers turn garbage into :class:`Malformed`.
@@ -171,7 +171,7 @@ class SidecarServicer:
                 log.warning("rejected %s from %s: %s", error[0].name, context.peer(), error[1])
                 context.set_code(error[0])
                 context.set_details(error[1])
-                self._reclaim.soon()
+                self.reclaimer.soon()
 
     async def _close(self, state: WorkerState, generation: int, how: str) -> None:
         alive = await still_alive(state.hello.pid) if state.local and how != "goodbye" else None
@@ -184,7 +184,7 @@ class SidecarServicer:
         # A stream's gRPC buffers are freed now, from cycles and threads' arenas:
         # collect and hand whole free pages back (once per COLLECT_AFTER_CLOSE_S),
         # or RSS stays at the high-water mark of sessions that have ended.
-        self._reclaim.soon(COLLECT_AFTER_CLOSE_S)
+        self.reclaimer.soon(COLLECT_AFTER_CLOSE_S)
         if self.registry.close(state, generation, how, self._clock(), alive):
             level = logging.INFO if how == "goodbye" else logging.WARNING
             via = "" if state.relay is None else f" via relay {state.relay}"
