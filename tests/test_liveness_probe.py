@@ -135,3 +135,69 @@ def test_the_script_refuses_a_directory_it_could_not_quote() -> None:
             assert "no quotes or $" in str(err)
         else:
             raise AssertionError(f"{bad!r} accepted")
+
+
+def test_a_zombie_is_gone_for_the_probe_as_for_the_sidecar() -> None:
+    """pid_alive takes a zombie (killed, not yet reaped) as gone: so does the probe."""
+    d = short_tmpdir()
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        ticks = proc_start_ticks(child.pid)
+        DoomFiles(d).add(child.pid, ticks)
+        assert probe(d) == 1
+        os.kill(child.pid, signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z", 10)
+        assert probe(d) == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_files_of_processes_gone_are_removed_while_the_sidecar_runs() -> None:
+    """Without a gRPC Check asking (the shipped probes ask none), a decision's
+    file goes once its process has: the directory stays small."""
+    port = free_port()
+    flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
+    rules = ("--stall-timeout-s", "2", "--kill-grace-s", "1", "--hang-patience-s", "0")
+    with sidecar(*flags, *rules) as sc:
+        hung = subprocess.Popen(
+            [PYTHON, str(WORKER), "swept", "40"],
+            env=child_env(TRAINPROBE_TARGET=sc.target),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert hung.stdout is not None and hung.stdout.readline().startswith("hang")
+            doomed = sc.workdir / DOOMED_DIR_NAME
+            wait_for(lambda: (doomed / str(hung.pid)).exists(), 60, what="the decision's file")
+            hung.wait(30)
+            wait_for(lambda: not any(doomed.iterdir()), 10, what="the file removed")
+        finally:
+            hung.kill()
+            hung.wait()
+
+
+def test_what_sits_in_the_directory_never_blocks_or_stops_the_sidecar() -> None:
+    d = short_tmpdir()
+    doomed = d / DOOMED_DIR_NAME
+    doomed.mkdir()
+    (doomed / "\u00b2").write_text("1")  # isdigit(), yet no int
+    (doomed / "\u0661\u0662").write_text("1")  # Arabic-Indic digits: not a pid either
+    os.mkfifo(doomed / f".{os.getpid()}.tmp")  # a writer that opened it would wait forever
+    files = DoomFiles(d)  # starts
+    assert (doomed / "\u00b2").exists()  # not ours to judge: left alone
+    t0 = time.monotonic()
+    files.add(os.getpid(), proc_start_ticks(os.getpid()))
+    assert time.monotonic() - t0 < 1.0
+    assert (doomed / str(os.getpid())).read_text() == str(proc_start_ticks(os.getpid()))
+    assert probe(d) == 1  # this very process: doomed and running
+
+
+def test_the_script_needs_an_absolute_directory() -> None:
+    for bad in ("", "run/trainprobe", "./x"):
+        try:
+            liveness_command(bad)
+        except ValueError as err:
+            assert "absolute" in str(err)
+        else:
+            raise AssertionError(f"{bad!r} accepted")

@@ -20,12 +20,14 @@ __all__ = ["DOOMED_DIR_NAME", "liveness_command", "liveness_script"]
 #: The directory, beside the sidecar's first Unix socket, of its kill decisions.
 DOOMED_DIR_NAME = "doomed"
 
-# ${s##*) } drops "pid (comm) " (a comm may hold ") "): field 22 is then $20.
+# ${s##*) } drops "pid (comm) " (a comm may hold ") "): the state is then $1,
+# and field 22 $20. A zombie (Z) has ended, as the sidecar's pid_alive says.
 _SCRIPT = (
     'for f in "{dir}"/*; do '
     '[ -f "$f" ] || continue; '
     's=$(cat "/proc/${{f##*/}}/stat" 2>/dev/null) || continue; '
     "set -- ${{s##*) }}; "
+    '[ "$1" = Z ] && continue; '
     '[ "${{20}}" = "$(cat "$f")" ] && exit 1; '
     "done; exit 0"
 )
@@ -33,7 +35,9 @@ _SCRIPT = (
 
 def liveness_script(socket_dir: str) -> str:
     """The probe's shell text for a sidecar whose Unix socket is in ``socket_dir``."""
-    if '"' in socket_dir or "$" in socket_dir or "`" in socket_dir or "\\" in socket_dir:
+    if not socket_dir.startswith("/"):
+        raise ValueError(f"{socket_dir!r}: the socket directory must be an absolute path")
+    if any(c in socket_dir for c in '"$`\\'):
         raise ValueError(f"{socket_dir!r}: a socket directory for a probe has no quotes or $")
     return _SCRIPT.format(dir=f"{socket_dir.rstrip('/')}/{DOOMED_DIR_NAME}")
 

@@ -9,7 +9,7 @@ evidence only, never because the sidecar did not answer.
 A write is one small file on a local directory, made aside and renamed into
 place (a probe never reads half a number); one that fails (a full or
 read-only disk) is logged once and costs only this signal: the gRPC health
-service still says it.
+service ``trainprobe.workers`` still says it, to a probe that asks it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class DoomFiles:
             self._warned = True
             log.warning(
                 "cannot write kill decisions in %s (%s): the trainer's exec liveness probe "
-                "will not see them; the gRPC health service still does",
+                "will not see them (only the gRPC health service trainprobe.workers says them)",
                 self.dir,
                 err.strerror or err,
             )
@@ -57,7 +57,11 @@ class DoomFiles:
             return  # nothing the probe could match: it never restarts on a guess
         tmp = self.dir / f".{pid}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            # Made anew, never opened as found: a FIFO left there would block the loop.
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(tmp, flags, 0o644)
             try:
                 os.write(fd, str(start_ticks).encode())
             finally:
@@ -79,11 +83,11 @@ class DoomFiles:
         except OSError:
             return
         for name in names:
-            if not name.isdigit():
+            if not (name.isascii() and name.isdigit()):  # "²" is a digit to isdigit()
                 continue
             pid = int(name)
             try:
-                ticks = int((self.dir / name).read_text() or "0")
+                ticks = int((self.dir / name).read_text(encoding="ascii") or "0")
             except (OSError, ValueError):
                 ticks = -1
             if not pid_alive(pid) or proc_start_ticks(pid) != ticks:

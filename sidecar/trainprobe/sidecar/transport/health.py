@@ -80,6 +80,8 @@ MIN_NOT_SERVING_S = 2.0
 MAX_DOOMED = 4096
 #: How often a Watch stream looks for a change.
 WATCH_POLL_S = 0.1
+#: How often decisions written down are checked for processes gone, while any is left.
+SWEEP_S = 1.0
 
 _Status = health_pb2.HealthCheckResponse.ServingStatus
 SERVING = _Status.Value("SERVING")
@@ -107,6 +109,7 @@ class DoomedPids:
         self._pids: dict[int, tuple[int | None, float]] = {}
         #: Where the decisions are also written down, once a Unix socket is open.
         self.files: DoomFiles | None = None
+        self._sweeping = False
 
     def add(self, pid: int, start_ticks: int | None) -> None:
         if pid <= 0:
@@ -115,8 +118,27 @@ class DoomedPids:
         self._pids[pid] = (start_ticks, self._clock())
         if self.files is not None:
             self.files.add(pid, start_ticks)
+            self._sweep_soon()
         while len(self._pids) > MAX_DOOMED:
             self._forget(next(iter(self._pids)))
+
+    def _sweep_soon(self) -> None:
+        """Look again in :data:`SWEEP_S` while any is left: the files must go with
+        their processes though no probe asks this service (the exec probe reads
+        them instead, and a directory of stale files would slow it down)."""
+        if self._sweeping:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop (a unit test's clock): asked only
+            return
+        self._sweeping = True
+        loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeping = False
+        if not self.none_left():
+            self._sweep_soon()
 
     def _forget(self, pid: int) -> None:
         del self._pids[pid]
