@@ -42,6 +42,23 @@ def test_log_formatter_escapes_arguments_not_the_format() -> None:
     assert out.getvalue() == "job x\\nFORGED\\x1b rank 3 after 1.2s\n  e\\x07\n"
 
 
+def test_a_long_list_in_a_log_line_is_cut_with_its_count() -> None:
+    """An incident over 10,000 ranks (a partition silences them all) logged every
+    rank: a 60 KB line, per log call. A list says its first items and how many."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(SafeLogFormatter("%(message)s"))
+    log = logging.getLogger("test_operator_text_long")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("culprits %s waiting %s", list(range(10_000)), [1, 2])
+    finally:
+        log.removeHandler(handler)
+    first = ", ".join(str(i) for i in range(32))
+    assert out.getvalue() == f"culprits [{first}, ... 9,968 more] waiting [1, 2]\n"
+
+
 def _incident(rule: str, ranks: list[int], diagnosis: dict | None = None) -> Incident:
     return Incident(
         id="1-1",

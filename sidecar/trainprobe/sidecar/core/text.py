@@ -52,11 +52,19 @@ class SafeLogFormatter(logging.Formatter):
             record.args = args
 
 
+#: Items of a list or tuple a log line shows; the rest are counted. An incident
+#: over every rank of a 10,000-rank job made each of its lines 60 KB.
+LOG_LIST_ITEMS = 32
+
+
 def _safe_arg(arg: object) -> object:
     # Anything but a number may carry a client's text (a worker key, an exception's
     # message, a list of hosts); numbers stay numbers for %d and %.2f.
     if arg is None or isinstance(arg, (int, float)):
         return arg
+    if isinstance(arg, (list, tuple)) and len(arg) > LOG_LIST_ITEMS:
+        shown = ", ".join(repr(x) for x in arg[:LOG_LIST_ITEMS])
+        return printable(f"[{shown}, ... {len(arg) - LOG_LIST_ITEMS:,} more]")
     return printable(arg)
 
 
