@@ -198,3 +198,24 @@ def test_the_text_says_where_the_culprit_is_stuck() -> None:
     assert record["where"] == {"2": "train.py:88 in load_batch"}
     assert record["text"] == placed.text and record["conclusive"] is True
     assert d.where == {}  # with_where returns a new diagnosis
+
+
+def test_a_diagnosis_over_thousands_of_ranks_stays_a_paragraph() -> None:
+    """A partition silences every rank of a 3,000-rank job: each one's sentence
+    made a 220 KB text in the incident record, its log line and its span. The
+    text names the first few and counts the rest; the fields keep them all."""
+    world = 3000
+    d = analyze([idle(r, world=world, reporting=False, report_age_s=11.0) for r in range(world)])
+    assert d.kind == UNRESPONSIVE and d.culprits == tuple(range(world))
+    assert len(d.text) < 1000, len(d.text)
+    assert d.text.startswith("rank 0 on node0 (pid 100) sent no report for 11.0s; ")
+    assert d.text.endswith("; and 2,992 more ranks likewise")
+
+
+def test_the_ranks_waiting_on_a_straggler_are_counted_past_a_few() -> None:
+    world = 2000
+    d = analyze(
+        [idle(0, issued=41, world=world)] + [waiting(r, world=world) for r in range(1, world)]
+    )
+    assert d.kind == STRAGGLER and d.culprits == (0,) and len(d.waiting) == world - 1
+    assert len(d.text) < 1000, len(d.text)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE
+from trainprobe.sidecar.core.text import sentences, short_list
 
 #: Diagnosis kinds.
 UNRESPONSIVE = "unresponsive"
@@ -101,10 +102,8 @@ class Diagnosis:
     @property
     def text(self) -> str:
         """The one-paragraph explanation an incident and ``trainprobe diagnose`` show."""
-        parts = [self.summary]
-        for rank, place in sorted(self.where.items()):
-            parts.append(f"rank {rank} is stuck at {place}")
-        return "; ".join(p for p in parts if p)
+        places = [f"rank {rank} is stuck at {place}" for rank, place in sorted(self.where.items())]
+        return "; ".join(p for p in (self.summary, sentences(places)) if p)
 
     def with_where(self, where: dict[int, str]) -> Diagnosis:
         """The same diagnosis, with the places the culprits are stuck at."""
@@ -173,13 +172,13 @@ def _unresponsive(
             parts.append(f"{_where(r)} (pid {r.pid}) sent no report for {r.report_age_s:.1f}s")
     # If everyone is silent the fault may be ours or the network's, not a rank's.
     confidence = 0.4 if len(silent) == world else (0.95 if waiting else 0.8)
-    tail = f"; ranks {list(waiting)} wait for it in a collective" if waiting else ""
+    tail = f"; ranks {short_list(waiting)} wait for it in a collective" if waiting else ""
     return Diagnosis(
         UNRESPONSIVE,
         tuple(silent),
         waiting,
         confidence,
-        "; ".join(parts) + tail,
+        sentences(parts) + tail,
         {"missing": missing},
     )
 
@@ -200,7 +199,7 @@ def _by_startup(live: dict[int, RankSummary]) -> Diagnosis | None:
             tuple(r.rank for r in behind),
             arrived,
             0.9,
-            "; ".join(parts) + f"; ranks {list(arrived)} wait for it in the rendezvous",
+            sentences(parts) + f"; ranks {short_list(arrived)} wait for it in the rendezvous",
             {"phase": INIT_PHASE, "waiting_at": RENDEZVOUS_PHASE},
         )
     if len(arrived) == len(live):
@@ -280,7 +279,7 @@ def _straggler(
         tuple(sorted(r.rank for r in behind)),
         waiting,
         confidence,
-        "; ".join(parts) + f"; {votes} rank(s) wait for it in {op} #{seq}",
+        sentences(parts) + f"; {votes} rank(s) wait for it in {op} #{seq}",
         {"group": group, "seq": seq, "op": op, "waiting_at": list(waiting)},
     )
 

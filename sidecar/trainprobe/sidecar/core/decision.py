@@ -28,6 +28,7 @@ from trainprobe.sidecar.core.culprit import (
 )
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
 from trainprobe.sidecar.core.held import held_kind
+from trainprobe.sidecar.core.text import sentences, short_list
 
 __all__ = [
     "ORPHANING_RULES",
@@ -75,7 +76,7 @@ def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
             culprits=tuple(dead),
             waiting=waiting or diag.waiting,
             confidence=0.99,
-            summary="; ".join(parts),
+            summary=sentences(parts),
             evidence={**diag.evidence, "decided_by": "proc"},
         )
     if diag.conclusive and diag.kind != ALL_IN_FLIGHT:
@@ -95,7 +96,8 @@ def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
         culprits=tuple(elsewhere),
         waiting=tuple(blocked),
         confidence=0.9 if len(elsewhere) == 1 else 0.7,
-        summary="; ".join(parts) + f"; ranks {blocked} wait in a collective (by their stacks)",
+        summary=sentences(parts)
+        + f"; ranks {short_list(blocked)} wait in a collective (by their stacks)",
         evidence={**diag.evidence, "decided_by": "stacks", "was": diag.kind},
     )
 
