@@ -39,6 +39,7 @@ NAMES = (
     "burst",
     "scale_overload",
     "scale_overload_relay",
+    "session_structures",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -85,6 +86,7 @@ def markdown(results: Path = RESULTS) -> str:
             res["burst"],
             res["scale_overload"],
             res["scale_overload_relay"],
+            res["session_structures"],
         ),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),

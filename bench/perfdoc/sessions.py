@@ -5,7 +5,14 @@ from __future__ import annotations
 from .core import Lines, Result, command, head, row, s
 
 GOAL_RSS_MB = 150
-NAMES = ("session_cost", "session_cost_relayed", "burst", "scale_overload", "scale_overload_relay")
+NAMES = (
+    "session_cost",
+    "session_cost_relayed",
+    "burst",
+    "scale_overload",
+    "scale_overload_relay",
+    "session_structures",
+)
 STAGES = ("idle", "connections", "streams", "reports", "closed")
 
 
@@ -15,9 +22,10 @@ def sessions_section(
     burst: Result | None,
     load: Result | None,
     load_relay: Result | None = None,
+    structures: Result | None = None,
 ) -> Lines:
     out = ["## Sessions at the cap, bursts, 2,000 workers at 10 Hz", ""]
-    have = dict(zip(NAMES, (cost, relayed, burst, load, load_relay), strict=True))
+    have = dict(zip(NAMES, (cost, relayed, burst, load, load_relay, structures), strict=True))
     for name, r in have.items():
         if r is None:
             out += [f"*No result file `bench/results/{name}.json` yet.*", ""]
@@ -40,7 +48,14 @@ def sessions_section(
             "node's stream. After the reports the cost is the session's own state: its step "
             "times and thresholds, its telemetry (per-rank metric series and the trace's step "
             "history), and the memory glibc keeps between them after the first report's burst "
-            "of temporary objects.",
+            "of temporary objects."
+            + (
+                f" Of a session's state, {structures['bytes_per_session'] / 1024:.1f} KiB are "
+                "Python objects once its reports are applied (in process, by tracemalloc, "
+                f"{structures['params']['sessions']:,} sessions)."
+                if structures is not None
+                else ""
+            ),
             "",
         ]
     if burst is not None:
