@@ -27,7 +27,7 @@ from tests.support import (
     sidecar,
     wait_for,
 )
-from trainprobe.proto import liveness_command, probe_pb2, probe_pb2_grpc
+from trainprobe.proto import DOOMED_DIR_NAME, liveness_command, probe_pb2, probe_pb2_grpc
 from trainprobe.sidecar import SidecarThread, load_settings
 from trainprobe.sidecar.transport.health import MIN_NOT_SERVING_S
 
@@ -292,6 +292,10 @@ def test_unverified_clients_naming_this_host_never_flip_the_workers_service() ->
             assert len(seen) > 20
             assert all(s == SERVING for _, s in seen), [s for _, s in seen]
             victim.assert_untouched()
+            # Nor does the trainer's exec probe see a decision: none was written down.
+            probe = liveness_command(str(workdir))
+            assert not any((workdir / DOOMED_DIR_NAME).iterdir())
+            assert subprocess.run(probe, timeout=10).returncode == 0
             # The control: a verified client of this sidecar that goes silent flips it.
             real = Impostor(
                 workdir, sc.target, "real", ticket=True, record=True, pid="self", job_id="h-real"
@@ -301,6 +305,7 @@ def test_unverified_clients_naming_this_host_never_flip_the_workers_service() ->
                 lambda: check(stub, "trainprobe.workers") == NOT_SERVING, 30, what="the real flip"
             )
             assert real.proc.poll() is None
+            wait_for(lambda: subprocess.run(probe, timeout=10).returncode == 1, 10)
         finally:
             prober.stop()
             for f in fakes:
