@@ -44,6 +44,20 @@ def _named_sleeper(name: bytes) -> subprocess.Popen[bytes]:
     return proc
 
 
+#: Judged 2 s after the last step, the kill decided at the verdict; SIGKILL 4 s after SIGTERM.
+RULES = ("--stall-timeout-s", "2", "--kill-grace-s", "4", "--hang-patience-s", "0")
+
+
+def _worker(target: str, job: str, steps: int, *flags: str) -> subprocess.Popen[str]:
+    """A real hooked worker that steps ``steps`` times (50 ms each), then hangs."""
+    return subprocess.Popen(
+        [PYTHON, str(WORKER), job, str(steps), *flags],
+        env=child_env(TRAINPROBE_TARGET=target),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_the_probe_fails_only_while_a_doomed_process_runs_with_its_start_time() -> None:
     d = short_tmpdir()
     assert probe(d) == 0  # no sidecar has written anything: healthy
@@ -79,16 +93,10 @@ def test_an_unknown_start_time_is_never_written() -> None:
 def test_a_real_hang_fails_the_probe_until_gone_and_a_frozen_sidecar_never_does() -> None:
     port = free_port()
     flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
-    rules = ("--stall-timeout-s", "2", "--kill-grace-s", "4", "--hang-patience-s", "0")
-    with sidecar(*flags, *rules) as sc, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+    with sidecar(*flags, *RULES) as sc, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         # SIGTERM ignored: the process lives until the SIGKILL 4 s later.
-        hung = subprocess.Popen(
-            [PYTHON, str(WORKER), "doomed", "40", "--ignore-term"],
-            env=child_env(TRAINPROBE_TARGET=sc.target),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        hung = _worker(sc.target, "doomed", 40, "--ignore-term")
         try:
             assert hung.stdout is not None and hung.stdout.readline().startswith("hang")
             wait_for(lambda: probe(sc.workdir) == 1, 60, what="the probe to fail")
@@ -99,11 +107,7 @@ def test_a_real_hang_fails_the_probe_until_gone_and_a_frozen_sidecar_never_does(
             hung.kill()
             hung.wait()
         # A healthy worker; then the sidecar frozen past the kubelet's timeout.
-        healthy = subprocess.Popen(
-            [PYTHON, str(WORKER), "fine", "100000"],
-            env=child_env(TRAINPROBE_TARGET=sc.target),
-            stdout=subprocess.PIPE,
-        )
+        healthy = _worker(sc.target, "fine", 100_000)
         assert sc.proc is not None
         try:
             wait_for(lambda: sc.status("fine").workers, 30, what="the healthy worker")
@@ -156,16 +160,8 @@ def test_a_zombie_is_gone_for_the_probe_as_for_the_sidecar() -> None:
 def test_files_of_processes_gone_are_removed_while_the_sidecar_runs() -> None:
     """Without a gRPC Check asking (the shipped probes ask none), a decision's
     file goes once its process has: the directory stays small."""
-    port = free_port()
-    flags = ("--listen", f"tcp://127.0.0.1:{port}", "--token", "s3cret")
-    rules = ("--stall-timeout-s", "2", "--kill-grace-s", "1", "--hang-patience-s", "0")
-    with sidecar(*flags, *rules) as sc:
-        hung = subprocess.Popen(
-            [PYTHON, str(WORKER), "swept", "40"],
-            env=child_env(TRAINPROBE_TARGET=sc.target),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+    with sidecar(*RULES) as sc:
+        hung = _worker(sc.target, "swept", 40)
         try:
             assert hung.stdout is not None and hung.stdout.readline().startswith("hang")
             doomed = sc.workdir / DOOMED_DIR_NAME

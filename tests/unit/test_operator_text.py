@@ -26,7 +26,8 @@ def test_printable_escapes_controls_and_invisible_format_characters() -> None:
     assert printable(Key()) == "job\\nrank0"  # not a str: its str(), escaped
 
 
-def test_log_formatter_escapes_arguments_not_the_format() -> None:
+def _logged(msg: str, *args: object) -> str:
+    """What one warning becomes through the formatter."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(SafeLogFormatter("%(message)s"))
@@ -34,29 +35,23 @@ def test_log_formatter_escapes_arguments_not_the_format() -> None:
     log.addHandler(handler)
     log.propagate = False
     try:
-        log.warning(
-            "job %s rank %d after %.1fs\n  %s", "x\nFORGED\x1b", 3, 1.25, ValueError("e\x07")
-        )
+        log.warning(msg, *args)
     finally:
         log.removeHandler(handler)
-    assert out.getvalue() == "job x\\nFORGED\\x1b rank 3 after 1.2s\n  e\\x07\n"
+    return out.getvalue()
+
+
+def test_log_formatter_escapes_arguments_not_the_format() -> None:
+    out = _logged("job %s rank %d after %.1fs\n  %s", "x\nFORGED\x1b", 3, 1.25, ValueError("e\x07"))
+    assert out == "job x\\nFORGED\\x1b rank 3 after 1.2s\n  e\\x07\n"
 
 
 def test_a_long_list_in_a_log_line_is_cut_with_its_count() -> None:
     """An incident over 10,000 ranks (a partition silences them all) logged every
     rank: a 60 KB line, per log call. A list says its first items and how many."""
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(SafeLogFormatter("%(message)s"))
-    log = logging.getLogger("test_operator_text_long")
-    log.addHandler(handler)
-    log.propagate = False
-    try:
-        log.warning("culprits %s waiting %s", list(range(10_000)), [1, 2])
-    finally:
-        log.removeHandler(handler)
+    out = _logged("culprits %s waiting %s", list(range(10_000)), [1, 2])
     first = ", ".join(str(i) for i in range(32))
-    assert out.getvalue() == f"culprits [{first}, ... 9,968 more] waiting [1, 2]\n"
+    assert out == f"culprits [{first}, ... 9,968 more] waiting [1, 2]\n"
 
 
 def _incident(rule: str, ranks: list[int], diagnosis: dict | None = None) -> Incident:

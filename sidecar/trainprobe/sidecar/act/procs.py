@@ -88,6 +88,13 @@ def pid_alive(pid: int) -> bool:
     return not fields or fields[0] != b"Z"
 
 
+def lives(pid: int, start_ticks: int | None) -> bool:
+    """True while the process ``pid`` that started at ``start_ticks`` runs (not a
+    zombie, not another process that took the number; an unknown start is taken
+    as the same)."""
+    return pid_alive(pid) and proc_start_ticks(pid) in (None, start_ticks)
+
+
 #: The wait before SIGKILL for a process that catches SIGTERM. The sidecar
 #: signals only processes it judged hung, and there a handler cannot end the
 #: process: a main thread stuck in a C call never runs a Python handler, and

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from trainprobe.proto.liveness import DOOMED_DIR_NAME
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.act.procs import lives
 
 __all__ = ["DoomFiles"]
 
@@ -90,5 +90,5 @@ class DoomFiles:
                 ticks = int((self.dir / name).read_text(encoding="ascii") or "0")
             except (OSError, ValueError):
                 ticks = -1
-            if not pid_alive(pid) or proc_start_ticks(pid) != ticks:
+            if not lives(pid, ticks):
                 self.remove(pid)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health_pb2
 
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.act.procs import lives
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 
@@ -150,7 +150,7 @@ class DoomedPids:
         for pid, (ticks, at) in list(self._pids.items()):
             if now - at < self.min_s:
                 continue
-            if not pid_alive(pid) or proc_start_ticks(pid) not in (None, ticks):
+            if not lives(pid, ticks):
                 self._forget(pid)
         return not self._pids
 
