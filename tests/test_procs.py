@@ -17,6 +17,7 @@ from trainprobe.sidecar.act.procs import (
     sigterm_caught,
     terminate,
 )
+from trainprobe.sidecar.act.tree import open_proc, stat_fields
 
 # A hung rank whose framework caught SIGTERM: the handler runs and only sets a flag.
 IGNORES_SIGTERM = (
@@ -42,6 +43,38 @@ def test_a_sigstopped_child_reads_as_stopped_until_continued() -> None:
         child.kill()
         child.wait()
     assert not pid_alive(child.pid) and not proc_stopped(child.pid)
+
+
+# The main thread ends (pthread_exit, as a C extension or an embedded runtime may
+# do) while another thread runs: the kernel shows the leader as a zombie ("Z"),
+# yet the process, its memory and its GPU context live on.
+LEADER_EXITS = (
+    "import ctypes, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+    "print('ready', flush=True)\n"
+    "ctypes.CDLL(None).pthread_exit(None)\n"
+)
+
+
+def test_a_process_whose_main_thread_exited_is_alive_while_a_thread_runs() -> None:
+    child = _started(LEADER_EXITS)
+    try:
+        wait_for(lambda: stat_fields(child.pid)[:1] == [b"Z"], 10, 0.01, "the leader's exit")
+        assert child.poll() is None  # not reapable: the process has not exited
+        assert pid_alive(child.pid)
+        proc = open_proc(child.pid)
+        assert proc is not None and proc.alive()
+        proc.fd, fd = -1, proc.fd  # the /proc reading, as where pidfds are missing
+        assert proc.alive()
+        proc.fd = fd
+        proc.close()
+        out = asyncio.run(terminate(child.pid, grace_s=5.0, start_ticks=proc.start_ticks))
+        assert out.exited and out.signals[:1] == ["SIGTERM"], out
+        assert child.wait(5) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid)
 
 
 def _started(code: str) -> subprocess.Popen[str]:

@@ -8,7 +8,14 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
-from trainprobe.sidecar.act.tree import Proc, end_procs, open_proc, stat_fields, stop_descendants
+from trainprobe.sidecar.act.tree import (
+    Proc,
+    end_procs,
+    exited,
+    open_proc,
+    stat_fields,
+    stop_descendants,
+)
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -75,7 +82,7 @@ def protected_pid(pid: int) -> str:
 
 
 def pid_alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
+    """True if ``pid`` exists and has not exited (a zombie has)."""
     if pid <= 0:
         return False
     try:
@@ -85,7 +92,7 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     fields = stat_fields(pid)
-    return not fields or fields[0] != b"Z"
+    return not fields or not exited(pid, fields[0].decode()[:1])
 
 
 def lives(pid: int, start_ticks: int | None) -> bool:

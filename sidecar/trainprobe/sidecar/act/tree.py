@@ -46,6 +46,7 @@ __all__ = [
     "MAX_TREE",
     "Proc",
     "end_procs",
+    "exited",
     "open_proc",
     "stat_fields",
     "stop_descendants",
@@ -90,6 +91,22 @@ def _stat(pid: int) -> tuple[str, int, int, str] | None:
         return None
 
 
+def exited(pid: int, state: str) -> bool:
+    """Whether a process whose /proc state reads ``state`` has exited.
+
+    A leader reads ``Z`` once its own thread ended, while its other threads may
+    run on for long (a main thread that called ``pthread_exit``), or for the
+    moment a SIGKILL takes to tear them down; the process ends with its last
+    thread, so look for one.
+    """
+    if state not in ("Z", "X"):
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
+
+
 def _pidfd(pid: int) -> int | None:
     """A pidfd for ``pid``; -1 where the kernel has none; None if ``pid`` is gone."""
     try:
@@ -121,7 +138,7 @@ class Proc:
                 return False
             return not ready  # a pidfd reads ready once its process has exited
         st = _stat(self.pid)
-        return st is not None and st[2] == self.start_ticks and st[0] not in ("Z", "X")
+        return st is not None and st[2] == self.start_ticks and not exited(self.pid, st[0])
 
     def signal(self, sig: signal.Signals) -> bool:
         """Send ``sig`` to this very process; False if it is gone or not ours to signal."""
@@ -169,7 +186,7 @@ def open_proc(pid: int, start_ticks: int | None = None, parent: Proc | None = No
     ok = (
         proc is not None
         and st is not None
-        and st[0] not in ("Z", "X")
+        and not exited(pid, st[0])
         and (start_ticks is None or st[2] == start_ticks)
         and (parent is None or (st[1] == parent.pid and st[2] >= parent.start_ticks))
         # Read while both lived: the pid was this process, its ppid that parent.
@@ -196,7 +213,7 @@ def _children_by_parent() -> dict[int, list[int]]:
         if not name.isdigit():
             continue
         st = _stat(int(name))
-        if st is not None and st[0] not in ("Z", "X"):
+        if st is not None and not exited(int(name), st[0]):
             out.setdefault(st[1], []).append(int(name))
     return out
 
