@@ -28,7 +28,7 @@ from trainprobe.sidecar.core import (
     kill_settled,
     plan_ray_kill,
 )
-from trainprobe.sidecar.core.registry import note_offset
+from trainprobe.sidecar.core.fold import note_offset
 from trainprobe.sidecar.ray import HandleStore, RayUnavailable, settings_for_node
 from trainprobe.sidecar.ray.link import probe_address
 from trainprobe.sidecar.ray.naming import is_node_actor_name, node_incident_log

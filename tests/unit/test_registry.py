@@ -18,7 +18,7 @@ from trainprobe.sidecar.core import (
     ValidationError,
     validate_report,
 )
-from trainprobe.sidecar.core.registry import note_offset
+from trainprobe.sidecar.core.fold import note_offset
 
 T0 = 100.0
 

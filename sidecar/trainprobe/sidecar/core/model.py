@@ -289,10 +289,10 @@ class WorkerState:
     step_samples: StepWindow = field(default_factory=lambda: StepWindow(STEP_SAMPLE_WINDOW))
     #: (received_at, total_steps) of recent reports, for the step rate.
     rate_points: FloatRing = field(default_factory=lambda: FloatRing(OFFSET_WINDOW, 2))
-    #: (receipt - send) of recent reports; see ``Registry.note_offset``.
+    #: (receipt - send) of recent reports; see ``core.fold.note_offset``.
     offsets: FloatRing = field(default_factory=lambda: FloatRing(OFFSET_WINDOW))
     #: The worker's clock offset: the smallest of ``offsets`` (0 before any
-    #: report), which it follows down at once and up slowly (``Registry.note_offset``).
+    #: report), which it follows down at once and up slowly (``core.fold.note_offset``).
     offset_s: float = 0.0
     #: The smallest of ``offsets``, and when ``offset_s`` was last moved.
     offset_min_s: float = 0.0
