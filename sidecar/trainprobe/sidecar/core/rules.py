@@ -28,16 +28,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE, STARTUP_PHASES
+from trainprobe.sidecar.core.conventions import RENDEZVOUS_PHASE, STARTUP_PHASES
 from trainprobe.sidecar.core.model import (
-    ActivePhase,
     Finding,
-    GroupSeqData,
     Verdict,
     WorkerState,
     heard_every_ms,
 )
 from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
+from trainprobe.sidecar.core.worker_rules import degraded, finding, phase_overrun, progress, startup
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     phase end, ranks arrived in the rendezvous, the last arrival, world size,
     connected ranks].
     Start-up phases hold nothing for the job: a rank before its process group
-    is judged by :func:`_startup`, against its peers.
+    is judged by :func:`worker_rules.startup`, against its peers.
     """
     tallies: dict[str, list[Any]] = {}
     for w in workers:
@@ -175,10 +174,6 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
     return out
 
 
-def _finding(w: WorkerState, rule: str, verdict: Verdict, **evidence: object) -> Finding:
-    return Finding(w.key, rule, verdict, evidence, w.hello.pid)
-
-
 def heartbeat_limit_s(w: WorkerState, cfg: RuleConfig) -> float:
     """Silence past this is UNRESPONSIVE: the timeout, or three times as long as the
     sidecar waits between reports (the hook's interval, or its relay's batches)."""
@@ -195,7 +190,7 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     # heartbeat counted from the resume.
     if w.ended == "vanished" and not (w.fresh_after and w.pid_alive_at_end):
         out.append(
-            _finding(
+            finding(
                 w,
                 "exit",
                 Verdict.DEAD,
@@ -210,7 +205,7 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     report_age = now - max(w.last_report_at, w.fresh_after)
     limit = heartbeat_limit_s(w, cfg)
     if report_age > limit:
-        silent = _finding(
+        silent = finding(
             w,
             "heartbeat",
             Verdict.UNRESPONSIVE,
@@ -229,14 +224,14 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     shift = min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit)
     now -= shift
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
-        out.extend(_degraded(w, cfg))
+        out.extend(degraded(w, cfg))
     if w.active_phases:
         declared = [p for p in w.active_phases if p.name not in STARTUP_PHASES]
-        hung = _phase_overrun(w, cfg, now, declared) if declared else _startup(w, cfg, job, now)
+        hung = phase_overrun(w, cfg, now, declared) if declared else startup(w, cfg, job, now)
     elif job.phase_holders:
         hung = None  # another rank's declared phase covers this one's wait
     else:
-        hung = _progress(w, cfg, job, now)
+        hung = progress(w, cfg, job, now)
     if hung is not None:
         _as_of(hung, shift)
         out.append(hung)
@@ -249,164 +244,3 @@ def _as_of(f: Finding, lag_s: float) -> None:
     than ``now - age``, and the incident's detection latency counts it."""
     if lag_s >= 0.001:
         f.evidence["as_of_lag_s"] = round(lag_s, 3)
-
-
-def _phase_overrun(
-    w: WorkerState, cfg: RuleConfig, now: float, phases: list[ActivePhase]
-) -> Finding | None:
-    for p in phases:
-        timeout = p.timeout_s or cfg.phase_timeout_s
-        elapsed = now - p.started_at
-        if elapsed > timeout:
-            return _finding(
-                w,
-                "phase_overrun",
-                Verdict.HUNG,
-                phase=p.name,
-                elapsed_s=round(elapsed, 3),
-                timeout_s=timeout,
-                declared=bool(p.timeout_s),
-            )
-    return None
-
-
-def _startup(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:
-    """A rank before its process group, judged against its peers.
-
-    Peers inside init_process_group have done all their own start-up and wait
-    for the ranks that are not there yet: a rank still outside it
-    ``init_straggler_s`` after the last of them arrived holds the job up (a
-    verdict; the kill waits for the patience, as a slow data read may end).
-    Only once every rank of the world has a live stream here: a rank that has
-    not connected may be the one they wait for, or arrive later still, so no
-    "last arrival" is known. When every rank of the job is inside and none
-    comes out, the rendezvous itself is stuck (the store, or the backend's
-    connection set-up). Without arrived peers, or with ranks of the world
-    missing, the start-up rule applies.
-    """
-    names = {p.name for p in w.active_phases}
-    if RENDEZVOUS_PHASE in names:
-        world = job.world_size
-        if world > 1 and len(job.arrived) >= world:
-            stuck = now - job.last_arrival_at
-            if stuck > cfg.rendezvous_timeout_s:
-                return _finding(
-                    w,
-                    "rendezvous",
-                    Verdict.HUNG,
-                    phase=RENDEZVOUS_PHASE,
-                    arrived=list(job.arrived),
-                    stuck_s=round(stuck, 3),
-                    timeout_s=cfg.rendezvous_timeout_s,
-                )
-        return None  # waiting for a peer: the rank not there is the one to name
-    if INIT_PHASE in names and job.arrived and job.connected >= job.world_size:
-        waited = now - job.last_arrival_at
-        if waited > cfg.init_straggler_s:
-            return _finding(
-                w,
-                "init_straggler",
-                Verdict.HUNG,
-                phase=INIT_PHASE,
-                waiting=list(job.arrived),
-                waited_s=round(waited, 3),
-                timeout_s=cfg.init_straggler_s,
-            )
-        return None
-    return _progress(w, cfg, job, now)
-
-
-def _progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:
-    if not w.has_step:
-        elapsed = now - max(w.first_seen_at, job.last_phase_end_at)
-        if elapsed > cfg.stall.startup_timeout_s:
-            return _finding(
-                w,
-                "startup",
-                Verdict.HUNG,
-                elapsed_s=round(elapsed, 3),
-                timeout_s=cfg.stall.startup_timeout_s,
-            )
-        return None
-    # Collectives before the first step (rendezvous, data download barriers) are
-    # start-up, judged by the start-up timeout above.
-    inflight = w.oldest_inflight()
-    if inflight is not None:
-        group, since = inflight
-        age = now - max(since, job.last_phase_end_at)
-        if age > cfg.sync_timeout_s:
-            seq = _inflight_seq(w, group)
-            return _finding(
-                w,
-                "sync_inflight",
-                Verdict.HUNG,
-                group=group,
-                inflight_age_s=round(age, 3),
-                timeout_s=cfg.sync_timeout_s,
-                step=w.last_step,
-                op=seq.inflight_op if seq else None,
-                seq=seq.inflight_seq if seq else None,
-                completed=seq.completed if seq else None,
-            )
-    threshold = job.threshold
-    step_age = now - max(w.last_step_at, job.last_phase_end_at)
-    if step_age > threshold.seconds:
-        return _finding(
-            w,
-            "stall",
-            Verdict.HUNG,
-            step=w.last_step,
-            step_age_s=round(step_age, 3),
-            threshold_s=round(threshold.seconds, 3),
-            basis=threshold.basis,
-            p99_step_s=None if threshold.p99_s is None else round(threshold.p99_s, 6),
-            samples=threshold.samples,
-        )
-    return None
-
-
-def _inflight_seq(w: WorkerState, group: str) -> GroupSeqData | None:
-    sync = w.last_report.sync if w.last_report else None
-    return next((g for g in sync.groups if g.group == group), None) if sync else None
-
-
-def _degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
-    out: list[Finding] = []
-    n = cfg.gpu_memory_reports
-    # Tested before copying the samples: most workers have none (no GPU) or too few.
-    if len(w.gpu_ratios) >= n and all(r >= cfg.gpu_memory_ratio for r in list(w.gpu_ratios)[-n:]):
-        gpu = w.gpu
-        out.append(
-            _finding(
-                w,
-                "gpu_memory",
-                Verdict.DEGRADED,
-                used_ratio=round(w.gpu_ratios[-1], 4),
-                ratio=cfg.gpu_memory_ratio,
-                reports=n,
-                used_bytes=gpu.device_used_bytes if gpu else None,
-                total_bytes=gpu.device_total_bytes if gpu else None,
-                reserved_bytes=gpu.reserved_bytes if gpu else None,
-                gpu_uuid=w.gpu_uuid or None,
-            )
-        )
-    # The latest window only: once a window passes without a slow sync the
-    # episode ends, and the next slow one is a new incident.
-    sync = w.last_report.sync if w.last_report else None
-    if sync is not None and sync.count and sync.max_s > cfg.sync_latency_s:
-        slowest = max(sync.samples, key=lambda c: c.end_mono_ns - c.start_mono_ns, default=None)
-        out.append(
-            _finding(
-                w,
-                "sync_latency",
-                Verdict.DEGRADED,
-                max_sync_s=round(sync.max_s, 6),
-                p50_sync_s=round(sync.p50_s, 6),
-                threshold_s=cfg.sync_latency_s,
-                collectives=sync.count,
-                group=slowest.group if slowest else None,
-                op=slowest.op if slowest else None,
-                seq=slowest.seq if slowest else None,
-            )
-        )
-    return out
