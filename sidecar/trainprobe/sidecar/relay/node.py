@@ -27,30 +27,13 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import (
-    MESSAGE_SIZE_OPTIONS,
-    PERMANENT_CODES,
-    VERSION,
-    Backoff,
-    UnsafeSocketDir,
-    bearer_metadata,
-    check_socket_dir,
-    parse_endpoint,
-    probe_pb2,
-)
+from trainprobe.proto import VERSION, check_socket_dir, parse_endpoint, probe_pb2
 from trainprobe.sidecar.act.procs import still_alive, terminate
 from trainprobe.sidecar.config.settings import Settings
-from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.relay.held import NodeHeld
-from trainprobe.sidecar.relay.wire import (
-    Rejected,
-    WorkerStream,
-    accepted,
-    hello_pid_and_ticket,
-    item_pb,
-    reason,
-)
+from trainprobe.sidecar.relay.link import UpstreamLink
+from trainprobe.sidecar.relay.wire import Rejected, WorkerStream, hello_pid_and_ticket, item_pb
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import DoomedPids, Health
@@ -61,8 +44,6 @@ from trainprobe.sidecar.transport.streams import pump
 
 log = logging.getLogger("trainprobe.sidecar")
 
-#: Longest wait for the upstream to take one batch before the node reconnects.
-WRITE_TIMEOUT_S = 10.0
 #: A kill order for a worker whose pid this node did not verify.
 NOT_SIGNALLABLE = (
     "pid not verified by the relaying node (no identity ticket: another host, an old "
@@ -83,9 +64,6 @@ class RelayNode:
         self.buffer = RelayBuffer(settings.relay_buffer_messages)
         self.interval_s = settings.relay_interval_ms / 1000.0
         self.addresses: list[str] = []
-        #: Whether a Relay stream to the upstream is up now, and how many were opened.
-        self.connected = False
-        self.sessions = 0
         self._streams: dict[int, WorkerStream] = {}
         #: stream id -> (pid, start ticks, uid) of the worker this node verified
         #: (pid 0: not verified): what it vouches for upstream and may signal.
@@ -93,18 +71,19 @@ class RelayNode:
         self._ids = itertools.count(1)
         #: Which verified workers the kernel holds (read when silent), for the upstream.
         self.held = NodeHeld()
-        # Unix sockets are guarded by file permissions; a token goes over TCP only.
-        self._metadata = bearer_metadata(settings.token if self.upstream.kind != "unix" else None)
-        #: The upstream's own certificate, the only root this node trusts: the
-        #: handshake fails against anyone without its key, before the token is sent.
-        self._tls: grpc.ChannelCredentials | None = None
-        if self.upstream.kind != "unix" and settings.relay_tls_cert_file is not None:
-            pinned = read_pem(settings.relay_tls_cert_file, "relay_tls_cert_file")
-            self._tls = grpc.ssl_channel_credentials(root_certificates=pinned)
         self._stop = asyncio.Event()
-        #: Ends the relay loop; set after the worker servers stopped, so the
-        #: last batch (their Goodbyes) still goes up.
-        self._done = asyncio.Event()
+        #: The Relay stream; its ``done`` is set after the worker servers
+        #: stopped, so the last batch (their Goodbyes) still goes up.
+        self.link = UpstreamLink(
+            self.upstream,
+            settings.token,
+            settings.relay_tls_cert_file,
+            self.interval_s,
+            batch=self.batch,
+            before_batch=self.held.poll,
+            on_stream=self._new_stream,
+            on_command=self._command,
+        )
         self._servers: Any = None
         self._tasks = TaskSet()
         self._relay_task: asyncio.Task[None] | None = None
@@ -235,87 +214,24 @@ class RelayNode:
                 out.vouch.pid, out.vouch.start_ticks, out.vouch.uid = pid, ticks or 0, uid
         return out
 
-    async def _relay_forever(self) -> None:
-        backoff = Backoff()
-        # An outage is logged once; an unsafe directory met during it gets its own line.
-        down_logged = unsafe_logged = False
-        while not self._done.is_set():
-            error: Exception | None = None
-            try:
-                await self._relay_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                error = err
-            if self.connected:  # a new outage: log it once, retry soon
-                self.connected, down_logged, unsafe_logged = False, False, False
-                backoff.reset()
-            unsafe = isinstance(error, UnsafeSocketDir)
-            permanent = unsafe or (
-                isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
-            )
-            if error is not None and not (unsafe_logged if unsafe else down_logged):
-                log.warning("relay to %s is down (%s); retrying", self.upstream, reason(error))
-                down_logged, unsafe_logged = True, unsafe_logged or unsafe
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._done.wait(), backoff.next_delay(permanent))
+    def _new_stream(self) -> None:
+        """A new Relay stream knows no session: every live worker's Hello goes first."""
+        self._warned_drop = False
+        self.buffer.resume((s.sid, s.hello) for s in self._streams.values())
+        self.held.watch.resend()
 
-    async def _relay_once(self) -> None:
-        # Again on every try: the directory may have been made, or opened up, since;
-        # and no channel until it exists (gRPC would connect to what appears later).
-        upstream = check_socket_dir(self.upstream, "not relaying to", present=True)
-        target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
-        channel_cm = (
-            grpc.aio.insecure_channel(target, options=options)
-            if self._tls is None
-            else grpc.aio.secure_channel(target, self._tls, options=options)
-        )
-        async with channel_cm as channel:
-            call = channel.stream_stream(
-                f"/{SERVICE}/Relay",
-                request_serializer=probe_pb2.RelayBatch.SerializeToString,
-                response_deserializer=probe_pb2.RelayCommand.FromString,
-            )(metadata=self._metadata)
-            await call.wait_for_connection()
-            await accepted(call, WRITE_TIMEOUT_S)
-            self.connected, self._warned_drop = True, False
-            self.sessions += 1
-            log.info("relaying to %s", self.upstream)
-            # The new stream knows no session: every live worker's Hello goes first.
-            self.buffer.resume((s.sid, s.hello) for s in self._streams.values())
-            self.held.watch.resend()
-            reader = asyncio.ensure_future(self._commands(call))
-            try:
-                while not self._done.is_set():
-                    await self.held.poll()
-                    batch = self.batch()
-                    if batch is not None:
-                        # An upstream that stopped reading (a partition, not a
-                        # reset) would block the write forever: reconnect instead.
-                        await asyncio.wait_for(call.write(batch), WRITE_TIMEOUT_S)
-                    done, _ = await asyncio.wait({reader}, timeout=self.interval_s)
-                    if done:
-                        reader.result()  # raises what ended the stream
-                        raise ConnectionError("the upstream ended the relay stream")
-                with contextlib.suppress(Exception):
-                    await call.done_writing()
-            finally:
-                reader.cancel()
-                call.cancel()
-
-    async def _commands(self, call: Any) -> None:
-        async for cmd in call:
-            which = cmd.WhichOneof("kind")
-            if which == "kill":
-                self._spawn(self._kill(cmd.stream_id, cmd.kill))
-                continue
-            stream = self._streams.get(cmd.stream_id)
-            if stream is None:
-                continue  # that worker's stream has ended
-            if which == "command":
-                stream.outbox.put_nowait(cmd.command)
-            elif which == "reject":
-                stream.outbox.put_nowait(cmd.reject)
+    def _command(self, cmd: probe_pb2.RelayCommand) -> None:
+        which = cmd.WhichOneof("kind")
+        if which == "kill":
+            self._spawn(self._kill(cmd.stream_id, cmd.kill))
+            return
+        stream = self._streams.get(cmd.stream_id)
+        if stream is None:
+            return  # that worker's stream has ended
+        if which == "command":
+            stream.outbox.put_nowait(cmd.command)
+        elif which == "reject":
+            stream.outbox.put_nowait(cmd.reject)
 
     async def _kill(self, sid: int, order: probe_pb2.RelayKill) -> None:
         pid, ticks, _ = self._pids.get(sid, (0, None, -1))
@@ -349,7 +265,7 @@ class RelayNode:
         self.addresses = self._servers.addresses
         if self._servers.unix_paths:  # the trainer's exec probe reads the decisions there
             self._doomed.files = DoomFiles(self._servers.unix_paths[0].parent)
-        self._relay_task = asyncio.ensure_future(self._relay_forever())
+        self._relay_task = asyncio.ensure_future(self.link.run())
         log.info(
             "trainprobe relay node listening on %s; relaying to %s every %d ms (no rules here)",
             ", ".join(self.addresses),
@@ -369,7 +285,7 @@ class RelayNode:
                     path.unlink()
         if self._relay_task is not None:
             await asyncio.sleep(self.interval_s + 0.05)  # one last batch: the Goodbyes
-            self._done.set()
+            self.link.done.set()
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._relay_task, 2.0)
 
