@@ -193,7 +193,10 @@ class Workers:
         env: dict[str, str] | None = None,
         rank_env: dict[int, dict[str, str]] | None = None,
         script: Path = DDP_WORKER,
+        wrap: Sequence[str] = (),
     ) -> None:
+        """``wrap`` comes before each rank's command, a launcher that execs it
+        (``unshare --time ...``): the pids are then the ranks'."""
         self.n = n
         self.progress = workdir / f"progress-{time.monotonic_ns()}.jsonl"
         port = str(free_port())
@@ -215,7 +218,7 @@ class Workers:
             with open(self.logs[rank], "wb") as log:
                 self.procs.append(
                     subprocess.Popen(
-                        [PYTHON, str(script), "--progress", str(self.progress), *args],
+                        [*wrap, PYTHON, str(script), "--progress", str(self.progress), *args],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=e,

@@ -8,9 +8,13 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import wait_for
+from tests.test_time_namespace import AHEAD_S, WRAP, _time_namespaces
 from trainprobe.sidecar.act.procs import (
     CAUGHT_SIGTERM_GRACE_S,
+    mono_ahead_ns,
     pid_alive,
     proc_start_ticks,
     proc_stopped,
@@ -110,3 +114,18 @@ def test_an_uncaught_sigterm_ends_the_process_and_no_sigkill_follows() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_mono_ahead_is_the_time_namespace_offset_the_kernel_keeps() -> None:
+    if _time_namespaces():
+        pytest.skip(_time_namespaces())
+    assert mono_ahead_ns(os.getpid()) == 0
+    child = subprocess.Popen([*WRAP, "sleep", "30"])
+    try:
+        # unshare execs sleep once the namespace is set: until then it reads as ours.
+        wait_for(lambda: mono_ahead_ns(child.pid) != 0, 10, 0.01, "the time namespace")
+        assert mono_ahead_ns(child.pid) == AHEAD_S * 1_000_000_000
+    finally:
+        child.kill()
+        child.wait()
+    assert mono_ahead_ns(child.pid) == 0  # gone: nothing to say

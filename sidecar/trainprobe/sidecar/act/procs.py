@@ -31,6 +31,28 @@ def proc_start_ticks(pid: int) -> int | None:
         return None
 
 
+def _monotonic_offset_ns(path: str) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            for line in fh.read(4096).splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == b"monotonic":
+                    return int(parts[1]) * 1_000_000_000 + int(parts[2])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def mono_ahead_ns(pid: int) -> int:
+    """How far ``pid``'s CLOCK_MONOTONIC runs ahead of this process's: the
+    offsets of their time namespaces (``/proc/<pid>/timens_offsets``, as the
+    kernel keeps them). 0 where either is unknown (a kernel before 5.6, or
+    no such process): both then read the same clock."""
+    theirs = _monotonic_offset_ns(f"/proc/{pid}/timens_offsets")
+    ours = _monotonic_offset_ns("/proc/self/timens_offsets")
+    return 0 if theirs is None or ours is None else theirs - ours
+
+
 def proc_stopped(pid: int) -> bool:
     """True if ``pid`` is stopped (SIGSTOP, or a tracer's stop): none of its
     threads runs, so it can neither answer a command nor run a signal handler."""

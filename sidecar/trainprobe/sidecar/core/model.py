@@ -122,11 +122,14 @@ class HelloData:
 @dataclass(frozen=True)
 class VerifiedProcess:
     """A process the kernel named (SO_PEERCRED): its pid in this sidecar's PID
-    namespace, its uid, and its start time, which pins the pid against reuse."""
+    namespace, its uid, and its start time, which pins the pid against reuse;
+    and how far its CLOCK_MONOTONIC runs ahead of this sidecar's (another time
+    namespace: ``unshare --time``, a container restored by CRIU)."""
 
     pid: int
     uid: int
     start_ticks: int | None
+    mono_ahead_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -253,6 +256,10 @@ class WorkerState:
     #: verified here, on a direct stream. Unverified workers are still judged;
     #: their kill is an Abort command over their own stream.
     local: bool = False
+    #: How far a verified worker's CLOCK_MONOTONIC runs ahead of this sidecar's,
+    #: as the kernel says (0 but in another time namespace): a local worker's
+    #: timestamps map exactly by it, not by the report-delay estimate.
+    mono_ahead_s: float = 0.0
     #: The relay route when the session came over a node sidecar's Relay stream
     #: (its node signals the process); None for a direct Connect stream.
     relay: Any = None

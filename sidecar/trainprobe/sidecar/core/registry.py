@@ -153,6 +153,7 @@ class Registry:
         if verified is not None:
             state.verified, state.uid = True, verified.uid
             state.proc_start_ticks = verified.start_ticks
+            state.mono_ahead_s = verified.mono_ahead_ns / 1e9
             state.node = node
         if old is not None:
             state.generation = old.generation + 1  # the old stream's close is ignored

@@ -81,10 +81,11 @@ class WorkerTrace:
         """The worker-to-wall mapping, pinned so that its spans keep the worker's own
         time differences (the offset estimate wobbles by the report delay).
 
-        A worker in this sidecar's PID namespace shares its CLOCK_MONOTONIC:
-        its offset is exactly 0. Others use the registry's min-delay estimate.
+        A worker verified in this sidecar's PID namespace maps exactly: by its
+        time namespace's offset (0 in ours, as the kernel says). Others use the
+        registry's min-delay estimate.
         """
-        offset = 0.0 if state.local else state.offset_s
+        offset = -state.mono_ahead_s if state.local else state.offset_s
         pinned = self._clock
         if (
             pinned is None

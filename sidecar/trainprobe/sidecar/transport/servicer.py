@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.act.procs import still_alive
+from trainprobe.sidecar.act.procs import mono_ahead_ns, still_alive
 from trainprobe.sidecar.core.model import (
     ReportData,
     VerifiedProcess,
@@ -259,7 +259,7 @@ class SidecarServicer:
                 hello.pid,
             )
             return None
-        return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks)
+        return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks, mono_ahead_ns(peer.pid))
 
     async def _read(self, state: WorkerState, request_iterator: Any) -> Ending:
         """Consume the stream; return how it ended and the error to send, if any."""
