@@ -110,15 +110,18 @@ def test_no_sidecar_is_one_line_that_says_to_start_one() -> None:
     sock = short_tmpdir() / "none.sock"
     r = ctl("status", "--target", f"unix://{sock}")
     assert r.returncode == 1
+    # The command it names listens where the client looked (not the default socket).
     assert one_line(r.stderr) == (
         f"trainprobe: error: no sidecar at unix://{sock}: start one with "
-        "`trainprobe-sidecar`, or pass --target"
+        f"`trainprobe-sidecar --listen unix://{sock}`, or pass --target"
     )
     port = free_port()
     r = ctl("diagnose", "--target", f"tcp://127.0.0.1:{port}")
     assert r.returncode == 1
-    assert f"start one with `trainprobe-sidecar --listen tcp://127.0.0.1:{port}`" in one_line(
-        r.stderr
+    # A TCP listener needs a token: the command it names is one the sidecar accepts.
+    assert (
+        f"start one with `trainprobe-sidecar --listen tcp://127.0.0.1:{port} --token-file FILE`"
+        in one_line(r.stderr)
     )
 
 

@@ -60,9 +60,13 @@ def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
                 f"cannot connect to {where}: permission denied (the socket is another "
                 "user's: run as that user, or pass --target)"
             )
-        start = (
-            "trainprobe-sidecar" if where.kind == "unix" else f"trainprobe-sidecar --listen {where}"
-        )
+        # A command the sidecar accepts as it stands, listening where we looked.
+        if where.kind == "unix" and where.path == str(default_socket_path()):
+            start = "trainprobe-sidecar"
+        elif where.kind == "unix":
+            start = f"trainprobe-sidecar --listen {where}"
+        else:  # a TCP listener refuses to start without a token
+            start = f"trainprobe-sidecar --listen {where} --token-file FILE"
         return f"no sidecar at {where}: start one with `{start}`, or pass --target"
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return f"the sidecar at {where} refused the token: pass --token or set TRAINPROBE_TOKEN"

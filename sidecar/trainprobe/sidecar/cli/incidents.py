@@ -252,6 +252,15 @@ def timeline(story: IncidentStory) -> list[str]:
     return [printable(line) for line in out]
 
 
+#: An evidence round's stack comparison (None: no stack read, or only one).
+_STACK: dict[object, str] = {True: "stack unchanged", False: "stack moved"}
+
+
+def _cpu(ratio: object) -> str:
+    # None: one sample, which proves no motion either way.
+    return "cpu not read" if ratio is None else f"cpu {ratio}"
+
+
 def _evidence(per_rank: dict[str, Any]) -> list[str]:
     out = []
     for rank, ev in sorted(per_rank.items(), key=lambda x: str(x[0])):
@@ -259,7 +268,7 @@ def _evidence(per_rank: dict[str, Any]) -> list[str]:
             continue
         out.append(
             f"    rank {rank}: {ev.get('label') or ev.get('state')}, process {ev.get('state')}, "
-            f"cpu {ev.get('cpu_ratio')}, stack same {ev.get('stack_same')}, "
+            f"{_cpu(ev.get('cpu_ratio'))}, {_STACK.get(ev.get('stack_same'), 'stack not read')}, "
             f"{ev.get('samples')} samples" + (f", at {ev['where']}" if ev.get("where") else "")
         )
     return out
