@@ -255,3 +255,86 @@ def test_prometheus_scrape_is_the_same() -> None:
         loop.close()
         provider.shutdown()
         ref.provider.shutdown()
+
+
+GAUGES = [s for s in INSTRUMENTS if s.kind in ("gauge", "updown")]
+
+
+def gauge_points(data: Any) -> dict[tuple[str, frozenset[Any]], tuple[Any, ...]]:
+    """Every gauge and up-down counter point, by metric name and attributes."""
+    out = {}
+    for rm in data.resource_metrics if data is not None else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name not in {s.name for s in GAUGES}:
+                    continue
+                kind = type(m.data).__name__
+                extra = (
+                    (m.data.aggregation_temporality, m.data.is_monotonic) if kind == "Sum" else ()
+                )
+                for p in m.data.data_points:
+                    key = (m.name, frozenset(p.attributes.items()))
+                    assert key not in out
+                    out[key] = (m.unit, m.description, kind, *extra, p.value)
+    return out
+
+
+def snapshot_of(ranks: int) -> Any:
+    """A registry snapshot of ``ranks`` connected ranks, one with GPU memory."""
+    from trainprobe.sidecar.core.model import GpuMemoryData
+    from trainprobe.sidecar.core.overload import IngestLoad
+    from trainprobe.sidecar.otel.measures import gauge_snapshot
+
+    reg = Registry()
+    for r in range(ranks):
+        st = reg.open(dataclasses.replace(hello(rank=r, pid=100 + r), world_size=ranks), 1.0)
+        rep = report(1, [1 + r % 3], step_ms=10)
+        if r == 1:
+            gpu = GpuMemoryData(0, 10, 20, 30, True, 40, 80, 5, "GPU-1")
+            rep = dataclasses.replace(rep, gpu=gpu)
+        reg.apply(st, rep, 2.0)
+    return gauge_snapshot(reg.workers(), 3.0, IngestLoad(False, 10, 0, 0.25, 0.0))
+
+
+@pytest.mark.parametrize("ranks", [5, 2500])
+def test_snapshot_gauges_equal_the_sdks_observable_instruments(ranks: int) -> None:
+    """The gauges built at collection are the points the SDK's observable gauges and
+    up-down counters gave for the same snapshot, with no state kept per series; past
+    the SDK's 2,000 attribute sets every rank is still its own series."""
+    snap = snapshot_of(ranks)
+    folded = FoldedSet(INSTRUMENTS, RESOURCE, InstrumentationScope(SCOPE), lambda: snap)
+    mine = FoldingInMemory()
+    mine.fold_into(folded)
+    provider = MeterProvider(resource=RESOURCE, metric_readers=[mine])
+    provider.get_meter(SCOPE)
+    theirs = InMemoryMetricReader()
+    ref = MeterProvider(resource=RESOURCE, metric_readers=[theirs])
+    meter = ref.get_meter(SCOPE)
+
+    def observe(spec: Any) -> Any:
+        from opentelemetry.metrics import Observation
+
+        return lambda options: [Observation(v, a) for v, a in snap.get(spec)]
+
+    for spec in GAUGES:
+        make = (
+            meter.create_observable_gauge
+            if spec.kind == "gauge"
+            else meter.create_observable_up_down_counter
+        )
+        make(spec.name, [observe(spec)], unit=spec.unit, description=spec.description)
+    try:
+        got, want = gauge_points(mine.get_metrics_data()), gauge_points(theirs.get_metrics_data())
+        heartbeats = {k for k in got if k[0] == "trainprobe.heartbeat.age"}
+        assert len(heartbeats) == ranks
+        assert any(k[0] == "hw.gpu.memory.usage" for k in got)
+        assert any(k[0] == "trainprobe.sidecar.overloaded" for k in got)
+        if ranks <= 2000:
+            assert got == want
+        else:  # the SDK keeps 1,999 series and folds the rest into one
+            overflow = {k: v for k, v in want.items() if ("otel.metric.overflow", True) in k[1]}
+            assert overflow
+            assert {k: v for k, v in want.items() if k not in overflow}.items() <= got.items()
+    finally:
+        provider.shutdown()
+        ref.shutdown()

@@ -92,7 +92,7 @@ def _judged(w: WorkerState) -> dict[str, object]:
     return {
         "step": (w.has_step, w.last_step, w.last_step_at, w.total_steps),
         "sent": (w.last_sent_at, w.last_report_at, w.ingest_lag_s, w.offset_s),
-        "samples": (list(w.step_samples), w.step_p99_s),
+        "samples": (w.step_samples.kept(), w.step_p99_s),
         "phases": (w.active_phases, w.last_phase_end_at),
         "gpu": (w.gpu, list(w.gpu_ratios)),
         "inflight": w.inflight_since,

@@ -209,3 +209,42 @@ def test_clock_mapping_is_pinned_and_exact_for_local_workers() -> None:
     r2 = report(2, [2])
     (s2,) = tb.on_report(apply(reg, h, r2, now=100.0), r2, WMM + 3e-6)
     assert s2.start_ns == s1.end_ns
+
+
+def test_a_remembered_collective_keeps_every_field_and_is_never_added_twice() -> None:
+    """Collectives are kept as rows of an int array with their names once: what
+    comes back is what came in, past-int64 numbers clamped, not a crash."""
+    reg, tb = Registry(), TraceBuilder(every_n_steps=2)
+    h = hello()
+    big = dataclasses.replace(coll(2, seq=2**64 - 1, start_ms=2, dur_ms=1), bytes=2**64 - 1)
+    other = dataclasses.replace(coll(2, seq=5, start_ms=2, dur_ms=1), group="tp/pg2", op="gather")
+    r1 = report(1, [1], samples=(big, other, other))
+    tb.on_report(apply(reg, h, r1), r1, WMM)
+    wt = tb.known(h)
+    assert wt is not None and wt.remembered_collectives == 2
+    r2 = report(2, [2], samples=(other,))  # resent: still two
+    spans = tb.on_report(apply(reg, h, r2), r2, WMM)
+    assert wt.remembered_collectives == 2
+    children = sorted(
+        (s.attributes["trainprobe.collective.group"], s.attributes["trainprobe.collective.seq"])
+        for s in spans
+        if s.name != "step"
+    )
+    assert children == [("dp", 2**63 - 1), ("tp/pg2", 5)]
+
+
+def test_a_flood_of_collective_names_keeps_the_names_bounded() -> None:
+    reg, tb = Registry(), TraceBuilder(every_n_steps=1000)
+    h = hello()
+    for k in range(10):
+        names = tuple(
+            dataclasses.replace(
+                coll(2, seq=k * 100 + i, start_ms=1 + k + i / 100, dur_ms=0.01), group=f"g{k}-{i}"
+            )
+            for i in range(50)
+        )
+        r = report(1 + k, [1 + k], samples=names)
+        tb.on_report(apply(reg, h, r), r, WMM)
+    wt = tb.known(h)
+    assert wt is not None and len(wt._names) <= 64
+    assert wt.remembered_collectives <= 2 * RECENT_COLLECTIVES

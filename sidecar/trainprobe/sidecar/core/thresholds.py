@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Sequence
+from bisect import insort
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import nlargest
 
@@ -43,57 +43,83 @@ def stored_step_time(x: float) -> float:
 
 
 class StepWindow:
-    """The last ``maxlen`` step times in arrival order, and their largest few.
+    """The p99 of about the last ``maxlen`` step times, in a few hundred bytes.
 
-    A p99 needs only the largest ``maxlen // 100 + 1`` times of the window, so
-    only about twice that is kept sorted (``_top``): an append is a store and a
-    comparison, and the p99 is a lookup (the sidecar's report path computes it
-    on every report). When the oldest time leaves while it is among the
-    largest, the next :meth:`p99` rebuilds them from the window (once per
-    report at most, however many samples it carried). Times are kept as 16-bit
-    codes on a log scale (:func:`stored_step_time`), which keep their order,
-    in a ring allocated at the first sample: 2 KB for a full window of 1,000.
-    As 32-bit floats it was 4 KB, and as a deque and a sorted list of float
-    objects 41 KB of each session's 46 (bench/bench_sessions.py).
+    A p99 needs only the largest ``k`` times of its window (``k`` is 11 for a
+    window of 1,000 to 1,099), and the largest ``k`` of a union are among the
+    largest ``k`` of each part. So the times go into blocks of ``maxlen // 10``,
+    and of each block only its largest ``k`` are kept, sorted: the block being
+    filled and the last 10 complete ones, 11 x 11 16-bit codes for a window of
+    1,000 (the whole window as codes was 2 KB a session, 20 MB at 10,000).
+    The window is exact: the last ``len(window)`` times, which once full is
+    ``maxlen`` (rounded up to whole blocks) plus the block being filled: 1,000
+    to 1,099. Times are 16-bit
+    codes on a log scale (:func:`stored_step_time`), which keep their order.
+    An append is a comparison with the block's smallest kept code (and an
+    insertion when larger); a completed block costs one merge of 110 codes;
+    the p99 merges two sorted runs of at most ``k``.
     """
 
-    __slots__ = ("_fifo", "_head", "_keep", "_top", "maxlen")
+    __slots__ = (
+        "_blocks",
+        "_cur",
+        "_done",
+        "_filled",
+        "_head",
+        "_k",
+        "_n_cur",
+        "_nblocks",
+        "_span",
+        "maxlen",
+    )
 
     def __init__(self, maxlen: int) -> None:
         self.maxlen = maxlen
-        #: A ring of codes once full: ``_head`` is the oldest one's index.
-        self._fifo: array[int] | None = None
-        self._head = 0
-        #: The ``len(_top)`` largest codes of the window, ascending (a multiset):
-        #: an array, 2 bytes a code, where a list of int objects cost ~30.
-        self._top: array[int] = array("H")
-        # Twice what the p99 needs: a departing time that ties with the smallest
-        # kept one (codes tie more often than floats) costs a rebuild less often.
-        self._keep = maxlen // 50 + 2
+        #: Times a block spans, and complete blocks kept (``maxlen`` of times).
+        self._span = max(1, maxlen // 10)
+        self._nblocks = max(1, -(-maxlen // self._span))
+        #: The most a p99 over the largest window (maxlen + span - 1) needs.
+        most = self._nblocks * self._span + self._span - 1
+        self._k = most - max(0, math.ceil(0.99 * most) - 1)
+        #: Complete blocks' largest ``_k`` codes each, ascending within a block, in
+        #: a ring of ``nblocks`` (allocated at the first complete block).
+        self._blocks: array[int] | None = None
+        self._head = 0  # the slot the next complete block takes
+        self._filled = 0  # complete blocks in the ring
+        #: The block being filled: its largest ``_k`` codes, ascending, and its count.
+        self._cur: array[int] = array("H")
+        self._n_cur = 0
+        #: The largest ``_k`` codes of the complete blocks, ascending.
+        self._done: array[int] = array("H")
 
     def append(self, x: float) -> None:
         self._add(_code(x))
 
     def _add(self, x: int) -> None:
-        fifo, top = self._fifo, self._top
-        if fifo is None:
-            fifo = self._fifo = array("H")
-        if len(fifo) == self.maxlen:
-            head = self._head
-            old = fifo[head]
-            fifo[head] = x
-            self._head = head + 1 if head + 1 < self.maxlen else 0
-            if top and old >= top[0]:
-                i = bisect_left(top, old)
-                if i < len(top) and top[i] == old:
-                    del top[i]
-        else:
-            fifo.append(x)
-        # Still the largest len(top) (+1): a time below the smallest kept is not.
-        if (not top or x >= top[0]) and (top or len(fifo) == 1):
-            insort(top, x)
-            if len(top) > self._keep:
-                del top[0]
+        cur = self._cur
+        if len(cur) < self._k:
+            insort(cur, x)
+        elif x > cur[0]:
+            del cur[0]
+            insort(cur, x)
+        self._n_cur += 1
+        if self._n_cur == self._span:
+            self._complete()
+
+    def _complete(self) -> None:
+        k, cur, nblocks = self._k, self._cur, self._nblocks
+        blocks = self._blocks
+        if blocks is None:
+            blocks = self._blocks = array("H", bytes(2 * k * nblocks))
+        # A block of fewer than k times (tiny windows) is padded with code 0, below
+        # every time but equal to the clamped ones: the k-th largest is unchanged.
+        at = self._head * k
+        blocks[at : at + k] = array("H", bytes(2 * (k - len(cur)))) + cur
+        self._head = (self._head + 1) % nblocks
+        self._filled = min(self._filled + 1, nblocks)
+        self._done = array("H", sorted(nlargest(k, blocks)))
+        self._cur = array("H")
+        self._n_cur = 0
 
     def extend(self, xs: Iterable[float]) -> None:
         for x in xs:
@@ -110,29 +136,26 @@ class StepWindow:
         return n
 
     def __len__(self) -> int:
-        return 0 if self._fifo is None else len(self._fifo)
+        return self._filled * self._span + self._n_cur
 
-    def _times(self) -> list[float]:
-        fifo, h = self._fifo, self._head
-        return [] if fifo is None else [_time(c) for c in (*fifo[h:], *fifo[:h])]
-
-    def __iter__(self) -> Iterator[float]:
-        return iter(self._times())
-
-    def sorted(self) -> list[float]:
-        return sorted(self._times())
+    def kept(self) -> tuple[int, bytes, bytes]:
+        """What the window holds (count, block codes, the filling block's codes):
+        equal for two windows that were fed the same times in the same blocks."""
+        blocks = b"" if self._blocks is None else self._blocks.tobytes()
+        return len(self), blocks, self._cur.tobytes()
 
     def p99(self) -> float | None:
-        """:func:`p99` of the window, without a sort."""
-        fifo = self._fifo
-        if not fifo:
+        """:func:`p99` of the window's times, without a sort of them."""
+        n = len(self)
+        if not n:
             return None
-        n = len(fifo)
         k = n - max(0, math.ceil(0.99 * n) - 1)  # the p99 is the k-th largest
-        top = self._top
-        if len(top) < k:
-            top[:] = array("H", sorted(nlargest(self._keep, fifo)))
-        return _time(top[-k])
+        done, cur = self._done, self._cur
+        if not self._filled:
+            return _time(cur[-k])
+        if not cur:
+            return _time(done[-k])
+        return _time(sorted((*done[-k:], *cur[-k:]))[-k])
 
 
 def p99(samples: Iterable[float]) -> float | None:

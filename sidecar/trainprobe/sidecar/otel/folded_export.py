@@ -1,4 +1,5 @@
-"""Hands the sidecar's folded histograms (:mod:`.histograms`) to OpenTelemetry readers.
+"""Hands the sidecar's folded histograms (:mod:`.histograms`) and its gauges to
+OpenTelemetry readers.
 
 The SDK has no asynchronous histogram instrument, so the folded histograms
 join each collection at the reader: :class:`FoldingReader` (mixed into the
@@ -9,39 +10,65 @@ or serves it. Names, units, descriptions, attributes, bucket bounds and
 temporality are those the SDK's own histograms had, so exporters, the
 Prometheus names (``trainprobe_step_duration_seconds_bucket``...) and the
 dashboards see no difference.
+
+The gauges (and up-down counters) join the same way, built from one
+:class:`~.measures.GaugeSnapshot` of the registry per collection, as the SDK's
+observable instruments would report them. Through the SDK, each rank's series
+kept an aggregation (with its lock and exemplar reservoir) for as long as the
+process lived, ~1.1 KiB a series, three or five a rank, also after the rank
+was gone; and past 2,000 ranks the SDK folded the rest into one overflow
+series. Here a series costs nothing between collections, and every connected
+rank is exported (the registry's session cap bounds them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
     MetricReader,
     MetricsData,
+    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from trainprobe.sidecar.otel.histograms import FoldedHistogram
-from trainprobe.sidecar.otel.measures import InstrumentSpec
+from trainprobe.sidecar.otel.measures import GaugeSnapshot, InstrumentSpec
+
+#: The instrument kinds whose values come from a registry snapshot at collection.
+SNAPSHOT_KINDS = ("gauge", "updown")
 
 
 class FoldedSet:
-    """The folded histograms of one pipeline, by instrument."""
+    """The folded histograms of one pipeline, by instrument, and its snapshot gauges."""
 
     def __init__(
-        self, specs: Iterable[InstrumentSpec], resource: Resource, scope: InstrumentationScope
+        self,
+        specs: Iterable[InstrumentSpec],
+        resource: Resource,
+        scope: InstrumentationScope,
+        gauges: Callable[[], GaugeSnapshot] | None = None,
     ) -> None:
+        specs = list(specs)
         self.specs = [s for s in specs if s.kind == "histogram"]
         self.by_name = {s.name: FoldedHistogram(s.buckets, s.attributes) for s in self.specs}
+        self.gauge_specs = [s for s in specs if s.kind in SNAPSHOT_KINDS] if gauges else []
+        self._gauges = gauges
+        #: The start of the up-down counters' cumulative sums, as the SDK's
+        #: observable instruments have it: when the instruments came to be.
+        self._start_ns = time.time_ns()
         self.resource = resource
         self.scope = scope
 
@@ -60,8 +87,40 @@ class FoldedSet:
         for hist in self.by_name.values():
             hist.add_reader(reader, delta)
 
-    def metrics(self, reader: MetricReader) -> list[Metric]:
+    def gauge_metrics(self) -> list[Metric]:
+        """Every gauge and up-down counter with a point, from one snapshot."""
+        if self._gauges is None or not self.gauge_specs:
+            return []
+        snap = self._gauges()
+        now = time.time_ns()
         out = []
+        for spec in self.gauge_specs:
+            values = snap.get(spec)
+            if not values:
+                continue  # as the SDK: no metric without a point
+            if spec.kind == "gauge":
+                data: Gauge | Sum = Gauge(
+                    data_points=[
+                        NumberDataPoint(dict(attrs), None, now, v, [])  # type: ignore[arg-type]
+                        for v, attrs in values
+                    ]
+                )
+            else:
+                data = Sum(
+                    data_points=[
+                        NumberDataPoint(dict(attrs), self._start_ns, now, v, [])
+                        for v, attrs in values
+                    ],
+                    aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                    is_monotonic=False,
+                )
+            out.append(
+                Metric(name=spec.name, description=spec.description, unit=spec.unit, data=data)
+            )
+        return out
+
+    def metrics(self, reader: MetricReader) -> list[Metric]:
+        out = self.gauge_metrics()
         for spec in self.specs:
             hist = self.by_name[spec.name]
             points = hist.collect(reader)

@@ -16,11 +16,9 @@ would choose for itself.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -43,8 +41,6 @@ from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
-#: Gauge callbacks of one collection share one snapshot of the registry.
-_SNAPSHOT_TTL_S = 0.5
 
 
 class _PeriodicReader(FoldingReader, PeriodicExportingMetricReader):
@@ -68,16 +64,15 @@ class OtelPipeline:
         )
         self._quiet = QuietSdkLogs(self.health)
         self._gauges = gauges
-        self._snapshot: tuple[float, GaugeSnapshot] | None = None
-        self._snapshot_lock = threading.Lock()
         self.resource = Resource(dict(resource_attributes)).merge(OTELResourceDetector().detect())
         self._scope = InstrumentationScope("trainprobe.sidecar", version)
         self._span_exporter: SpanExporter | None = None
         self._metric_exporter: MetricExporter | None = None
         self.span_processor: BatchSpanProcessor | None = None
         self.http_server: Any = None
-        #: Histograms are folded here per report and join each reader's collection.
-        self.folded = FoldedSet(INSTRUMENTS, self.resource, self._scope)
+        #: Histograms are folded here per report and join each reader's collection,
+        #: as do the gauges, from one registry snapshot a collection.
+        self.folded = FoldedSet(INSTRUMENTS, self.resource, self._scope, self.snapshot)
         self._quiet.install()
         try:
             # The only step that can fail (a busy port) comes first, before any
@@ -98,19 +93,11 @@ class OtelPipeline:
         meter = self.meter_provider.get_meter("trainprobe.sidecar", version)
         self._counters: dict[str, Any] = {}
         for spec in INSTRUMENTS:
-            if spec.kind == "histogram":
-                continue  # folded: see FoldedSet
+            # Histograms and gauges are folded in at each collection (FoldedSet):
+            # only the counters are the SDK's.
             if spec.kind == "counter":
                 self._counters[spec.name] = meter.create_counter(
                     spec.name, unit=spec.unit, description=spec.description
-                )
-            elif spec.kind == "gauge":
-                meter.create_observable_gauge(
-                    spec.name, [self._observe(spec)], unit=spec.unit, description=spec.description
-                )
-            else:
-                meter.create_observable_up_down_counter(
-                    spec.name, [self._observe(spec)], unit=spec.unit, description=spec.description
                 )
 
     # -- construction -----------------------------------------------------------
@@ -213,18 +200,10 @@ class OtelPipeline:
     def add(self, spec: InstrumentSpec, value: int, attrs: Mapping[str, AttrValue]) -> None:
         self._counters[spec.name].add(value, attrs)
 
-    def _observe(self, spec: InstrumentSpec) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def callback(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(v, attrs) for v, attrs in self.snapshot().get(spec)]
-
-        return callback
-
     def snapshot(self) -> GaugeSnapshot:
-        with self._snapshot_lock:
-            now = time.monotonic()
-            if self._snapshot is None or now - self._snapshot[0] > _SNAPSHOT_TTL_S:
-                self._snapshot = (now, self._gauges())
-            return self._snapshot[1]
+        """The gauges now: one registry snapshot for one collection, not kept after
+        it (at 10,000 ranks a snapshot is a few MB)."""
+        return self._gauges()
 
     # -- shutdown -----------------------------------------------------------------
 

@@ -1,14 +1,16 @@
 """What the trace builder remembers about one worker process.
 
-Per worker: the last :data:`STEP_HISTORY` steps (plain tuples, which the
-garbage collector stops tracking), the records of the steps it traced (they
-hold the spans), the last :data:`RECENT_COLLECTIVES` collectives sorted by
-start, and the worker's clock mapping. Pure: no OpenTelemetry import.
+Per worker: the last :data:`STEP_HISTORY` steps and the last
+:data:`RECENT_COLLECTIVES` collectives sorted by start (both in int arrays,
+which the garbage collector never scans), the records of the steps it traced
+(they hold the spans), and the worker's clock mapping. Pure: no OpenTelemetry
+import.
 """
 
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,12 +20,26 @@ from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc, WallClock, worker
 
 #: Steps remembered per worker. What reads them: an incident's last step, the
 #: steps of the last report's window (at most ``core.model.KEPT_RECENT``) and
-#: the step that held a collective of that report. 64 covers them: at 256 the
-#: ring was 8 KB of a session's ~25 after its first report.
-STEP_HISTORY = 64
-#: Collectives remembered per worker (trimmed at twice this): those of the
-#: remembered steps, which a hook samples at most 16 of a report.
-RECENT_COLLECTIVES = 128
+#: the step that held a collective of that report. 32 covers them with the
+#: report before: at 256 the ring was 8 KB of a session's ~25 after its first
+#: report, at 64 2 KB.
+STEP_HISTORY = 32
+#: Collectives remembered per worker (trimmed at twice this): those a traced step
+#: may still take as children, of this report and the one before (a hook samples
+#: at most 16 a report; a DDP step has a few buckets). 3 KB at most.
+RECENT_COLLECTIVES = 32
+#: Distinct (group, op) names a worker's remembered collectives use at most.
+MAX_NAMES = 64
+#: Numbers a remembered collective keeps beside its start.
+_W = 5
+_I64_MAX = (1 << 63) - 1
+
+
+def _clamp(x: int) -> int:
+    """A wire uint64 past int64 (a client's garbage) kept at the int64 limit."""
+    return x if x <= _I64_MAX else _I64_MAX
+
+
 #: Traced steps that a late collective is still matched against.
 TRACED_STEPS = 8
 #: Incident-made spans remembered per worker.
@@ -50,24 +66,39 @@ class StepRecord:
 class WorkerTrace:
     """What the builder remembers about one worker process."""
 
+    __slots__ = (
+        "_clock",
+        "_names",
+        "_records",
+        "_rows",
+        "_starts",
+        "attrs",
+        "hello",
+        "history",
+        "last_end_mono_ns",
+        "last_step",
+        "open_spans",
+        "traced",
+    )
+
     def __init__(self, hello: HelloData, local_host: str = "") -> None:
         self.hello = hello
         self.attrs: dict[str, AttrValue] = worker_attributes(hello, local_host)
-        #: (number, start ns, end ns, counted) of the last steps: plain tuples of
-        #: ints, which the garbage collector stops tracking. One StepRecord per step
-        #: (256 a worker) gave every collection that reached them ~250,000 more
-        #: objects to scan at 1,000 workers (issue 15).
-        #: In an int ring (core.ring.Ring): 2 KB for 64 steps, where a deque of
-        #: tuples of int objects cost 36 KB for 256 (session_structures.py).
+        #: (number, start ns, end ns, counted) of the last steps, in an int ring
+        #: (core.ring.Ring): 1 KB for 32 steps. A deque of tuples of int objects
+        #: cost 36 KB for 256 (session_structures.py), and no object per step
+        #: keeps the garbage collector's scans short at 1,000 workers.
         self.history: Ring = Ring(STEP_HISTORY, 4, "q")
         #: The records of traced steps (they hold the span), by (number, end ns).
         self._records: dict[tuple[int, int], StepRecord] = {}
-        #: Recent collectives sorted by start (late arrivals are inserted), kept as
-        #: plain tuples: the garbage collector need not scan thousands of them.
-        self._colls: list[tuple[int, int, str, int, str, int, int]] = []
-        self._starts: list[int] = []
-        #: (group, seq) of the remembered ones: a resent sample is not added twice.
-        self._keys: set[tuple[str, int]] = set()
+        #: Recent collectives sorted by start (late arrivals are inserted): their
+        #: starts, and per collective (end, seq, bytes, step, index into
+        #: ``_names``) in one int array: 48 bytes a collective, where a tuple of
+        #: number and string objects, and a (group, seq) set entry, were ~400.
+        self._starts: array[int] = array("q")
+        self._rows: array[int] = array("q")
+        #: The (group, op) names the remembered collectives use, each once.
+        self._names: list[tuple[str, str]] = []
         #: The last :data:`TRACED_STEPS` traced, oldest first: a list (an empty one
         #: is 56 bytes; a deque is 760 whether it holds anything or not).
         self.traced: list[StepRecord] = []
@@ -95,35 +126,61 @@ class WorkerTrace:
             pinned = self._clock = WallClock(wall_minus_mono_s, offset)
         return pinned
 
+    def _name(self, group: str, op: str) -> int:
+        names = self._names
+        try:
+            return names.index((group, op))
+        except ValueError:
+            if len(names) >= MAX_NAMES:  # a client's garbage: forget what used the old ones
+                self._forget_collectives()
+            names.append((group, op))
+            return len(names) - 1
+
+    def _forget_collectives(self) -> None:
+        del self._starts[:], self._rows[:], self._names[:]
+
+    def _find(self, c: CollectiveData) -> int:
+        """The row of ``c`` (same start, group and seq), or -1."""
+        starts, rows, names = self._starts, self._rows, self._names
+        i = bisect.bisect_left(starts, c.start_mono_ns)
+        while i < len(starts) and starts[i] == c.start_mono_ns:
+            if rows[i * _W + 1] == c.seq and names[rows[i * _W + 4]][0] == c.group:
+                return i
+            i += 1
+        return -1
+
     def add_collectives(self, samples: Iterable[CollectiveData]) -> None:
-        starts, colls, keys = self._starts, self._colls, self._keys
+        starts, rows = self._starts, self._rows
         for c in samples:
-            if (c.group, c.seq) in keys:
+            if self._find(c) >= 0:
                 continue
-            keys.add((c.group, c.seq))
-            row = (c.start_mono_ns, c.end_mono_ns, c.group, c.seq, c.op, c.bytes, c.step)
+            # Times and the step are int64 on the wire; seq and bytes uint64.
+            name = self._name(c.group, c.op)
+            row = array("q", (c.end_mono_ns, _clamp(c.seq), _clamp(c.bytes), c.step, name))
             if not starts or c.start_mono_ns >= starts[-1]:
                 starts.append(c.start_mono_ns)
-                colls.append(row)
+                rows.extend(row)
             else:
                 i = bisect.bisect_right(starts, c.start_mono_ns)
                 starts.insert(i, c.start_mono_ns)
-                colls.insert(i, row)
+                rows[i * _W : i * _W] = row
         if len(starts) > 2 * RECENT_COLLECTIVES:  # trim in bulk: amortized O(1)
-            del starts[:-RECENT_COLLECTIVES], colls[:-RECENT_COLLECTIVES]
-            self._keys = {(row[2], row[3]) for row in colls}
+            del starts[:-RECENT_COLLECTIVES], rows[: -RECENT_COLLECTIVES * _W]
 
     def collectives_in(self, rec: StepRecord) -> list[CollectiveData]:
         """Remembered collectives that started within the step."""
-        lo = bisect.bisect_right(self._starts, rec.start_mono_ns)
-        hi = bisect.bisect_right(self._starts, rec.end_mono_ns)
-        return [
-            CollectiveData(group, seq, op, size, start, end, step)
-            for start, end, group, seq, op, size, step in self._colls[lo:hi]
-        ]
+        starts, rows, names = self._starts, self._rows, self._names
+        lo = bisect.bisect_right(starts, rec.start_mono_ns)
+        hi = bisect.bisect_right(starts, rec.end_mono_ns)
+        out = []
+        for i in range(lo, hi):
+            end, seq, size, step, name = rows[i * _W : i * _W + _W]
+            group, op = names[name]
+            out.append(CollectiveData(group, seq, op, size, starts[i], end, step))
+        return out
 
     def has_collective(self, c: CollectiveData) -> bool:
-        return (c.group, c.seq) in self._keys
+        return self._find(c) >= 0
 
     @property
     def remembered_collectives(self) -> int:
