@@ -2,7 +2,7 @@
 
     python bench/bench_session_cost.py [--streams 2000] [--connections 200]
         [--relayed K] [--reports 3] [--settle-s 5] [--telemetry on|off] [--traced]
-        [--json OUT]
+        [--pymalloc] [--json OUT]
 
 One sidecar process of the shipped defaults (actions ``observe``) and, in
 this process, one gRPC client that goes through the stages below, reading
@@ -30,7 +30,11 @@ Each stage's cost is its RSS step divided by its count. With ``--traced``
 the sidecar runs under tracemalloc (a sitecustomize; it costs memory of its
 own, so RSS is quoted from untraced runs) and writes, at each stage, the
 Python heap it traces and the lines that grew most: the Python share of each
-layer; the rest of the RSS step is C (gRPC core, glibc).
+layer; the rest of the RSS step is C (gRPC core, glibc). With ``--pymalloc``
+(untraced) the sidecar writes CPython's allocator figures at each stage
+(``sys._debugmallocstats``): small objects' live bytes, and what pymalloc holds
+free in used pools and empty ones, so the RSS splits into live Python objects,
+pymalloc's fragmentation and the rest.
 """
 
 from __future__ import annotations
@@ -82,6 +86,43 @@ def _dump(signum, frame):
 signal.signal(signal.SIGUSR2, _dump)
 """
 
+MALLOCSTATS = """
+import gc, os, signal, sys
+
+def _dump(signum, frame):
+    gc.collect()
+    fd = os.open(os.environ["TP_MALLOC_OUT"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(2)
+    os.dup2(fd, 2)  # _debugmallocstats writes to C stderr
+    try:
+        os.write(2, b"=== stage\\n")
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+signal.signal(signal.SIGUSR2, _dump)
+"""
+#: The lines of ``sys._debugmallocstats`` kept, by the name given them here.
+PYMALLOC_FIGURES = {
+    "# bytes in allocated blocks": "pymalloc_live",
+    "# bytes in available blocks": "pymalloc_free_in_pools",
+    "unused pools": "pymalloc_empty_pools",
+    "# arenas allocated current": "pymalloc_arenas",
+}
+
+
+def pymalloc_figures(text: str) -> dict[str, int]:
+    """The last stage's figures from ``_debugmallocstats`` output."""
+    last = text.rsplit("=== stage", 1)[-1]
+    out: dict[str, int] = {}
+    for line in last.splitlines():
+        for label, key in PYMALLOC_FIGURES.items():
+            if line.startswith(label) or (label[0] != "#" and label in line):
+                out[key] = int(line.rsplit("=", 1)[-1].strip().replace(",", ""))
+    return out
+
 
 def anon_kinds(pid: int) -> dict[str, int]:
     """Resident anonymous memory of ``pid`` by mapping: the brk heap and the rest."""
@@ -99,10 +140,13 @@ def anon_kinds(pid: int) -> dict[str, int]:
 
 
 class Stages:
-    def __init__(self, sc: SidecarProcess, traced: Path | None, settle_s: float) -> None:
+    def __init__(
+        self, sc: SidecarProcess, traced: Path | None, settle_s: float, malloc: Path | None = None
+    ) -> None:
         assert sc.proc is not None
         self.pid = sc.proc.pid
         self.traced = traced
+        self.malloc = malloc
         self.settle_s = settle_s
         self.rows: list[dict[str, Any]] = []
 
@@ -132,6 +176,15 @@ class Stages:
                     row["python_bytes"] = py
                     row["python_top"] = top
                     break
+        if self.malloc is not None:
+            size = self.malloc.stat().st_size if self.malloc.exists() else 0
+            os.kill(self.pid, signal.SIGUSR2)
+            for _ in range(600):
+                await asyncio.sleep(0.1)
+                if self.malloc.exists() and self.malloc.stat().st_size > size:
+                    await asyncio.sleep(0.5)  # written in one go, within this
+                    row.update(pymalloc_figures(self.malloc.read_text()))
+                    break
         if self.rows:
             prev = self.rows[-1]
             row["rss_step_bytes"] = row["rss_bytes"] - prev["rss_bytes"]
@@ -160,7 +213,14 @@ class Stages:
                 if "python_bytes" in row
                 else ""
             )
-            + f"  heap {row['heap'] / 1e6:.1f} other-anon {row['anon_other'] / 1e6:.1f}",
+            + f"  heap {row['heap'] / 1e6:.1f} other-anon {row['anon_other'] / 1e6:.1f}"
+            + (
+                f"  pymalloc live {row['pymalloc_live'] / 1e6:.1f}"
+                f" free-in-pools {row['pymalloc_free_in_pools'] / 1e6:.1f}"
+                f" empty-pools {row['pymalloc_empty_pools'] / 1e6:.1f}"
+                if "pymalloc_live" in row
+                else ""
+            ),
             flush=True,
         )
 
@@ -275,13 +335,22 @@ def main() -> int:
     p.add_argument("--settle-s", type=float, default=5.0)
     p.add_argument("--telemetry", choices=["on", "off"], default="on")
     p.add_argument("--traced", action="store_true")
+    p.add_argument("--pymalloc", action="store_true", help="CPython allocator figures a stage")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the sidecar")
     p.add_argument("--json", default="")
     args = p.parse_args()
     started = time.monotonic()
     work = short_tmpdir("tpcost-")
     env: dict[str, str] = {}
-    traced = None
+    traced = malloc = None
+    if args.traced and args.pymalloc:
+        p.error("--traced and --pymalloc measure different things: one at a time")
+    if args.pymalloc:
+        (work / "site").mkdir()
+        (work / "site" / "sitecustomize.py").write_text(MALLOCSTATS)
+        malloc = work / "malloc.txt"
+        roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
+        env = {"PYTHONPATH": os.pathsep.join(roots), "TP_MALLOC_OUT": str(malloc)}
     if args.traced:
         (work / "site").mkdir()
         (work / "site" / "sitecustomize.py").write_text(TRACER)
@@ -293,7 +362,7 @@ def main() -> int:
     flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")
     sc = SidecarProcess(work, *flags, env=env).start(timeout_s=120)
     try:
-        stages = Stages(sc, traced, args.settle_s)
+        stages = Stages(sc, traced, args.settle_s, malloc)
         asyncio.run(run(args, sc, stages))
     finally:
         sc.stop()

@@ -167,10 +167,11 @@ class TraceBuilder:
     def _trace(
         self, wt: WorkerTrace, rec: StepRecord, clock: WallClock, sampled: bool
     ) -> list[SpanDesc]:
-        rec.span = self._step_span(wt, rec, clock, sampled)
+        span = self._step_span(wt, rec, clock, sampled)
+        rec.span = span.ref()
         wt.note_traced(rec)
         wt.keep(rec)
-        out = [rec.span]
+        out = [span]
         out.extend(self._collective(wt, rec, c, clock) for c in wt.collectives_in(rec))
         return out
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import CollectiveData, HelloData, WorkerState
 from trainprobe.sidecar.core.ring import Ring
-from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc, WallClock, worker_attributes
+from trainprobe.sidecar.otel.spans import (
+    AttrValue,
+    SpanDesc,
+    SpanRef,
+    WallClock,
+    worker_attributes,
+)
 
 #: Steps remembered per worker. What reads them: an incident's last step, the
 #: steps of the last report's window (at most ``core.model.KEPT_RECENT``) and
@@ -54,7 +60,8 @@ class StepRecord:
     start_mono_ns: int
     end_mono_ns: int
     counted: bool
-    span: SpanDesc | None = None
+    #: The exported step span's ids (None: not traced).
+    span: SpanRef | None = None
     #: The clock mapping its span used: its collectives use the same one, so they
     #: stay inside their step even if the offset estimate moves meanwhile.
     clock: WallClock | None = None
@@ -203,13 +210,18 @@ class WorkerTrace:
         return rec if rec is not None else StepRecord(step[0], step[1], step[2], bool(step[3]))
 
     def keep(self, rec: StepRecord) -> None:
-        """Remember a traced step's record (and forget those older than the history)."""
+        """Remember a traced step's record, and forget the traced steps that ended
+        before the remembered history: nothing reads them again. (Pruned only past
+        32 records, a worker sampled every 100 steps kept 32 of them, ~5 KB.)"""
         records = self._records
         records[(rec.number, rec.end_mono_ns)] = rec
-        if len(records) > STEP_HISTORY and self.history:
+        if len(records) > 1 and self.history:
             oldest = self.history[0][2]
             for key in [k for k in records if k[1] < oldest]:
                 del records[key]
+            traced = self.traced
+            while traced and traced[0].end_mono_ns < oldest:
+                del traced[0]
 
     @property
     def steps(self) -> list[StepRecord]:
