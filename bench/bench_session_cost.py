@@ -1,7 +1,7 @@
 """What one session costs the sidecar, by layer: connection, stream, reports.
 
     python bench/bench_session_cost.py [--streams 2000] [--connections 200]
-        [--relayed K] [--reports 3] [--settle-s 5] [--telemetry on|off] [--traced]
+        [--relayed K] [--reports 3] [--buckets 4] [--settle-s 5] [--telemetry on|off] [--traced]
         [--pymalloc] [--json OUT]
 
 One sidecar process of the shipped defaults (actions ``observe``) and, in
@@ -16,7 +16,9 @@ for 1 s: it applied what was sent) and ``--settle-s`` later:
 3. streams: ``--streams`` Connect streams over them, each past its Hello
    (a session in the registry, its servicer coroutine waiting to read);
 4. reports: ``--reports`` reports on each (the first with 1,000 earlier step
-   times, bench/loadgen.py's), so each session's state is full;
+   times, bench/loadgen.py's; each new step with ``--buckets`` DDP allreduces
+   in its sync window, the latest 16 sampled, as ``hook.watch_ddp`` sends
+   them), so each session's state is full;
 5. closed: every stream said Goodbye and every channel closed.
 
 With ``--relayed K`` the sessions arrive as a sidecar of 10,000 ranks gets
@@ -233,7 +235,10 @@ async def run(args: argparse.Namespace, sc: SidecarProcess, stages: Stages) -> N
     ]
     await asyncio.gather(*(ch.channel_ready() for ch in channels))
     await stages.mark("connections", args.connections)
-    sims = [Sim("cost", r, args.streams, 20, args.fill) for r in range(args.streams)]
+    sims = [
+        Sim("cost", r, args.streams, 20, args.fill, buckets=args.buckets)
+        for r in range(args.streams)
+    ]
     if args.relayed:
         await run_relayed(args, sc, stages, channels, sims)
         return
@@ -331,6 +336,12 @@ def main() -> int:
     p.add_argument("--reports", type=int, default=3)
     p.add_argument(
         "--fill", type=int, default=1000, help="earlier step times in each session's first report"
+    )
+    p.add_argument(
+        "--buckets",
+        type=int,
+        default=4,
+        help="DDP gradient buckets a step, each a sampled allreduce (0: no sync window)",
     )
     p.add_argument("--settle-s", type=float, default=5.0)
     p.add_argument("--telemetry", choices=["on", "off"], default="on")

@@ -56,7 +56,14 @@ class Sim:
     """One simulated worker's report stream."""
 
     def __init__(
-        self, job: str, rank: int, world: int, k: int, fill: int, issue_times: int = 0
+        self,
+        job: str,
+        rank: int,
+        world: int,
+        k: int,
+        fill: int,
+        issue_times: int = 0,
+        buckets: int = 0,
     ) -> None:
         self.hello = probe_pb2.Hello(
             protocol_version=PROTOCOL_VERSION,
@@ -72,6 +79,9 @@ class Sim:
         self.k = k
         self.fill = fill
         self.issue_times = issue_times
+        #: DDP gradient buckets a step (0: no sync window): each is an allreduce of
+        #: group "default" with a sample, as ``hook.watch_ddp`` reports them.
+        self.buckets = buckets
         self.late_ns = 20_000_000 if rank == 7 else 0
         self.seq = 0
         self.step = 0
@@ -98,6 +108,8 @@ class Sim:
             recent_step_s=[dt] * n,
             total_steps=self.step,
         )
+        if self.buckets:
+            self._ddp(rep, ends[-self.k :], dt)
         if self.issue_times:
             c = self.issue_times
             first = (self.seq - 1) * c + 1
@@ -116,6 +128,33 @@ class Sim:
                 probe_pb2.Phase(name="probe", start_mono_ns=now - 10_000_000_000, timeout_s=1.0)
             )
         return probe_pb2.WorkerMessage(report=rep)
+
+    def _ddp(self, rep: probe_pb2.Report, ends: list[int], dt: float) -> None:
+        """The report's sync window: ``buckets`` allreduces in each new step, the
+        latest 16 sampled (a hook's bound), issued in the step's second half."""
+        b, first_step = self.buckets, self.step - len(ends) + 1
+        done = (first_step - 1) * b  # the sequence number before this window's first
+        count = b * len(ends)
+        sync = rep.sync
+        sync.count, sync.p50_s, sync.max_s = count, dt / 8, dt / 4
+        sync.bytes = count * 25 << 20
+        sync.groups.append(
+            probe_pb2.GroupSeq(group="default", issued=done + count, completed=done + count)
+        )
+        for i in range(max(0, count - 16), count):
+            end_ns = ends[i // b]
+            start = end_ns - int(dt * 1e9 * (b - i % b) / (2 * b))
+            sync.samples.append(
+                probe_pb2.CollectiveSample(
+                    group="default",
+                    seq=done + i + 1,
+                    op="allreduce",
+                    bytes=25 << 20,
+                    start_mono_ns=start,
+                    end_mono_ns=start + int(dt * 1e9 / (4 * b)),
+                    step=first_step + i // b,
+                )
+            )
 
 
 class Run:

@@ -279,7 +279,7 @@ def gauge_points(data: Any) -> dict[tuple[str, frozenset[Any]], tuple[Any, ...]]
     return out
 
 
-def snapshot_of(ranks: int) -> Any:
+def snapshot_of(ranks: int, job: str = "jobA") -> Any:
     """A registry snapshot of ``ranks`` connected ranks, one with GPU memory."""
     from trainprobe.sidecar.core.model import GpuMemoryData
     from trainprobe.sidecar.core.overload import IngestLoad
@@ -287,7 +287,8 @@ def snapshot_of(ranks: int) -> Any:
 
     reg = Registry()
     for r in range(ranks):
-        st = reg.open(dataclasses.replace(hello(rank=r, pid=100 + r), world_size=ranks), 1.0)
+        h = dataclasses.replace(hello(rank=r, pid=100 + r, job=job), world_size=ranks)
+        st = reg.open(h, 1.0)
         rep = report(1, [1 + r % 3], step_ms=10)
         if r == 1:
             gpu = GpuMemoryData(0, 10, 20, 30, True, 40, 80, 5, "GPU-1")
@@ -299,8 +300,8 @@ def snapshot_of(ranks: int) -> Any:
 @pytest.mark.parametrize("ranks", [5, 2500])
 def test_snapshot_gauges_equal_the_sdks_observable_instruments(ranks: int) -> None:
     """The gauges built at collection are the points the SDK's observable gauges and
-    up-down counters gave for the same snapshot, with no state kept per series; past
-    the SDK's 2,000 attribute sets every rank is still its own series."""
+    up-down counters gave for the same snapshot, its cardinality limit included
+    (2,000 series, then one overflow), with no state kept per series."""
     snap = snapshot_of(ranks)
     folded = FoldedSet(INSTRUMENTS, RESOURCE, InstrumentationScope(SCOPE), lambda: snap)
     mine = FoldingInMemory()
@@ -326,15 +327,32 @@ def test_snapshot_gauges_equal_the_sdks_observable_instruments(ranks: int) -> No
     try:
         got, want = gauge_points(mine.get_metrics_data()), gauge_points(theirs.get_metrics_data())
         heartbeats = {k for k in got if k[0] == "trainprobe.heartbeat.age"}
-        assert len(heartbeats) == ranks
+        assert len(heartbeats) == min(ranks, 2001)
         assert any(k[0] == "hw.gpu.memory.usage" for k in got)
         assert any(k[0] == "trainprobe.sidecar.overloaded" for k in got)
-        if ranks <= 2000:
-            assert got == want
-        else:  # the SDK keeps 1,999 series and folds the rest into one
-            overflow = {k: v for k, v in want.items() if ("otel.metric.overflow", True) in k[1]}
-            assert overflow
-            assert {k: v for k, v in want.items() if k not in overflow}.items() <= got.items()
+        assert got == want
     finally:
         provider.shutdown()
         ref.shutdown()
+
+
+def test_ranks_that_came_after_2000_others_left_are_their_own_series() -> None:
+    """The SDK kept the first 2,000 attribute sets it ever saw: once 2,000 ranks
+    had come and gone, every new rank was folded into the overflow series. The
+    snapshot's series are chosen anew at each collection."""
+    first, later = snapshot_of(2000), snapshot_of(10, job="later")
+    current = [first]
+    folded = FoldedSet(INSTRUMENTS, RESOURCE, InstrumentationScope(SCOPE), lambda: current[0])
+    mine = FoldingInMemory()
+    mine.fold_into(folded)
+    provider = MeterProvider(resource=RESOURCE, metric_readers=[mine])
+    try:
+        assert len(gauge_points(mine.get_metrics_data())) > 2000
+        current[0] = later
+        got = gauge_points(mine.get_metrics_data())
+        ranks = {
+            dict(k[1]).get("trainprobe.rank") for k in got if k[0] == "trainprobe.heartbeat.age"
+        }
+        assert ranks == set(range(10))
+    finally:
+        provider.shutdown()

@@ -90,3 +90,21 @@ def test_an_applied_report_keeps_only_its_last_steps() -> None:
     trim_applied(r)
     assert len(r.recent_step_s) == len(r.recent_steps) == len(r.recent_step_end_mono_ns) == 16
     assert r.recent_steps[-1] == 300
+
+
+def test_an_applied_report_keeps_only_its_slowest_collective_sample() -> None:
+    """What the sync_latency finding and the incident span name, wherever it was
+    among the samples (it was cut to the last 16, ~4 KB a session)."""
+    import dataclasses
+
+    from trainprobe.sidecar.core.model import CollectiveData, SyncData
+
+    samples = tuple(
+        CollectiveData(
+            "default", i, "allreduce", 1 << 20, 1000 * i, 1000 * i + (9000 if i == 3 else 10), i
+        )
+        for i in range(40)
+    )
+    r = dataclasses.replace(report(1.0, step=300, seq=1), sync=SyncData(count=40, samples=samples))
+    trim_applied(r)
+    assert r.sync is not None and [c.seq for c in r.sync.samples] == [3]

@@ -364,8 +364,10 @@ class WorkerState:
 #: Per-step entries of an applied report that its session keeps (as
 #: ``last_report``): the incident spans link the last 8 steps.
 KEPT_RECENT = 16
-#: Collective samples it keeps (a hook sends at most 16).
-KEPT_SAMPLES = 16
+
+
+def sample_duration_ns(c: CollectiveData) -> int:
+    return c.end_mono_ns - c.start_mono_ns
 
 
 def trim_applied(report: ReportData) -> None:
@@ -373,9 +375,11 @@ def trim_applied(report: ReportData) -> None:
 
     The session keeps its last report for status, the rules and incident
     spans, none of which reads more than its last steps, its in-flight
-    collectives and a few samples. Kept whole, a hook's 256 step times a
-    report (and a client's 256 groups of 256 issue times) stayed in memory
-    for every session until its next report.
+    collectives and its slowest collective sample (the ``sync_latency``
+    finding and the incident span's link name it). Kept whole, a hook's 256
+    step times a report (and a client's 256 groups of 256 issue times) stayed
+    in memory for every session until its next report; its 16 samples were
+    ~4 KB a session.
     """
     if len(report.recent_steps) > 4 or len(report.recent_step_s) > 4:
         # As arrays: 16 entries are 128 bytes each way, where a tuple of number
@@ -391,8 +395,8 @@ def trim_applied(report: ReportData) -> None:
         for g in sync.groups:
             if g.started_seqs or g.started_mono_ns:
                 g.started_seqs = g.started_mono_ns = ()
-        if len(sync.samples) > KEPT_SAMPLES:
-            sync.samples = sync.samples[-KEPT_SAMPLES:]
+        if len(sync.samples) > 1:
+            sync.samples = (max(sync.samples, key=sample_duration_ns),)
 
 
 @dataclass(frozen=True)

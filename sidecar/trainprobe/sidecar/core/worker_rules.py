@@ -16,6 +16,7 @@ from trainprobe.sidecar.core.model import (
     GroupSeqData,
     Verdict,
     WorkerState,
+    sample_duration_ns,
 )
 
 if TYPE_CHECKING:  # rules.py imports this module
@@ -171,7 +172,7 @@ def degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
     # episode ends, and the next slow one is a new incident.
     sync = w.last_report.sync if w.last_report else None
     if sync is not None and sync.count and sync.max_s > cfg.sync_latency_s:
-        slowest = max(sync.samples, key=lambda c: c.end_mono_ns - c.start_mono_ns, default=None)
+        slowest = max(sync.samples, key=sample_duration_ns, default=None)
         out.append(
             finding(
                 w,

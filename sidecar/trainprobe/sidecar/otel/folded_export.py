@@ -13,12 +13,14 @@ dashboards see no difference.
 
 The gauges (and up-down counters) join the same way, built from one
 :class:`~.measures.GaugeSnapshot` of the registry per collection, as the SDK's
-observable instruments would report them. Through the SDK, each rank's series
-kept an aggregation (with its lock and exemplar reservoir) for as long as the
-process lived, ~1.1 KiB a series, three or five a rank, also after the rank
-was gone; and past 2,000 ranks the SDK folded the rest into one overflow
-series. Here a series costs nothing between collections, and every connected
-rank is exported (the registry's session cap bounds them).
+observable instruments would report them: past 2,000 series an instrument,
+the rest fold into one ``otel.metric.overflow=true`` series (the last value of
+a gauge, the sum of an up-down counter). Through the SDK, each series kept an
+aggregation (with its lock and exemplar reservoir) for as long as the process
+lived, ~1.1 KiB a series, three to five a rank, also after the rank was gone;
+and the 2,000 it kept were the first ever seen, so once 2,000 ranks had come
+and gone every new rank was only in the overflow. Here a series costs nothing
+between collections, and the 2,000 are those of the snapshot.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from trainprobe.sidecar.otel.histograms import FoldedHistogram
-from trainprobe.sidecar.otel.measures import GaugeSnapshot, InstrumentSpec
+from trainprobe.sidecar.otel.histograms import (
+    CARDINALITY_LIMIT,
+    OVERFLOW_ATTRIBUTES,
+    FoldedHistogram,
+)
+from trainprobe.sidecar.otel.measures import GaugeSnapshot, InstrumentSpec, Point
 
 #: The instrument kinds whose values come from a registry snapshot at collection.
 SNAPSHOT_KINDS = ("gauge", "updown")
@@ -95,7 +101,7 @@ class FoldedSet:
         now = time.time_ns()
         out = []
         for spec in self.gauge_specs:
-            values = snap.get(spec)
+            values = _capped(snap.get(spec), spec.kind)
             if not values:
                 continue  # as the SDK: no metric without a point
             if spec.kind == "gauge":
@@ -192,6 +198,15 @@ class FoldedSet:
         return ScopeMetrics(
             scope=self.scope, metrics=list(metrics), schema_url=self.scope.schema_url or ""
         )
+
+
+def _capped(values: list[Point], kind: str) -> list[Point]:
+    """The SDK's cardinality limit: the first 2,000 series, then one overflow."""
+    if len(values) <= CARDINALITY_LIMIT:
+        return values
+    rest = [v for v, _ in values[CARDINALITY_LIMIT:]]
+    over = rest[-1] if kind == "gauge" else sum(rest)
+    return [*values[:CARDINALITY_LIMIT], (over, OVERFLOW_ATTRIBUTES)]
 
 
 _EMPTY = MetricsData(resource_metrics=[])
