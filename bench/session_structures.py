@@ -1,10 +1,11 @@
 """What one session costs the sidecar, by structure (tracemalloc, in process).
 
     python bench/session_structures.py [--sessions 2000] [--reports 3]
-        [--steps-per-report 20] [--telemetry on|off] [--json OUT]
+        [--steps-per-report 20] [--buckets 4] [--telemetry on|off] [--json OUT]
 
 ``--sessions`` simulated workers (bench/loadgen.py's reports: the first with
-1,000 earlier step times, then ``--steps-per-report`` new ones) are opened in a
+1,000 earlier step times, then ``--steps-per-report`` new ones, each new step
+with ``--buckets`` DDP allreduces, the latest 16 sampled) are opened in a
 real Registry and ``--reports`` reports each are parsed, converted, applied,
 handed to the sidecar's Telemetry (``--telemetry on``, as shipped: metrics
 and every 100th step traced) and trimmed as the servicer does. Python's
@@ -40,7 +41,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     else:
         reg, tel = Registry(), None
     sims = [
-        Sim("load", r, args.sessions, args.steps_per_report, 1000) for r in range(args.sessions)
+        Sim("load", r, args.sessions, args.steps_per_report, 1000, buckets=args.buckets)
+        for r in range(args.sessions)
     ]
     msgs = [[s.report().SerializeToString() for _ in range(args.reports)] for s in sims]
     hellos = [pb.hello_from_pb(s.hello) for s in sims]
@@ -83,6 +85,9 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=2000)
     p.add_argument("--reports", type=int, default=3)
     p.add_argument("--steps-per-report", type=int, default=20)
+    p.add_argument(
+        "--buckets", type=int, default=4, help="DDP allreduces a step (bench/loadgen.py)"
+    )
     p.add_argument("--telemetry", choices=["on", "off"], default="on")
     p.add_argument("--json", default="")
     args = p.parse_args()

@@ -31,9 +31,9 @@ from trainprobe.sidecar.otel.spans import (
 #: report, at 64 2 KB.
 STEP_HISTORY = 32
 #: Collectives remembered per worker (trimmed at twice this): those a traced step
-#: may still take as children, of this report and the one before (a hook samples
-#: at most 16 a report; a DDP step has a few buckets). 3 KB at most.
-RECENT_COLLECTIVES = 32
+#: may still take as children, of this report (a hook samples at most 16) and
+#: the one before. 1.5 KB at most.
+RECENT_COLLECTIVES = 16
 #: Distinct (group, op) names a worker's remembered collectives use at most.
 MAX_NAMES = 64
 #: Numbers a remembered collective keeps beside its start.
