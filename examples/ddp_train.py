@@ -38,14 +38,15 @@ def main() -> None:
     p.add_argument("--progress", default="", help="append the hang's start here (JSON line)")
     args = p.parse_args()
 
+    # 1: first thing, before the process group: connects in the background, never
+    # blocks training, and a rank stuck in init_process_group is named.
+    hook = LivenessProbeHook()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    hook = LivenessProbeHook()  # 1: connects in the background, never blocks training
     hook.watch_ddp(model)  # 2: per-bucket allreduce sequence numbers and latency
 
     for step in range(1, args.steps + 1):

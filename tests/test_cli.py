@@ -220,3 +220,13 @@ def test_a_hook_that_exits_normally_removes_its_stack_file() -> None:
         wait_for(own.exists, 60, what="the hook's stack file")  # armed
         assert proc.wait(120) == 0
     assert not own.exists(), "the hook removes its file at exit"
+
+
+def test_status_of_a_job_the_sidecar_does_not_know_says_so_and_fails() -> None:
+    """As diagnose does: a script asking for one job must not read an empty
+    table (exit 0) as that job being healthy."""
+    with sidecar() as sc:
+        r = ctl("status", "--job", "nosuchjob", "--target", sc.target)
+        assert r.returncode == 1, r.stdout
+        assert "no worker of job nosuchjob is known" in r.stderr
+        assert ctl("status", "--target", sc.target).returncode == 0  # no --job: empty is fine

@@ -40,15 +40,24 @@ def sessions_section(
             "Each column is the sidecar's RSS (shipped defaults, every action `observe`) once it "
             "has applied that stage (in brackets, the step per session): its idle process, "
             "the connections, a session per stream past "
-            "its Hello, three reports each (the first with 1,000 earlier step times), then "
+            "its Hello, three reports each (the first with 1,000 earlier step times; each "
+            "step with 4 DDP allreduces, the latest 16 sampled, as `watch_ddp` reports them), "
+            "then "
             f"every session ended. Goal: {GOAL_RSS_MB} MB at the cap. A direct session is a "
             "gRPC stream of its own; more than half of that is gRPC core's call and HTTP/2 stream "
             "(C, outside Python's heap), which one stream per session cannot avoid. Relayed "
             "sessions (a sidecar of many ranks gets them through node sidecars) share their "
-            "node's stream. After the reports the cost is the session's own state: its step "
-            "times and thresholds, its telemetry (per-rank metric series and the trace's step "
-            "history), and the memory glibc keeps between them after the first report's burst "
-            "of temporary objects."
+            "node's stream"
+            + (
+                f"; before any report the relayed sidecar is at {_mb(relayed, 'streams')}, "
+                "most of it its idle process (the interpreter, gRPC, protobuf, OpenTelemetry) "
+                "and gRPC core's memory for each Relay stream"
+                if relayed is not None
+                else ""
+            )
+            + ". After the reports the cost is the session's own state: its step-time window, "
+            "its telemetry (per-rank histograms and the trace's step and collective history), "
+            "and what the allocators keep after the burst of the first reports."
             + (
                 f" Of a session's state, {structures['bytes_per_session'] / 1024:.1f} KiB are "
                 "Python objects once its reports are applied (in process, by tracemalloc, "
@@ -147,6 +156,10 @@ def _arrival(how: str, r: Result) -> str:
         return f"{p['streams']:,} Connect streams over {p['connections']} connections"
     k = p["relayed"]
     return f"{p['streams']:,} relayed, {k} a node ({p['streams'] // k:,} Relay streams)"
+
+
+def _mb(r: Result, stage: str) -> str:
+    return f"{next(x for x in r['stages'] if x['stage'] == stage)['rss_bytes'] / 1e6:.0f} MB"
 
 
 def _peak(r: Result) -> str:

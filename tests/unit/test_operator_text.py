@@ -87,3 +87,33 @@ def test_culprits_and_waiting_mean_one_thing_under_every_rule() -> None:
         attrs = incident_attributes(inc, 7)
         assert (attrs["trainprobe.culprits"], attrs["trainprobe.waiting"]) == ([1], [0, 2])
     assert _incident("stall", [0, 1], {"kind": "inconclusive"}).culprits == []
+
+
+def test_a_kill_that_waits_for_evidence_or_patience_does_not_read_as_done() -> None:
+    """The live log line's action says when: a new user read 'action kill on [1]'
+    as a kill while it was still waiting on the patience (and the stall ended)."""
+    import dataclasses
+
+    inc = dataclasses.replace(_incident("stall", [1]), action="kill", targets=[1])
+    assert inc.action_when() == ""  # nothing decided yet
+    waiting = {"act": False, "rule": "", "patience_s": 90.0}
+    assert (
+        dataclasses.replace(inc, decision=waiting).action_when()
+        == " once sure (definitive evidence, or 90s stalled)"
+    )
+    now = {"act": True, "rule": "stopped", "patience_s": 90.0}
+    assert dataclasses.replace(inc, decision=now).action_when() == " now (stopped)"
+    observing = dataclasses.replace(inc, action="observe", decision=waiting)
+    assert observing.action_when() == ""
+
+
+def test_incidents_says_what_became_of_a_kill() -> None:
+    from trainprobe.sidecar.cli.incidents import _act
+
+    def act(outcome: str | None, decision: str | None, action: str = "kill") -> str:
+        return _act({"action": action, "outcome": outcome, "decision": decision})
+
+    assert act("ok", "stopped") == "kill: ok"
+    assert act(None, "resumed") == "kill: not needed (resumed)"
+    assert act(None, None) == "kill: not done"
+    assert act(None, None, action="observe") == "observe"

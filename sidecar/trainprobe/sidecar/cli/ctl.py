@@ -45,6 +45,7 @@ from trainprobe.sidecar.cli.status_text import (
     format_status,
     troubled_jobs,
 )
+from trainprobe.sidecar.core.text import printable
 
 
 def _endpoint(text: str | None) -> Endpoint:
@@ -204,6 +205,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if isinstance(found, dict):
                             diagnoses[job] = found
                 print(format_status(reply, wide=args.wide, diagnoses=diagnoses))
+            if args.job and not reply.workers and not reply.omitted:
+                # As diagnose does (NOT_FOUND): a script asking for one job learns
+                # it is not here, rather than reading an empty table as healthy.
+                print(
+                    f"trainprobe: no worker of job {printable(args.job)} is known to this "
+                    "sidecar (trainprobe status, without --job, lists the jobs it has)",
+                    file=sys.stderr,
+                )
+                return 1
         else:
             diag = stub.Diagnose(
                 probe_pb2.DiagnoseRequest(job_id=args.job, ray=args.ray, dot=args.dot),

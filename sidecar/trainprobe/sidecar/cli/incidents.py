@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from trainprobe.sidecar.core.actions import is_destructive
 from trainprobe.sidecar.core.text import printable
 
 __all__ = [
@@ -199,12 +200,25 @@ def culprit_line(incident: dict[str, Any]) -> str:
     return printable(f"culprit{kind}: {', '.join(parts)}{tail}")
 
 
+def _act(j: dict[str, Any]) -> str:
+    """The action and what became of it: a kill that never ran (the stall ended
+    by itself, or the patience never ran out) must not read as a kill."""
+    action = str(j["action"])
+    if j["outcome"]:
+        return f"{action}: {j['outcome']}"
+    if not is_destructive(action):
+        return action
+    if j["decision"] == "resumed":
+        return f"{action}: not needed (resumed)"
+    return f"{action}: not done"
+
+
 def summary_line(story: IncidentStory) -> str:
     j = story.to_json()
     who = ",".join(str(r) for r in j["culprits"]) or "-"
     where = next(iter(j["where"].values()), "") if j["culprits"] else ""
     culprit = f"rank {who}" + (f" at {where}" if where else "")
-    act = str(j["action"]) + (f": {j['outcome']}" if j["outcome"] else "")
+    act = _act(j)
     text = (
         f"{_when(j['time'])}  {j['id']}  job {j['job_id']}  {j['verdict']} ({j['rule']})  "
         f"culprit {culprit}  decision {j['decision'] or '-'}  {act}  "

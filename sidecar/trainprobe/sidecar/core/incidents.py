@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trainprobe.sidecar.core.actions import Action
+from trainprobe.sidecar.core.actions import Action, is_destructive
 from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey, WorkerState
 
 _ids = itertools.count(1)
@@ -75,6 +75,19 @@ class Incident:
     @property
     def detection_latency_s(self) -> float:
         return max(0.0, self.detected_at - self.onset_at)
+
+    def action_when(self) -> str:
+        """When the action happens, as the incident's log line says it after the
+        action and its targets: a destructive one that waits for evidence or the
+        patience must not read as done ("" where nothing is decided yet)."""
+        d = self.decision
+        if d is None or not is_destructive(self.action):
+            return ""
+        if d.get("act"):
+            return f" now ({d.get('rule')})"
+        patience = d.get("patience_s")
+        limit = f"{patience:.0f}" if isinstance(patience, int | float) else "?"
+        return f" once sure (definitive evidence, or {limit}s stalled)"
 
     def to_record(self) -> dict[str, object]:
         """The JSON-ready object for the incident log."""

@@ -162,20 +162,25 @@ class EffectRunner:
         """The incident's log line, its record, and every sink."""
         level = logging.WARNING if incident.verdict != Verdict.DEAD else logging.INFO
         text = (incident.diagnosis or {}).get("text")
+        waiting = incident.waiting
         log.log(
             level,
-            # The diagnosis on a line of its own (the format's newline: arguments are escaped).
-            "incident %s: job %s %s (%s) culprits %s waiting %s, detected %.2fs after onset; "
-            "action %s on %s%s" + ("\n  %s" if text else "%s"),
+            # The diagnosis on a line of its own (the format's newline: arguments are
+            # escaped). Lists stay arguments: the formatter cuts a long one.
+            "incident %s: job %s %s (%s) culprits %s"
+            + (" waiting %s" if waiting else "%s")
+            + ", detected %.2fs after onset; action %s on %s%s%s"
+            + ("\n  %s" if text else "%s"),
             incident.id,
             incident.job_id,
             incident.verdict.value,
             incident.rule,
             incident.culprits,
-            incident.waiting,
+            waiting or "",
             incident.detection_latency_s,
             incident.action,
             incident.targets,
+            incident.action_when(),
             " (dry run)" if incident.dry_run else "",
             text or "",
         )
