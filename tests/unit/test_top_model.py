@@ -105,3 +105,22 @@ def test_an_80_by_24_frame_shows_every_rank_whole_and_the_culprit_first() -> Non
     assert [s.split()[0] for s in lines if s.split() and s.split()[0].isdigit()] == ["0", "1", "2"]
     assert max(len(x) for x in lines) <= 80
     assert max(x.count("█") + x.count("·") for x in lines) >= 30
+
+
+def test_the_job_is_named_as_status_names_it() -> None:
+    """A new user saw the job's UUID in top where status showed its name."""
+    m = TopModel()
+    named = reply((0, 5, 0.0, 1, 0, "OK"))
+    named.workers[0].job_name = "bert-finetune"
+    m.update(named, HEALTHY, 0.0)
+    title = _frame(m, 100, 24)[0]
+    assert "job bert-finetune (id j)" in title, title
+    other = reply((0, 5, 0.0, 1, 0, "OK"))
+    other.workers[0].job_id = "k"
+    m.update(other, {"k": {"kind": "healthy", "culprits": []}}, 1.0)
+    rows = [
+        x.split()
+        for x in _frame(m, 100, 24)
+        if x.split() and x.split()[0] in {"bert-finetune", "k"}
+    ]
+    assert sorted(r[0] for r in rows) == ["bert-finetune", "k"]

@@ -142,10 +142,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="",
             help="job id or name (diagnose: optional when the sidecar serves one job)",
         )
-        p.add_argument("--timeout-s", type=float, default=5.0, help="RPC deadline in seconds")
+        p.add_argument(
+            "--timeout-s", type=float, default=5.0, help="RPC deadline (default: %(default)s s)"
+        )
         if name == "top":
-            p.add_argument("--by", choices=["lag", "step"], default="lag", help="colour cells by")
-            p.add_argument("--interval-s", type=float, default=1.0, help="refresh period")
+            p.add_argument(
+                "--by",
+                choices=["lag", "step"],
+                default="lag",
+                help="colour cells by (default: %(default)s)",
+            )
+            p.add_argument(
+                "--interval-s",
+                type=float,
+                default=1.0,
+                help="refresh period (default: %(default)s s)",
+            )
             p.add_argument("--once", action="store_true", help="print one frame and exit")
         elif name != "report":
             p.add_argument("--json", action="store_true", help="print JSON")

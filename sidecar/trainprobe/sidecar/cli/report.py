@@ -16,14 +16,18 @@ __all__ = ["add_report_args", "report_main"]
 def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", help="the incident log (default: the sidecar's, as `incidents`)")
     p.add_argument("--config", metavar="FILE", help="the sidecar's TOML settings file")
-    p.add_argument("--out", default="trainprobe-report", help="directory to write into")
+    p.add_argument(
+        "--out", default="trainprobe-report", help="directory to write into (default: %(default)s)"
+    )
     p.add_argument(
         "--watch-s",
         type=float,
         default=10.0,
-        help="seconds of live status to sample into the heatmaps (0: none)",
+        help="seconds of live status to sample into the heatmaps (0: none; default: %(default)s)",
     )
-    p.add_argument("--interval-s", type=float, default=1.0, help="sampling period")
+    p.add_argument(
+        "--interval-s", type=float, default=1.0, help="sampling period (default: %(default)s s)"
+    )
 
 
 def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:

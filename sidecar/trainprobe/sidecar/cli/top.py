@@ -59,7 +59,7 @@ def render(
     (0: any height). Every client string goes in as escaped plain text, never markup."""
     jobs = sorted({job for job, _ in model.rows})
     one_job = len(jobs) == 1
-    head = f"{title}" + (f"  job {printable(jobs[0])}" if one_job else "")
+    head = f"{title}" + (f"  job {_job_label(model, jobs[0], with_id=True)}" if one_job else "")
     table = Table(
         title=Text(f"{head}  (colour: {by}; q quits, l/s switch)", overflow="ellipsis"),
         expand=False,
@@ -156,9 +156,18 @@ def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, one_job: boo
         mark,
     ]
     if not one_job:
-        job = printable(key[0])
+        job = _job_label(model, key[0])
         cells.insert(0, Text(job if len(job) <= 16 else job[:15] + "…"))
     return cells
+
+
+def _job_label(model: TopModel, job: str, with_id: bool = False) -> str:
+    """The job as `trainprobe status` names it: its human name where the hooks sent
+    one (then, in the title, the id that `diagnose --job` and the logs carry)."""
+    name = next((r.status.job_name for (j, _), r in model.rows.items() if j == job), "")
+    if not name or name == job:
+        return printable(job)
+    return f"{printable(name)} (id {printable(job)})" if with_id else printable(name)
 
 
 Fetch = Callable[[], tuple[probe_pb2.StatusReply, dict[str, dict]]]
