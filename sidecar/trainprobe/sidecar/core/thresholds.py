@@ -153,7 +153,7 @@ class StepWindow:
         done, cur = self._done, self._cur
         if not self._filled:
             return _time(cur[-k])
-        if not cur:
+        if not cur or cur[-1] <= done[-k]:  # the filling block changes nothing
             return _time(done[-k])
         return _time(sorted((*done[-k:], *cur[-k:]))[-k])
 
