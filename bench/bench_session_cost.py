@@ -117,7 +117,7 @@ PYMALLOC_FIGURES = {
 
 def pymalloc_figures(text: str) -> dict[str, int]:
     """The last stage's figures from ``_debugmallocstats`` output."""
-    last = text.rsplit("=== stage", 1)[-1]
+    last = text.rsplit("=== stage", 1)[-1]  # one stage's dump, or all of them
     out: dict[str, int] = {}
     for line in last.splitlines():
         for label, key in PYMALLOC_FIGURES.items():
@@ -162,31 +162,28 @@ class Stages:
             if cpu_seconds(self.pid) - before < 0.3:
                 return
 
+    async def dump(self, out: Path) -> str:
+        """What the sidecar's sitecustomize appends to ``out`` on SIGUSR2 ('' if
+        nothing came within a minute)."""
+        size = out.stat().st_size if out.exists() else 0
+        os.kill(self.pid, signal.SIGUSR2)
+        for _ in range(600):
+            await asyncio.sleep(0.1)
+            if out.exists() and out.stat().st_size > size:
+                await asyncio.sleep(0.5)  # written in one go, within this
+                return out.read_text()[size:]
+        return ""
+
     async def mark(self, stage: str, count: int) -> None:
         await self.quiet()
         await asyncio.sleep(self.settle_s)
         row: dict[str, Any] = {"stage": stage, "count": count, "rss_bytes": rss_bytes(self.pid)}
         row.update(anon_kinds(self.pid))
-        if self.traced is not None:
-            n = len(self.traced.read_text().splitlines()) if self.traced.exists() else 0
-            os.kill(self.pid, signal.SIGUSR2)
-            for _ in range(600):
-                await asyncio.sleep(0.1)
-                lines = self.traced.read_text().splitlines() if self.traced.exists() else []
-                if len(lines) > n:
-                    py, top = eval(lines[-1])  # our own tracer's repr of ints and strs
-                    row["python_bytes"] = py
-                    row["python_top"] = top
-                    break
-        if self.malloc is not None:
-            size = self.malloc.stat().st_size if self.malloc.exists() else 0
-            os.kill(self.pid, signal.SIGUSR2)
-            for _ in range(600):
-                await asyncio.sleep(0.1)
-                if self.malloc.exists() and self.malloc.stat().st_size > size:
-                    await asyncio.sleep(0.5)  # written in one go, within this
-                    row.update(pymalloc_figures(self.malloc.read_text()))
-                    break
+        if self.traced is not None and (text := await self.dump(self.traced)):
+            # Our own tracer's repr of ints and strs.
+            row["python_bytes"], row["python_top"] = eval(text.splitlines()[-1])
+        if self.malloc is not None and (text := await self.dump(self.malloc)):
+            row.update(pymalloc_figures(text))
         if self.rows:
             prev = self.rows[-1]
             row["rss_step_bytes"] = row["rss_bytes"] - prev["rss_bytes"]
@@ -326,6 +323,16 @@ async def wait_sessions(sc: SidecarProcess, n: int, timeout_s: float = 300.0) ->
     raise RuntimeError(f"fewer than {n} sessions after {timeout_s:.0f} s")
 
 
+def with_site(work: Path, code: str, out_env: str) -> tuple[Path, dict[str, str]]:
+    """A sitecustomize running ``code`` in the sidecar, which writes to the file it
+    gets in ``out_env``: that file, and the sidecar's environment."""
+    (work / "site").mkdir()
+    (work / "site" / "sitecustomize.py").write_text(code)
+    out = work / "stats.txt"
+    roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
+    return out, {"PYTHONPATH": os.pathsep.join(roots), out_env: str(out)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--streams", type=int, default=2000)
@@ -357,17 +364,9 @@ def main() -> int:
     if args.traced and args.pymalloc:
         p.error("--traced and --pymalloc measure different things: one at a time")
     if args.pymalloc:
-        (work / "site").mkdir()
-        (work / "site" / "sitecustomize.py").write_text(MALLOCSTATS)
-        malloc = work / "malloc.txt"
-        roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
-        env = {"PYTHONPATH": os.pathsep.join(roots), "TP_MALLOC_OUT": str(malloc)}
+        malloc, env = with_site(work, MALLOCSTATS, "TP_MALLOC_OUT")
     if args.traced:
-        (work / "site").mkdir()
-        (work / "site" / "sitecustomize.py").write_text(TRACER)
-        traced = work / "trace.txt"
-        roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
-        env = {"PYTHONPATH": os.pathsep.join(roots), "TP_TRACE_OUT": str(traced)}
+        traced, env = with_site(work, TRACER, "TP_TRACE_OUT")
     env.update(kv.split("=", 1) for kv in args.env)
     flags = ["--on-hung", "observe", "--on-unresponsive", "observe", "--log-level", "warning"]
     flags.append("--telemetry" if args.telemetry == "on" else "--no-telemetry")

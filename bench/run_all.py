@@ -76,6 +76,19 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
     ("health", "bench_health.py", ["--trials", "10"], ["--trials", "2"]),
     ("ray_watch", "bench_ray_watch.py", ["--actors", "100", "--seconds", "40"], None),
     ("fuzz_soak", "bench_fuzz_soak.py", [], []),
+    *(
+        (
+            f"session_cost{name}",
+            "bench_session_cost.py",
+            ["--streams", "10000", "--connections", "200", "--settle-s", "3", *extra],
+            ["--streams", "400", "--connections", "20", "--settle-s", "1"],
+        )
+        for name, extra in (
+            ("", []),
+            ("_relayed", ["--relayed", "8"]),
+            ("_relayed_off", ["--relayed", "8", "--telemetry", "off"]),
+        )
+    ),
     ("detection", "bench_detection.py", [], []),
     ("faults", "bench_faults.py", ["--parallel", "14"], []),
 ]

@@ -40,6 +40,7 @@ NAMES = (
     "scale_overload",
     "scale_overload_relay",
     "session_structures",
+    "session_cost_relayed_off",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -87,6 +88,7 @@ def markdown(results: Path = RESULTS) -> str:
             res["scale_overload"],
             res["scale_overload_relay"],
             res["session_structures"],
+            res["session_cost_relayed_off"],
         ),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),

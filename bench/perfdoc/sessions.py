@@ -12,6 +12,7 @@ NAMES = (
     "scale_overload",
     "scale_overload_relay",
     "session_structures",
+    "session_cost_relayed_off",
 )
 STAGES = ("idle", "connections", "streams", "reports", "closed")
 
@@ -23,13 +24,20 @@ def sessions_section(
     load: Result | None,
     load_relay: Result | None = None,
     structures: Result | None = None,
+    relayed_off: Result | None = None,
 ) -> Lines:
     out = ["## Sessions at the cap, bursts, 2,000 workers at 10 Hz", ""]
-    have = dict(zip(NAMES, (cost, relayed, burst, load, load_relay, structures), strict=True))
+    have = dict(
+        zip(NAMES, (cost, relayed, burst, load, load_relay, structures, relayed_off), strict=True)
+    )
     for name, r in have.items():
         if r is None:
             out += [f"*No result file `bench/results/{name}.json` yet.*", ""]
-    costs = [(how, r) for how, r in (("direct", cost), ("relayed", relayed)) if r is not None]
+    costs = [
+        (how, r)
+        for how, r in (("direct", cost), ("relayed", relayed), ("relayed", relayed_off))
+        if r is not None
+    ]
     if costs:
         out += [*head("sessions arrive", *(f"RSS {name}" for name in STAGES), "peak")]
         for how, r in costs:
@@ -155,7 +163,8 @@ def _arrival(how: str, r: Result) -> str:
     if how == "direct":
         return f"{p['streams']:,} Connect streams over {p['connections']} connections"
     k = p["relayed"]
-    return f"{p['streams']:,} relayed, {k} a node ({p['streams'] // k:,} Relay streams)"
+    off = ", telemetry off (`--no-telemetry`)" if p.get("telemetry") == "off" else ""
+    return f"{p['streams']:,} relayed, {k} a node ({p['streams'] // k:,} Relay streams){off}"
 
 
 def _mb(r: Result, stage: str) -> str:

@@ -59,7 +59,8 @@ def render(
     (0: any height). Every client string goes in as escaped plain text, never markup."""
     jobs = sorted({job for job, _ in model.rows})
     one_job = len(jobs) == 1
-    head = f"{title}" + (f"  job {_job_label(model, jobs[0], with_id=True)}" if one_job else "")
+    names = _job_names(model)
+    head = f"{title}" + (f"  job {_job_label(names, jobs[0], with_id=True)}" if one_job else "")
     table = Table(
         title=Text(f"{head}  (colour: {by}; q quits, l/s switch)", overflow="ellipsis"),
         expand=False,
@@ -75,7 +76,10 @@ def render(
     feed_lines = min(FEED_LINES, max(1, len(model.feed)))
     room = height - _CHROME_LINES - feed_lines - 1 if height else len(model.rows)
     shown, hidden = _rows_to_show(model, max(1, room))
-    rows = [_row_cells(model, key, model.rows[key], one_job) for key in shown]
+    rows = [
+        _row_cells(model, key, model.rows[key], None if one_job else _job_label(names, key[0]))
+        for key in shown
+    ]
     # The recent windows take what the other columns leave of the width.
     # Each column: its widest cell, 2 of padding and 1 of separator; 2 for the edges.
     used = 2 + sum(
@@ -133,7 +137,8 @@ def _rows_to_show(model: TopModel, room: int) -> tuple[list[tuple[str, int]], in
     return chosen, len(keys) - len(chosen)
 
 
-def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, one_job: bool) -> list[Text]:
+def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, job: str | None) -> list[Text]:
+    """The rank's cells; ``job``: its job's label, for a table of several jobs."""
     w = row.status
     culprit = key[1] in model.culprits.get(key[0], ())
     suspect = w.verdict not in ("", "OK")
@@ -155,16 +160,24 @@ def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, one_job: boo
         Text(printable(verdict)),
         mark,
     ]
-    if not one_job:
-        job = _job_label(model, key[0])
+    if job is not None:
         cells.insert(0, Text(job if len(job) <= 16 else job[:15] + "…"))
     return cells
 
 
-def _job_label(model: TopModel, job: str, with_id: bool = False) -> str:
+def _job_names(model: TopModel) -> dict[str, str]:
+    """Each job's human name, where its hooks sent one (once a frame, not a row)."""
+    names: dict[str, str] = {}
+    for (job, _), row in model.rows.items():
+        if row.status.job_name and job not in names:
+            names[job] = row.status.job_name
+    return names
+
+
+def _job_label(names: dict[str, str], job: str, with_id: bool = False) -> str:
     """The job as `trainprobe status` names it: its human name where the hooks sent
     one (then, in the title, the id that `diagnose --job` and the logs carry)."""
-    name = next((r.status.job_name for (j, _), r in model.rows.items() if j == job), "")
+    name = names.get(job, "")
     if not name or name == job:
         return printable(job)
     return f"{printable(name)} (id {printable(job)})" if with_id else printable(name)

@@ -22,7 +22,13 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import CollectiveData, Verdict, WorkerKey, WorkerState
+from trainprobe.sidecar.core.model import (
+    CollectiveData,
+    Verdict,
+    WorkerKey,
+    WorkerState,
+    sample_duration_ns,
+)
 from trainprobe.sidecar.otel.ids import span_id, step_trace_id
 from trainprobe.sidecar.otel.spans import (
     AttrValue,
@@ -274,7 +280,7 @@ class IncidentTracer:
                 links.append(rec.span.link(**_why(rank, "window")))
         samples = report.sync.samples if report.sync is not None else ()
         if samples:
-            slowest = max(samples, key=lambda c: c.end_mono_ns - c.start_mono_ns)
+            slowest = max(samples, key=sample_duration_ns)
             link = self._collective_link(wt, slowest, clock, out)
             if link is not None:
                 links.append(link)

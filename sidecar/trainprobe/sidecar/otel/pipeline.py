@@ -63,7 +63,6 @@ class OtelPipeline:
             "what does not fit the bounded export queues is dropped",
         )
         self._quiet = QuietSdkLogs(self.health)
-        self._gauges = gauges
         self.resource = Resource(dict(resource_attributes)).merge(OTELResourceDetector().detect())
         self._scope = InstrumentationScope("trainprobe.sidecar", version)
         self._span_exporter: SpanExporter | None = None
@@ -72,7 +71,7 @@ class OtelPipeline:
         self.http_server: Any = None
         #: Histograms are folded here per report and join each reader's collection,
         #: as do the gauges, from one registry snapshot a collection.
-        self.folded = FoldedSet(INSTRUMENTS, self.resource, self._scope, self.snapshot)
+        self.folded = FoldedSet(INSTRUMENTS, self.resource, self._scope, gauges)
         self._quiet.install()
         try:
             # The only step that can fail (a busy port) comes first, before any
@@ -199,11 +198,6 @@ class OtelPipeline:
 
     def add(self, spec: InstrumentSpec, value: int, attrs: Mapping[str, AttrValue]) -> None:
         self._counters[spec.name].add(value, attrs)
-
-    def snapshot(self) -> GaugeSnapshot:
-        """The gauges now: one registry snapshot for one collection, not kept after
-        it (at 10,000 ranks a snapshot is a few MB)."""
-        return self._gauges()
 
     # -- shutdown -----------------------------------------------------------------
 
