@@ -31,7 +31,7 @@ from perfdoc import (
     plots,
 )
 
-# What the tests, bench/render_plots.py and other callers import from here.
+# What the tests, bench/perfdoc/figures.py and other callers import from here.
 __all__ = [
     "CASES",
     "DOC",

@@ -99,7 +99,7 @@ def markdown(results: Path = RESULTS) -> str:
 
 def plots(results: Path, out: Path) -> list[Path]:
     """Every plot the document links that has its result; returns the files written."""
-    import render_plots as rp
+    from . import figures as rp  # matplotlib only when plots are asked for
 
     res = load(results)
     out.mkdir(parents=True, exist_ok=True)

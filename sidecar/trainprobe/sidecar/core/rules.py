@@ -25,7 +25,6 @@ froze a worker is judged only once a report sent after the freeze arrives
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from trainprobe.sidecar.core.conventions import RENDEZVOUS_PHASE, STARTUP_PHASES
@@ -35,43 +34,18 @@ from trainprobe.sidecar.core.model import (
     WorkerState,
     heard_every_ms,
 )
-from trainprobe.sidecar.core.thresholds import StallPolicy, StallThreshold, stall_threshold
+from trainprobe.sidecar.core.rule_context import JobContext, RuleConfig
+from trainprobe.sidecar.core.thresholds import StallPolicy, stall_threshold
 from trainprobe.sidecar.core.worker_rules import degraded, finding, phase_overrun, progress, startup
 
-
-@dataclass(frozen=True)
-class RuleConfig:
-    heartbeat_timeout_s: float = 10.0
-    stall: StallPolicy = field(default_factory=StallPolicy)
-    phase_timeout_s: float = 3600.0
-    gpu_memory_ratio: float = 0.95
-    gpu_memory_reports: int = 3
-    sync_latency_s: float = 5.0
-    sync_timeout_s: float = 3.0
-    init_straggler_s: float = 5.0
-    rendezvous_timeout_s: float = 120.0
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """What the rules need to know about a worker's job as a whole.
-
-    Ranks of a job wait on each other: while rank 0 writes a checkpoint inside
-    a declared phase, the others sit in their next allreduce. So a phase held
-    by any rank covers every rank of the job, and the stall clock of every rank
-    restarts when the job's last phase ends.
-    """
-
-    threshold: StallThreshold
-    phase_holders: tuple[int, ...] = ()
-    last_phase_end_at: float = 0.0
-    #: Start-up: the ranks waiting inside init_process_group (phase rendezvous),
-    #: when the last of them arrived, the job's world size, and how many of its
-    #: ranks have a live stream here.
-    arrived: tuple[int, ...] = ()
-    last_arrival_at: float = 0.0
-    world_size: int = 0
-    connected: int = 0
+__all__ = [
+    "JobContext",
+    "RuleConfig",
+    "evaluate",
+    "evaluate_worker",
+    "heartbeat_limit_s",
+    "job_contexts",
+]
 
 
 def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[str, JobContext]:

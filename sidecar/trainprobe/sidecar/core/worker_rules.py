@@ -19,8 +19,8 @@ from trainprobe.sidecar.core.model import (
     sample_duration_ns,
 )
 
-if TYPE_CHECKING:  # rules.py imports this module
-    from trainprobe.sidecar.core.rules import JobContext, RuleConfig
+if TYPE_CHECKING:
+    from trainprobe.sidecar.core.rule_context import JobContext, RuleConfig
 
 __all__ = ["degraded", "finding", "phase_overrun", "progress", "startup"]
 

@@ -1,4 +1,4 @@
-"""The plots of docs/PERFORMANCE.md (matplotlib, no display needed), for bench/render.py.
+"""The plots of docs/PERFORMANCE.md (matplotlib, no display needed), for :func:`document.plots`.
 
 Each maker takes every result (None where a file is missing) and the PNG to
 write, and says whether it wrote it.
@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from perfdoc import CASES, TOOLS, job_scale
+
+from .core import CASES, TOOLS
+from .scale import job_scale
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -1,0 +1,135 @@
+"""No import circle anywhere in the product or its benchmarks.
+
+A circle makes a module's meaning depend on which side is imported first, and
+it hides a missing seam. The graph is read from the source's syntax trees, so
+it sees every import: at module level, inside functions, and under
+``TYPE_CHECKING`` (a type-only circle is still two modules that cannot be
+understood apart). An import names the module it loads: ``from pkg import
+mod`` is an edge to ``pkg.mod`` when that is a module, else to ``pkg``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (folder, the dotted name its files import as): the three namespace roots,
+#: and bench/, whose scripts run with bench/ on sys.path.
+TREES = [
+    (ROOT / "proto" / "trainprobe" / "proto", "trainprobe.proto"),
+    (ROOT / "hooks" / "trainprobe" / "hooks", "trainprobe.hooks"),
+    (ROOT / "sidecar" / "trainprobe" / "sidecar", "trainprobe.sidecar"),
+    (ROOT / "bench", ""),
+]
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package's __init__)."""
+    out: dict[str, tuple[Path, bool]] = {}
+    for folder, prefix in TREES:
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in (prefix.split(".") if prefix else [])] + list(rel.parts)
+            is_pkg = parts[-1] == "__init__"
+            if is_pkg:
+                parts = parts[:-1]
+            if parts:
+                out[".".join(parts)] = (path, is_pkg)
+    return out
+
+
+def _known(name: str, mods: dict[str, tuple[Path, bool]]) -> str | None:
+    """``name`` or its longest prefix that is one of ours."""
+    parts = name.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in mods:
+            return cand
+        parts.pop()
+    return None
+
+
+def _imports(mod: str, path: Path, is_pkg: bool, mods: dict[str, tuple[Path, bool]]) -> Iterator[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if (t := _known(alias.name, mods)) is not None:
+                    yield t
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                sub = f"{origin}.{alias.name}" if origin else alias.name
+                t = sub if sub in mods else _known(origin, mods)
+                if t is not None:
+                    yield t
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {
+        m: {t for t in _imports(m, p, pkg, mods) if t != m} for m, (p, pkg) in sorted(mods.items())
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_the_product_and_bench() -> None:
+    graph = import_graph()
+    # The reader works: known edges are found, relative and absolute.
+    assert "trainprobe.sidecar.core.model" in graph["trainprobe.sidecar.core.rules"]
+    assert "perfdoc.core" in graph["perfdoc.document"]
+    assert "trainprobe.sidecar.core.rule_context" in graph["trainprobe.sidecar.core.worker_rules"]
+
+
+def test_a_circle_is_found() -> None:
+    # The finder itself, on a made-up graph: a test that cannot fail is a defect.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle() -> None:
+    found = cycles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
