@@ -37,6 +37,7 @@ from trainprobe.proto import (
     resolve_socket,
 )
 from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
+from trainprobe.sidecar.cli.output import guarded_output, quiet_broken_pipe, styled_stdout
 from trainprobe.sidecar.cli.report import add_report_args, report_main
 from trainprobe.sidecar.cli.status_text import (
     STATUS_WIDTH,
@@ -46,6 +47,9 @@ from trainprobe.sidecar.cli.status_text import (
     troubled_jobs,
 )
 from trainprobe.sidecar.core.text import printable
+
+#: Characters of a gRPC status's details an error line shows.
+MAX_DETAILS = 1000
 
 
 def _endpoint(text: str | None) -> Endpoint:
@@ -76,7 +80,8 @@ def error_line(err: grpc.RpcError, where: Endpoint, timeout_s: float) -> str:
             f"the sidecar at {where} did not answer within {timeout_s:g} s: "
             "retry with a larger --timeout-s"
         )
-    first = details.splitlines()[0] if details else ""
+    # The details may quote a client's job ids: one escaped line, never a forged second.
+    first = printable(details[:MAX_DETAILS]) + ("..." if len(details) > MAX_DETAILS else "")
     return f"sidecar at {where}: {code.name}: {first}"
 
 
@@ -111,6 +116,12 @@ __all__ = ["error_line", "format_ray_watch", "format_status", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Every line out, errors and argparse's included, goes through one escaping writer.
+    with guarded_output():
+        return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="trainprobe",
         description=__doc__.split("\n\n")[0],
@@ -190,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from trainprobe.sidecar.cli.top import fetcher, run
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
-            return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
+            with styled_stdout():
+                return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
         if args.command == "report":
             return report_main(args, stub, metadata)
         if args.command == "status":

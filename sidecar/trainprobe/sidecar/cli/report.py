@@ -10,6 +10,8 @@ from typing import Any
 
 import grpc
 
+from trainprobe.sidecar.core.text import printable
+
 __all__ = ["add_report_args", "report_main"]
 
 
@@ -83,7 +85,8 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
         known = jobs or sorted({str(s.incident.get("job_id")) for s in found})
         if len(known) != 1:
             print(
-                f"trainprobe: error: {len(known)} jobs ({', '.join(known[:5]) or 'none'}): "
+                f"trainprobe: error: {len(known)} jobs "
+                f"({', '.join(printable(k) for k in known[:5]) or 'none'}): "
                 "pass --job",
                 file=sys.stderr,
             )

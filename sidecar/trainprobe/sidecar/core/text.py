@@ -16,12 +16,23 @@ import logging
 import re
 from collections.abc import Sequence
 
-__all__ = ["SafeLogFormatter", "configure_logging", "printable", "sentences", "short_list"]
+__all__ = [
+    "SafeLogFormatter",
+    "configure_logging",
+    "printable",
+    "printable_lines",
+    "sentences",
+    "short_list",
+]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: As :data:`_UNSAFE`, less the newline and tab of a table or a JSON document.
+_UNSAFE_IN_LINES = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -34,6 +45,12 @@ def printable(value: object) -> str:
     """``value`` as one line of visible text: control and format characters escaped."""
     text = value if isinstance(value, str) else str(value)
     return _UNSAFE.sub(_escape, text)
+
+
+def printable_lines(text: str) -> str:
+    """``text`` with every control and format character escaped but its newlines
+    and tabs: what a CLI may write as a whole (a table, indented JSON)."""
+    return _UNSAFE_IN_LINES.sub(_escape, text)
 
 
 class SafeLogFormatter(logging.Formatter):
