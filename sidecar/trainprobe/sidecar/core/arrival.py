@@ -73,7 +73,16 @@ class LagStats:
     the cost per report flat however many collectives a step issues.
     """
 
-    __slots__ = ("count", "group", "missed", "recent", "win_max", "win_missed", "win_n")
+    __slots__ = (
+        "count",
+        "group",
+        "missed",
+        "recent",
+        "waited",
+        "win_max",
+        "win_missed",
+        "win_n",
+    )
 
     def __init__(self) -> None:
         #: Collectives compared, and those the rank had missed, since it connected.
@@ -86,6 +95,11 @@ class LagStats:
         self.win_max = 0.0
         self.win_n = 0
         self.win_missed = False
+        #: The newest collective this rank entered and then waited in for a
+        #: late peer (BLOCKED_S or more): (group, seq, wait_s), ``inf`` where a
+        #: peer had not entered it at all when the comparison closed. Its long
+        #: sync is the peer's doing, not its own (``worker_rules.degraded``).
+        self.waited: tuple[str, int, float] | None = None
 
     def summary(self) -> LagSummary:
         """Over the recent windows and the open one (a stopped rank never closes it)."""
@@ -298,6 +312,13 @@ class ArrivalTracker:
         name = grp.name
         attach = self.attach
         first = min(arrivals.values())
+        missing = timed_out and any(
+            rank not in arrivals and grp.issued.get(rank, 0) < seq and w.connected
+            for rank, w in members.items()
+        )
+        last = math.inf if missing else max(arrivals.values())
+        if last - first >= BLOCKED_S:
+            _note_waits(members, arrivals, name, seq, last, attach)
         if len(arrivals) >= 2:
             # The hot loop (every rank of every collective): no call per rank.
             for rank, at in arrivals.items():
@@ -330,3 +351,22 @@ class ArrivalTracker:
             stats.win_missed = True
             stats.missed += 1
             stats.group = name
+
+
+def _note_waits(
+    members: dict[int, WorkerState],
+    arrivals: dict[int, float],
+    group: str,
+    seq: int,
+    last: float,
+    attach: Callable[[WorkerState], LagStats],
+) -> None:
+    """Tell each rank that entered a collective long before its last peer (or
+    before a peer that never came) how long it was kept waiting there."""
+    for rank, at in arrivals.items():
+        w = members.get(rank)
+        if w is None or last - at < BLOCKED_S:
+            continue
+        stats = w.arrival if w.arrival is not None else attach(w)
+        if stats.waited is None or stats.waited[0] != group or stats.waited[1] <= seq:
+            stats.waited = (group, seq, last - at)

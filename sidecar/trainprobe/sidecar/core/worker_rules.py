@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE
 from trainprobe.sidecar.core.model import (
     ActivePhase,
+    CollectiveData,
     Finding,
     GroupSeqData,
+    SyncData,
     Verdict,
     WorkerState,
     sample_duration_ns,
@@ -173,6 +175,8 @@ def degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
     sync = w.last_report.sync if w.last_report else None
     if sync is not None and sync.count and sync.max_s > cfg.sync_latency_s:
         slowest = max(sync.samples, key=sample_duration_ns, default=None)
+        if _waited_for_peer(w, sync, slowest, cfg.sync_latency_s):
+            return out
         out.append(
             finding(
                 w,
@@ -188,3 +192,26 @@ def degraded(w: WorkerState, cfg: RuleConfig) -> list[Finding]:
             )
         )
     return out
+
+
+def _waited_for_peer(
+    w: WorkerState, sync: SyncData, slowest: CollectiveData | None, limit_s: float
+) -> bool:
+    """Whether the window's slow sync was this rank waiting for a late peer.
+
+    A rank that enters a collective first waits there until the last one
+    comes: its sync is long, the late rank's is the shortest of all. That
+    wait is the late rank's doing (a stall, which the progress rules judge),
+    so it is no finding against the waiter. Only when what is left once the
+    wait is taken off still exceeds the limit is its sync slow of itself.
+    The arrival tracker said how long it waited (``LagStats.waited``), for
+    a collective of this window: the slowest sampled one or, when the hook's
+    sample missed it, one of the ``count`` before it in the same group.
+    """
+    waited = getattr(w.arrival, "waited", None)
+    if waited is None or slowest is None:
+        return False
+    group, seq, wait_s = waited
+    if group != slowest.group or not slowest.seq - sync.count < seq <= slowest.seq:
+        return False
+    return bool(sync.max_s - wait_s <= limit_s)
