@@ -99,7 +99,14 @@ def test_diagnose_without_job_names_the_jobs_when_there_are_several() -> None:
             r = ctl("diagnose", "--target", sc.target)
             assert r.returncode == 1
             line = one_line(r.stderr)
-            assert "serves 2 jobs (job-a, job-b): pass --job" in line
+            assert "serves 2 running jobs (job-a, job-b): pass --job" in line
+            # A finished job is not counted: diagnose serves the one still running.
+            workers[1].kill()
+            workers[1].wait()
+            wait_for(lambda: "job-b" not in ctl("diagnose", "--target", sc.target).stderr, 30)
+            r = ctl("diagnose", "--json", "--target", sc.target)
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout)["job_id"] == "job-a"
         finally:
             for w in workers:
                 w.kill()

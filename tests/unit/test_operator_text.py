@@ -117,3 +117,16 @@ def test_incidents_says_what_became_of_a_kill() -> None:
     assert act(None, "resumed") == "kill: not needed (resumed)"
     assert act(None, None) == "kill: not done"
     assert act(None, None, action="observe") == "observe"
+
+
+def test_incidents_says_a_pending_kill_is_pending() -> None:
+    """While the patience runs, 'kill: not done' read as final: it is pending."""
+    from trainprobe.sidecar.cli.incidents import _act
+
+    j = {"action": "kill", "outcome": None, "decision": None, "patience_s": 90.0}
+    j["onset"] = 1000.0
+    pending = "kill: pending (once sure: definitive evidence, or 90s stalled)"
+    assert _act(j, now=1030.0) == pending
+    assert _act(j, now=1200.0) == "kill: not done"  # the patience ran out long ago
+    assert _act({**j, "decision": "resumed"}, now=1030.0) == "kill: not needed (resumed)"
+    assert _act({**j, "outcome": "rank 1 exited"}, now=1030.0) == "kill: rank 1 exited"

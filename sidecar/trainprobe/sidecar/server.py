@@ -22,6 +22,7 @@ from trainprobe.sidecar.act.killers import Killer, KillerFactory, SignalKiller
 from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.core.episodes import CulpritPolicy
+from trainprobe.sidecar.core.jobnames import job_label, names_of, resolve_job
 from trainprobe.sidecar.core.jobview import JobView
 from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS, MAX_STATUS_BYTES
 from trainprobe.sidecar.core.patience import PatienceBook
@@ -228,8 +229,10 @@ class Sidecar:
         thresholds: dict[str, float] = {}
         rows = []
         size = omitted = 0
+        # A name stands for its job (one id; AmbiguousJob, a LookupError, for several).
+        job_id = resolve_job(job_id, self._job_names()) if job_id else ""
         for w in sorted(self.registry, key=lambda w: (w.hello.job_id, w.hello.rank)):
-            if job_id and job_id not in (w.hello.job_id, w.hello.job_name):
+            if job_id and job_id != w.hello.job_id:
                 continue
             if size > MAX_STATUS_BYTES:
                 omitted += 1  # counted, not built: a huge registry costs no rows
@@ -265,6 +268,10 @@ class Sidecar:
             reply.ray_watch.CopyFrom(self.ray_responder.status())
         return reply
 
+    def _job_names(self) -> dict[str, str]:
+        """id -> name of every job with a session here ('' where unnamed)."""
+        return names_of((w.hello.job_id, w.hello.job_name) for w in self.registry)
+
     async def diagnose_ray(self, dot: bool) -> probe_pb2.DiagnoseReply:
         """``diagnose --ray``: the Ray watcher's last wait graph (rendered off the loop)."""
         if self.ray_responder is None:
@@ -279,19 +286,27 @@ class Sidecar:
         Without a job id, the only job this sidecar serves. A job's name
         (``job_name``) stands for its id when one job has it.
         """
+        names = self._job_names()
         if not job_id:
-            jobs = sorted({w.hello.job_id for w in self.registry})
-            if not jobs:
+            if not names:
                 raise LookupError("no worker has reported to this sidecar yet")
+            # A finished job (no rank connected, no open episode) is not counted:
+            # it stays in status as finished, and --job still reaches it.
+            live = sorted(
+                {w.hello.job_id for w in self.registry if w.connected}
+                | {j for j in names if self.engine.episode(j) is not None}
+            )
+            jobs = live or sorted(names)
             if len(jobs) > 1:
-                shown = ", ".join(jobs[:5]) + (", ..." if len(jobs) > 5 else "")
-                raise LookupError(f"this sidecar serves {len(jobs)} jobs ({shown}): pass --job")
+                shown = ", ".join(job_label(j, names.get(j, "")) for j in jobs[:5])
+                more = ", ..." if len(jobs) > 5 else ""
+                running = "running " if live else ""
+                raise LookupError(
+                    f"this sidecar serves {len(jobs)} {running}jobs ({shown}{more}): pass --job"
+                )
             job_id = jobs[0]
-        elif not any(w.hello.job_id == job_id for w in self.registry):
-            # --job may name the job (status shows names); one id behind it, or none.
-            named = sorted({w.hello.job_id for w in self.registry if w.hello.job_name == job_id})
-            if len(named) == 1:
-                job_id = named[0]
+        else:
+            job_id = resolve_job(job_id, names)
         diag, episode = self.engine.diagnose(job_id)
         record = {"job_id": job_id, **diag.to_record(), "episode": episode.id if episode else None}
         return bounded_diagnosis(job_id, diag.text, json.dumps(record, default=str))

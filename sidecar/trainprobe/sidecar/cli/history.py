@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.sidecar.cli.incidents import (
+    of_job,
     parse_since,
     read_log,
     stories,
@@ -32,7 +33,7 @@ def add_incidents_parser(sub: Any) -> None:
         "or TRAINPROBE_STATE_DIR)",
     )
     p.add_argument("--config", metavar="FILE", help="the sidecar's TOML settings file")
-    p.add_argument("--job", default="", help="only this job's incidents")
+    p.add_argument("--job", default="", help="only this job's incidents (its id or name)")
     p.add_argument("--since", help="only incidents since: 90s, 30m, 2h, 1d or an ISO time")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -71,7 +72,11 @@ def incidents_main(args: argparse.Namespace) -> int:
         print(f"trainprobe: warning: {line}", file=sys.stderr)
     found = stories(records)
     if args.job:
-        found = [s for s in found if s.incident.get("job_id") == args.job]
+        try:
+            found = of_job(found, args.job)
+        except LookupError as err:  # a name that several jobs have
+            print(f"trainprobe: error: {err}", file=sys.stderr)
+            return 1
     if since is not None:
         found = [s for s in found if float(s.incident.get("time") or 0) >= since]
     if args.id:

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.sidecar.core.actions import is_destructive
+from trainprobe.sidecar.core.jobnames import job_label, names_of, resolve_job
 from trainprobe.sidecar.core.text import printable
 
 __all__ = [
     "IncidentStory",
     "culprit_line",
+    "of_job",
     "parse_since",
     "read_log",
     "stories",
@@ -90,6 +92,7 @@ class IncidentStory:
             "id": self.id,
             "time": inc.get("time"),
             "job_id": inc.get("job_id"),
+            "job_name": inc.get("job_name") or "",
             "rule": inc.get("rule"),
             "verdict": inc.get("verdict"),
             "culprits": _culprits(inc),
@@ -101,7 +104,17 @@ class IncidentStory:
             "outcome": _outcome(actions) if actions else None,
             "verdict_after_s": inc.get("detection_latency_s"),
             "action_after_s": _action_after_s(inc, d, actions),
+            # When the stall began, and the patience a kill waits for at most.
+            "onset": _onset(inc),
+            "patience_s": (inc.get("decision") or {}).get("patience_s"),
         }
+
+
+def _onset(inc: dict[str, Any]) -> float | None:
+    t, latency = inc.get("time"), inc.get("detection_latency_s") or 0.0
+    if not isinstance(t, (int, float)) or not isinstance(latency, (int, float)):
+        return None
+    return float(t) - float(latency)
 
 
 def _culprits(inc: dict[str, Any]) -> list[int]:
@@ -156,6 +169,16 @@ def stories(records: Iterable[dict[str, Any]]) -> list[IncidentStory]:
     return list(by_id.values())
 
 
+def of_job(found: list[IncidentStory], ref: str) -> list[IncidentStory]:
+    """The stories of the job ``ref`` names, by id or by name (``core/jobnames.py``:
+    an exact id wins; a name that several jobs have raises AmbiguousJob)."""
+    names = names_of(
+        (str(s.incident.get("job_id")), str(s.incident.get("job_name") or "")) for s in found
+    )
+    job = resolve_job(ref, names)
+    return [s for s in found if s.incident.get("job_id") == job]
+
+
 def parse_since(text: str, now: float | None = None) -> float:
     """A wall time from ``2h``/``30m``/``90s``/``1d`` ago, or an ISO date or date-time."""
     now = time.time() if now is None else now
@@ -200,9 +223,15 @@ def culprit_line(incident: dict[str, Any]) -> str:
     return printable(f"culprit{kind}: {', '.join(parts)}{tail}")
 
 
-def _act(j: dict[str, Any]) -> str:
+#: How long past its patience a kill not yet in the log still reads as pending
+#: (the evidence round and the kill itself take seconds).
+PENDING_GRACE_S = 15.0
+
+
+def _act(j: dict[str, Any], now: float | None = None) -> str:
     """The action and what became of it: a kill that never ran (the stall ended
-    by itself, or the patience never ran out) must not read as a kill."""
+    by itself, or the patience never ran out) must not read as a kill, nor one
+    that still waits for its evidence or patience as one that never will."""
     action = str(j["action"])
     if j["outcome"]:
         return f"{action}: {j['outcome']}"
@@ -210,6 +239,14 @@ def _act(j: dict[str, Any]) -> str:
         return action
     if j["decision"] == "resumed":
         return f"{action}: not needed (resumed)"
+    patience, onset = j.get("patience_s"), j.get("onset")
+    now = time.time() if now is None else now
+    if (
+        isinstance(patience, (int, float))
+        and isinstance(onset, (int, float))
+        and now < onset + patience + PENDING_GRACE_S
+    ):
+        return f"{action}: pending (once sure: definitive evidence, or {patience:.0f}s stalled)"
     return f"{action}: not done"
 
 
@@ -220,7 +257,8 @@ def summary_line(story: IncidentStory) -> str:
     culprit = f"rank {who}" + (f" at {where}" if where else "")
     act = _act(j)
     text = (
-        f"{_when(j['time'])}  {j['id']}  job {j['job_id']}  {j['verdict']} ({j['rule']})  "
+        f"{_when(j['time'])}  {j['id']}  job {job_label(str(j['job_id']), j['job_name'])}  "
+        f"{j['verdict']} ({j['rule']})  "
         f"culprit {culprit}  decision {j['decision'] or '-'}  {act}  "
         f"verdict {_secs(j['verdict_after_s'])} action {_secs(j['action_after_s'])}"
     )
@@ -231,8 +269,9 @@ def timeline(story: IncidentStory) -> list[str]:
     """One incident, record by record: verdict, evidence samples, decision, action."""
     inc = story.incident
     diag = inc.get("diagnosis") or {}
+    job = job_label(str(inc.get("job_id")), str(inc.get("job_name") or ""))
     out = [
-        f"incident {story.id}  job {inc.get('job_id')}  {_when(inc.get('time'))}",
+        f"incident {story.id}  job {job}  {_when(inc.get('time'))}",
         f"  verdict   {inc.get('verdict')} ({inc.get('rule')}), "
         f"{_secs(inc.get('detection_latency_s'))} after onset; ranks flagged "
         f"{inc.get('ranks')}, culprits {_culprits(inc)}, waiting {_waiting(inc)}",

@@ -46,6 +46,7 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     from trainprobe.sidecar.cli.incidents import read_log, stories
     from trainprobe.sidecar.cli.report_page import ReportData, write_report
     from trainprobe.sidecar.cli.top import TopModel, fetcher
+    from trainprobe.sidecar.core.jobnames import names_of, resolve_job
 
     job = args.job
     model = TopModel()
@@ -81,7 +82,21 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     for p in problems:
         print(f"trainprobe: warning: {p}", file=sys.stderr)
     found = stories(records)
-    if not job:
+    if job:
+        # A name stands for its job, as the sidecar (status) or the log knows it.
+        names = names_of(
+            [(w.status.job_id, w.status.job_name) for w in model.rows.values()]
+            + [
+                (str(s.incident.get("job_id")), str(s.incident.get("job_name") or ""))
+                for s in found
+            ]
+        )
+        try:
+            job = resolve_job(job, names)
+        except LookupError as err:
+            print(f"trainprobe: error: {err}", file=sys.stderr)
+            return 1
+    else:
         known = jobs or sorted({str(s.incident.get("job_id")) for s in found})
         if len(known) != 1:
             print(

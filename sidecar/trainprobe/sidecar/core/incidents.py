@@ -55,6 +55,9 @@ class Incident:
     #: (the sidecar's backlog, or a relay's batching), at most: part of the
     #: detection latency that is not the rule's own threshold.
     ingest_lag_s: float = 0.0
+    #: The job's human name (its hooks' ``job_name``; '' where none was sent):
+    #: ``--job`` takes it wherever it takes the id.
+    job_name: str = ""
 
     @property
     def culprits(self) -> list[int]:
@@ -96,6 +99,7 @@ class Incident:
             "id": self.id,
             "time": round(self.time, 6),
             "job_id": self.job_id,
+            "job_name": self.job_name,
             "rule": self.rule,
             "verdict": self.verdict.value,
             # The ranks the rule flagged (kept as it was: tools read it); who is
@@ -193,6 +197,9 @@ def group_incidents(
                 onset_at=min(onset_of(f, states.get(f.key), now) for f in fs),
                 targets=[f.key.rank for f in fs],
                 ingest_lag_s=max(_lag_of(f) for f in fs),
+                job_name=next(
+                    (n for f in fs if f.key in states and (n := states[f.key].hello.job_name)), ""
+                ),
             )
         )
     incidents.sort(key=lambda i: -i.verdict.severity)

@@ -109,7 +109,11 @@ class SidecarServicer:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"malformed StatusRequest: {request.error}",
             )
-        return self._status(request.job_id)
+        try:
+            return self._status(request.job_id)
+        except LookupError as err:  # a --job name that several jobs have
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            raise
 
     async def Diagnose(self, request: Any, context: Any) -> probe_pb2.DiagnoseReply:
         if isinstance(request, Malformed):
