@@ -124,3 +124,48 @@ def test_the_job_is_named_as_status_names_it() -> None:
         if x.split() and x.split()[0] in {"bert-finetune", "k"}
     ]
     assert sorted(r[0] for r in rows) == ["bert-finetune", "k"]
+
+
+def test_top_shows_the_decision_as_it_happens_and_after_it() -> None:
+    """The countdown (status's words), WAITING for a waiter, then KILLED, never
+    'OK (vanished)', and the feed says HUNG -> KILLED; at 80 x 24 the file:line shows."""
+    m = TopModel()
+    diag = {"j": {"kind": "straggler", "culprits": [1], "waiting": [0], "summary": "rank 1"}}
+    m.update(reply((0, 5, 0, 1, 0, "OK"), (1, 5, 0, 1, 0, "OK")), HEALTHY, 1.0)
+    watched = reply((0, 5, 0, 1, 0, "HUNG"), (1, 5, 0, 1, 0, "HUNG"))
+    where = "rank 1 at ddp_worker.py:212 in hang (sleeping)"
+    for w in watched.workers:
+        w.suspect = f"HUNG? 12 s of 90 s patience — {where}"
+    m.update(watched, diag, 2.0)
+    lines = _frame(m, 80, 24)
+    text = "\n".join(lines)
+    assert "HUNG? 12 s of 90 s patience" in text and "ddp_worker.py:212" in text, text
+    row0 = next(x for x in lines if x.split()[:2] == ["0", "5"])
+    row1 = next(x for x in lines if x.split()[:2] == ["1", "5"])
+    assert "WAITING" in row0 and "SUSPECT" not in row0 and "CULPRIT" in row1
+    killed = reply((0, 5, 0, 1, 0, "HUNG"), (1, 5, 0, 1, 0, "OK"))
+    killed.workers[1].state = "vanished"
+    killed.workers[1].killed_rule, killed.workers[1].killed_incident = "patience", "i-1"
+    m.update(killed, diag, 3.0)
+    lines = _frame(m, 80, 24)
+    text = "\n".join(lines)
+    row1 = next(x for x in lines if x.split()[:2] == ["1", "5"])
+    assert "KILLED" in row1 and "vanished" not in row1 and "OK" not in row1.split()
+    assert any("rank 1: HUNG -> KILLED" in f for f in m.feed), list(m.feed)
+    assert "KILLED rank 1 by patience (incident i-1)" in text, text
+    assert max(len(x) for x in lines) <= 80
+
+
+def test_a_countdown_that_ends_without_a_kill_reads_resumed() -> None:
+    m = TopModel()
+    watched = reply((0, 5, 0, 1, 0, "HUNG"))
+    watched.workers[0].suspect = "HUNG? 3 s of 90 s patience — rank 0"
+    m.update(watched, HEALTHY, 1.0)
+    m.update(reply((0, 9, 0, 2, 0, "OK")), HEALTHY, 2.0)
+    assert m.decisions["j"].startswith("RESUMED at ") and "nothing was killed" in m.decisions["j"]
+    paused = reply((0, 9, 0, 2, 0, "HUNG"))
+    paused.workers[0].suspect = "PAUSED 4 s — every live rank is held"
+    m.update(paused, HEALTHY, 3.0)
+    assert "PAUSED" in _frame(m, 80, 24)[0]
+    m.update(reply((0, 12, 0, 3, 0, "OK")), HEALTHY, 4.0)
+    assert any(f.endswith("PAUSED -> RESUMED") for f in m.feed), list(m.feed)

@@ -12,6 +12,7 @@ from trainprobe.sidecar.core.text import printable
 __all__ = [
     "STATUS_WIDTH",
     "culprits_line",
+    "decision_words",
     "format_diagnosis",
     "format_ray_watch",
     "format_status",
@@ -44,6 +45,22 @@ def _sync_text(w: probe_pb2.WorkerStatus) -> str:
 STATUS_WIDTH = 100
 
 
+def decision_words(w: probe_pb2.WorkerStatus) -> tuple[str, str]:
+    """The rank's verdict as the sidecar's decision has it, and what to say beside
+    it: KILLED or EVICTED once acted on, ``HUNG?``/``PAUSED`` with the patience
+    countdown while watched, else the verdict and its stream's state (raw)."""
+    if w.killed_rule and w.evicted:
+        return "EVICTED", f"replica {w.replica} by {w.killed_rule} (incident {w.killed_incident})"
+    if w.killed_rule:
+        # What happened to it, not how its stream ended.
+        return "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
+    if w.suspect:
+        # "HUNG? 12 s of 90 s patience — ..." or "PAUSED 15 s — ...": its first word.
+        verdict, _, state = w.suspect.partition(" ")
+        return verdict, state
+    return w.verdict, w.state
+
+
 def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
     """One worker's cells, each escaped (every string in a status came from a client)."""
     gpu = "-"
@@ -54,16 +71,7 @@ def _worker_fields(w: probe_pb2.WorkerStatus) -> dict[str, str]:
             if g.has_nvml
             else _bytes(g.reserved_bytes)
         )
-    verdict, state = w.verdict, w.state
-    if w.killed_rule and w.evicted:
-        verdict = "EVICTED"
-        state = f"replica {w.replica} by {w.killed_rule} (incident {w.killed_incident})"
-    elif w.killed_rule:
-        # What happened to it, not how its stream ended.
-        verdict, state = "KILLED", f"by {w.killed_rule} (incident {w.killed_incident})"
-    elif w.suspect:
-        # "HUNG? 12 s of 90 s patience — ..." or "PAUSED 15 s — ...": its first word.
-        verdict, _, state = w.suspect.partition(" ")
+    verdict, state = decision_words(w)
     return {
         "job": printable(w.job_id),
         "step": str(w.step) if w.has_step else "-",

@@ -4,7 +4,11 @@ One row per rank; to its right the recent windows (one per refresh, newest on
 the right), each coloured by the rank's collective arrival lag (``--by lag``,
 the straggler signal) or its step time (``--by step``). Ranks with a non-OK
 verdict are marked SUSPECT, the culprits of the job's current diagnosis
-CULPRIT; beneath the table, the incident feed: what changed, as the sidecar's
+CULPRIT and the ranks that only wait for them WAITING; a rank trainprobe
+killed or evicted reads KILLED or EVICTED. Above the table, each job's
+decision: the patience countdown while the sidecar watches (as ``trainprobe
+status`` says it), then what it did (KILLED, EVICTED, RESUMED) and when;
+beneath the table, the incident feed: what changed, as the sidecar's
 status and diagnosis said it. Keys: ``q`` quits, ``l``/``s`` colour by lag or
 step time.
 
@@ -74,7 +78,10 @@ def render(
         columns.insert(0, ("JOB", "left"))
     steps = {job: job_step_s(model, job) for job in jobs}
     feed_lines = min(FEED_LINES, max(1, len(model.feed)))
-    room = height - _CHROME_LINES - feed_lines - 1 if height else len(model.rows)
+    decisions = _decision_lines(model, jobs, names, one_job)
+    # Wrapped, not cut: the culprit's file:line is at the end of the countdown.
+    taken = sum(-(-len(d.plain) // max(20, width)) for d in decisions)
+    room = height - _CHROME_LINES - feed_lines - 1 - taken if height else len(model.rows)
     shown, hidden = _rows_to_show(model, max(1, room))
     rows = [
         _row_cells(model, key, model.rows[key], None if one_job else _job_label(names, key[0]))
@@ -97,9 +104,7 @@ def render(
         for cell in list(row.cells)[-windows:]:
             level = colour(cell[idx], by, steps.get(key[0]))
             strip.append("█" if level >= 0 else "·", style=STYLES[level] if level >= 0 else "dim")
-        culprit = key[1] in model.culprits.get(key[0], ())
-        suspect = row.status.verdict not in ("", "OK")
-        table.add_row(*cells, strip, style="bold red" if culprit else "yellow" if suspect else "")
+        table.add_row(*cells, strip, style=_ROW_STYLE[_mark(model, key)])
     # Notes under the table, not in a cell: a cell would widen its column.
     feed: list[Text] = []
     if hidden:
@@ -109,7 +114,13 @@ def render(
     feed.append(Text("incidents:", style="bold"))
     for line in list(model.feed)[-feed_lines:] or ["(none)"]:
         # A recovery in green, a new verdict or finding in red, stream changes plain.
-        style = "green" if line.endswith("-> OK") else "red" if "stream " not in line else ""
+        style = (
+            "green"
+            if line.endswith(("-> OK", "-> RESUMED"))
+            else "red"
+            if "stream " not in line
+            else ""
+        )
         feed.append(
             Text(
                 f"  {printable(line)}",
@@ -118,7 +129,43 @@ def render(
                 overflow="ellipsis",
             )
         )
-    return Group(table, *feed)
+    return Group(*decisions, table, *feed)
+
+
+#: How a rank is marked: the culprit, a rank that only waits for it, another
+#: rank whose verdict is not OK, or nothing.
+_MARKS = {
+    "CULPRIT": Text("CULPRIT", style="bold white on red"),
+    "WAITING": Text("WAITING", style="cyan"),
+    "SUSPECT": Text("SUSPECT", style="bold black on yellow"),
+    "": Text(""),
+}
+_ROW_STYLE = {"CULPRIT": "bold red", "WAITING": "", "SUSPECT": "yellow", "": ""}
+#: A decision line's colour by its first word.
+_DECISION_STYLE = {"HUNG?": "bold red", "PAUSED": "yellow", "RESUMED": "green"}
+
+
+def _mark(model: TopModel, key: tuple[str, int]) -> str:
+    if key[1] in model.culprits.get(key[0], ()):
+        return "CULPRIT"
+    if key[1] in model.waiting.get(key[0], ()):
+        return "WAITING"  # it waits for the culprit: not a suspect
+    return "SUSPECT" if model.rows[key].shown not in ("", "OK") else ""
+
+
+def _decision_lines(
+    model: TopModel, jobs: list[str], names: dict[str, str], one_job: bool
+) -> list[Text]:
+    """Each job's decision, as it happens and after it (escaped, wrapped)."""
+    out = []
+    for job in jobs:
+        line = model.decisions.get(job)
+        if not line:
+            continue
+        style = _DECISION_STYLE.get(line.split(" ", 1)[0], "bold red")
+        text = printable(line) if one_job else f"{_job_label(names, job)}: {printable(line)}"
+        out.append(Text(text, style=style, overflow="fold"))
+    return out
 
 
 def _rows_to_show(model: TopModel, room: int) -> tuple[list[tuple[str, int]], int]:
@@ -140,18 +187,12 @@ def _rows_to_show(model: TopModel, room: int) -> tuple[list[tuple[str, int]], in
 def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, job: str | None) -> list[Text]:
     """The rank's cells; ``job``: its job's label, for a table of several jobs."""
     w = row.status
-    culprit = key[1] in model.culprits.get(key[0], ())
-    suspect = w.verdict not in ("", "OK")
-    mark = (
-        Text("CULPRIT", style="bold white on red")
-        if culprit
-        else Text("SUSPECT", style="bold black on yellow")
-        if suspect
-        else Text("")
-    )
+    mark = _MARKS[_mark(model, key)].copy()
     lag = w.arrival_lag if w.HasField("arrival_lag") else None
     lag_text = f"{lag.p50_s * 1e3:.0f}/{lag.max_s * 1e3:.0f}ms" if lag and lag.count else "-"
-    verdict = w.verdict + ("" if w.state == "connected" else f" ({w.state})")
+    # A rank we killed reads KILLED, not how its stream ended ("OK (vanished)").
+    acted = row.shown in ("KILLED", "EVICTED")
+    verdict = row.shown + ("" if w.state == "connected" or acted else f" ({w.state})")
     cells = [
         Text(str(key[1])),
         Text(str(w.step) if w.has_step else "-"),

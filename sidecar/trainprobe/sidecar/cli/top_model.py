@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.cli.status_text import decision_words
 
 __all__ = [
     "FEED_LINES",
@@ -22,6 +23,7 @@ __all__ = [
     "TopModel",
     "colour",
     "job_step_s",
+    "shown_verdict",
 ]
 
 #: Windows of history shown per rank.
@@ -52,6 +54,8 @@ class RankRow:
     lag_missed: int = 0
     #: The lag of the collective the rank last failed to enter, while it still has not.
     missing_s: float | None = None
+    #: Its verdict as last shown (:func:`shown_verdict`), to note changes only.
+    shown: str = ""
 
 
 @dataclass
@@ -63,18 +67,35 @@ class TopModel:
     #: The (kind, culprits) of each job's latest diagnosis, to note changes only.
     findings: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     feed: deque[str] = field(default_factory=lambda: deque(maxlen=FEED_LINES))
+    #: The ranks each job's latest diagnosis says wait for its culprits.
+    waiting: dict[str, set[int]] = field(default_factory=dict)
+    #: Each job's decision as it stands, or as it ended: the patience countdown
+    #: while the sidecar watches (status's words), then what it did and when.
+    decisions: dict[str, str] = field(default_factory=dict)
 
     def update(self, reply: probe_pb2.StatusReply, diagnoses: dict[str, dict], now: float) -> None:
         stamp = time.strftime("%H:%M:%S")
+        watched: dict[str, str] = {}
+        acted: dict[str, list[str]] = {}
+        resumed: set[str] = set()
         for w in reply.workers:
             key = (w.job_id, w.rank)
+            shown = shown_verdict(w)
             row = self.rows.get(key)
             if row is None:
                 row = self.rows[key] = RankRow(w)
             else:
-                self._note_changes(stamp, row.status, w)
+                self._note_changes(stamp, row, w, shown)
+                if shown in ("KILLED", "EVICTED") and row.shown != shown:
+                    how = decision_words(w)[1]
+                    acted.setdefault(w.job_id, []).append(f"{shown} rank {w.rank} {how}")
+                if row.shown == "PAUSED" and shown != "PAUSED":
+                    resumed.add(w.job_id)
             row.cells.append((_step_s(row, w, now), _lag_s(row, w)))
-            row.status = w
+            row.status, row.shown = w, shown
+            if w.suspect and w.job_id not in watched:
+                watched[w.job_id] = w.suspect
+        self._decide(stamp, watched, acted, resumed, {w.job_id for w in reply.workers})
         for job, diag in diagnoses.items():
             culprits = {int(r) for r in diag.get("culprits") or []}
             kind = str(diag.get("kind") or "healthy")
@@ -84,15 +105,46 @@ class TopModel:
                 self.feed.append(f"{stamp} {job}: {kind}: {diag.get('summary', '')}")
             self.findings[job] = finding
             self.culprits[job] = culprits
+            self.waiting[job] = {int(r) for r in diag.get("waiting") or []} - culprits
+
+    def _decide(
+        self,
+        stamp: str,
+        watched: dict[str, str],
+        acted: dict[str, list[str]],
+        resumed: set[str],
+        jobs: set[str],
+    ) -> None:
+        """Each job's decision line: as it happens, and after it."""
+        for job in jobs:
+            before = self.decisions.get(job, "")
+            if job in acted:
+                self.decisions[job] = f"{'; '.join(acted[job])} at {stamp}"
+            elif job in watched:
+                self.decisions[job] = watched[job]
+            elif job in resumed:
+                self.decisions[job] = f"RESUMED at {stamp}: the pause ended; nothing was killed"
+                self.feed.append(f"{stamp} {job}: PAUSED -> RESUMED")
+            elif before.startswith("HUNG?"):
+                # The countdown is gone without a kill: the stall ended by itself.
+                self.decisions[job] = f"RESUMED at {stamp}: the stall ended; nothing was killed"
 
     def _note_changes(
-        self, stamp: str, old: probe_pb2.WorkerStatus, new: probe_pb2.WorkerStatus
+        self, stamp: str, row: RankRow, new: probe_pb2.WorkerStatus, shown: str
     ) -> None:
         who = f"{new.job_id} rank {new.rank}"
-        if new.verdict != old.verdict:
-            self.feed.append(f"{stamp} {who}: {old.verdict} -> {new.verdict}")
-        if new.state != old.state:
+        if shown != row.shown:
+            self.feed.append(f"{stamp} {who}: {row.shown} -> {shown}")
+        if new.state != row.status.state:
             self.feed.append(f"{stamp} {who}: stream {new.state}")
+
+
+def shown_verdict(w: probe_pb2.WorkerStatus) -> str:
+    """The rank's verdict as top shows it: KILLED, EVICTED or PAUSED once the
+    sidecar decided so (status's words), else its verdict (a countdown's
+    ``HUNG?`` is the verdict HUNG: the decision line has the countdown)."""
+    word = decision_words(w)[0]
+    return w.verdict if word.endswith("?") else word
 
 
 def _step_s(row: RankRow, w: probe_pb2.WorkerStatus, now: float) -> float | None:
