@@ -26,7 +26,7 @@ from trainprobe.sidecar.core.patience import (
     REPLICA_FLOOR_S,
     PatienceBook,
 )
-from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
+from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence, stepping
 
 
 def rank(
@@ -40,6 +40,8 @@ def rank(
     reporting: bool = True,
     inflight: bool = False,
     phases: tuple[str, ...] = (),
+    verified: bool = True,
+    normal: float = 0.0,
 ) -> RankSummary:
     groups = (
         GroupProgress("torchft", step + 1, step, 9.0, "allreduce", step + 1)
@@ -61,6 +63,8 @@ def rank(
         replica=replica,
         ft_wait=wait,
         ft_wait_age_s=9.0 if wait else 0.0,
+        verified=verified,
+        normal_step_s=normal,
     )
 
 
@@ -192,3 +196,91 @@ def test_a_thread_waiting_inside_torchft_counts_as_a_collective_wait() -> None:
         Frame("/work/train.py", 40, "main", "loss.backward()"),
     ]
     assert classify_frames(frames) == COLLECTIVE
+
+
+def stepper(r: int, replica: str, step: int = 95, world: int = 6) -> RankSummary:
+    """A verified rank that steps: its last step 0.1 s ago, its normal step time 1 s."""
+    return rank(r, replica, world=world, step=step, step_age=0.1, normal=1.0)
+
+
+def liars(frozen_in: str) -> list[RankSummary]:
+    """An unverified client's two sessions: one claims replica ``frozen_in`` with a
+    frozen step, not inside torchft; one a third replica waiting in torchft's quorum."""
+    return [
+        rank(4, frozen_in, world=6, step=5, verified=False),
+        rank(5, "train_2", "quorum", world=6, step=5, verified=False),
+    ]
+
+
+def test_an_unverified_sessions_replica_claims_form_no_group_and_wait_for_no_one() -> None:
+    healthy = [stepper(0, "train_0"), stepper(1, "train_0", 94), stepper(2, "train_1")]
+    healthy.append(stepper(3, "train_1", 94))
+    diag = analyze_job([*healthy, *liars("train_1")])
+    rep = replica_evidence(diag.evidence)
+    assert rep is not None
+    assert rep.groups == {"train_0": (0, 1), "train_1": (2, 3)}
+    assert rep.culprits == () and rep.waiting == ()
+    assert not set(diag.culprits) & {0, 1, 2, 3}, diag.summary
+    for policy in (CulpritPolicy(), CulpritPolicy("kill_stalled")):
+        targets, why = plan_targets(diag, range(6), {4, 5}, policy)
+        assert not set(targets) & {0, 1, 2, 3}, why
+
+
+def test_a_rank_that_steps_normally_is_never_a_culprit_whatever_else_it_reports() -> None:
+    # A plain job: an unverified client far "ahead" makes every honest rank look behind.
+    honest = [stepper(0, "", world=3), stepper(1, "", world=3)]
+    liar = rank(2, "", world=3, step=10**6, verified=False)
+    assert analyze([*honest, liar]).culprits == (0, 1)  # the rank-level analysis alone
+    diag = analyze_job([*honest, liar])
+    assert diag.culprits == () and diag.evidence["stepping"] == [0, 1]
+    # A verified replica that steps is no culprit replica, though it is not in torchft...
+    ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1", step_age=0.3, normal=1.0)]
+    diag = analyze_job(ranks)
+    assert replica_evidence(diag.evidence).culprits == () and not diag.culprits  # type: ignore[union-attr]
+    # ...until its last step is older than its normal step time,
+    late = [rank(0, "train_0", "quorum"), rank(1, "train_1", step_age=1.5, normal=1.0)]
+    assert analyze_job(late).culprits == (1,)
+    # or the kernel shows it stopped, whatever its last report said.
+    assert apply_replicas(ranks, analyze(ranks), dead={1}).culprits == (1,)
+
+
+def test_a_real_hang_in_one_replica_evicts_that_replica_alone_whatever_the_liars_say() -> None:
+    # train_1's rank 2 hangs, its rank 3 waits in the replicated allreduce; train_0
+    # waits in the quorum. The liars claim a frozen rank in train_0 and a third replica.
+    ranks = [
+        rank(0, "train_0", "quorum", world=6),
+        rank(1, "train_0", "quorum", world=6),
+        rank(2, "train_1", world=6),
+        rank(3, "train_1", "allreduce", world=6, inflight=True),
+        *liars("train_0"),
+    ]
+    diag = analyze_job(ranks)
+    rep = replica_evidence(diag.evidence)
+    assert rep is not None and rep.culprits == ("train_1",) and rep.waiting == ("train_0",)
+    assert diag.culprits == (2,)
+    targets, _ = plan_targets(diag, range(6), set(range(6)), CulpritPolicy("kill_stalled"))
+    assert targets == [2, 3]
+
+
+def test_the_normal_step_time_is_the_ranks_own_and_ages_on_the_clock() -> None:
+    from tests.core_builders import hello, report
+    from trainprobe.sidecar.core import Registry
+    from trainprobe.sidecar.core.model import VerifiedProcess
+    from trainprobe.sidecar.core.summary import summarize
+
+    t0, reg = 100.0, Registry()
+    mine = reg.open(hello(rank=0, interval_ms=100), t0, VerifiedProcess(1000, 1000, 1))
+    other = reg.open(hello(rank=1, interval_ms=100), t0)  # unverified: a claim
+    for i in range(1, 31):  # 0.1 s steps, one report each
+        at = t0 + 0.1 * i
+        reg.apply(mine, report(at, step=i, seq=i, durations=(0.1,)), at)
+        reg.apply(other, report(at, step=i, seq=i, durations=(5.0,)), at)
+    now = t0 + 3.0
+    s = summarize(mine, now, 10.0)
+    assert s.verified and s.normal_step_s == 1.0  # the floor: 2 x (0.1 + 0.1) is less
+    assert stepping(s) and stepping(summarize(mine, now + 0.9, 10.0))
+    assert not stepping(summarize(mine, now + 1.1, 10.0))
+    # Another rank's slow steps do not lengthen this one's normal step time.
+    o = summarize(other, now, 10.0)
+    assert not o.verified and abs(o.normal_step_s - 10.2) < 0.01  # 2 x (5 + 0.1)
+    assert not stepping(summarize(mine, now + 11.0, 10.0))  # silent: not reporting

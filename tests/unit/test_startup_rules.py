@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tests.core_builders import connected, phase, report
+from tests.core_builders import connected, hello, phase, report
 from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, analyze, evaluate
 from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, STRAGGLER
+from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.summary import summarize
 
 T0 = 100.0
@@ -106,3 +107,59 @@ def test_a_rank_whose_stream_ended_does_not_count_toward_the_world() -> None:
     # Three of four connected: rank 3's exit is its own incident; rank 1 is not
     # judged against a world that is no longer whole.
     assert 1 not in found(reg, T0 + 9)
+
+
+def join(
+    reg: Registry, rank: int, arrived: float | None, verified: bool, world: int
+) -> WorkerState:
+    """A rank in phase init since T0 (and in rendezvous from ``arrived``), its pid
+    verified by the kernel or only claimed (a TCP client with the token)."""
+    h = hello(rank=rank, world=world)
+    w = reg.open(h, T0, VerifiedProcess(h.pid, 1000, 1) if verified else None)
+    phases = (phase("init", T0),)
+    if arrived is not None:
+        phases += (phase("rendezvous", arrived),)
+    reg.apply(w, report(T0 + 30, phases=phases), T0 + 30)
+    return w
+
+
+def culprits(reg: Registry, now: float) -> tuple[int, ...]:
+    return analyze([summarize(w, now, 1e6) for w in reg]).culprits
+
+
+def test_an_unverified_claim_to_wait_in_the_rendezvous_never_makes_a_verified_rank_late() -> None:
+    # A healthy verified rank 0 still loads before init_process_group; an unverified
+    # client claims rank 1, "inside init_process_group" since long before.
+    reg = Registry()
+    join(reg, 0, None, verified=True, world=2)
+    join(reg, 1, T0 - 50, verified=False, world=2)
+    assert found(reg, T0 + 7) == {}
+    assert found(reg, T0 + 500) == {}  # the start-up rule's 600 s alone applies
+    assert 0 not in culprits(reg, T0 + 500)
+    # A verified peer's arrival does make it late, as before.
+    honest = Registry()
+    join(honest, 0, None, verified=True, world=2)
+    join(honest, 1, T0 + 1, verified=True, world=2)
+    assert found(honest, T0 + 7) == {0: "init_straggler"}
+    assert culprits(honest, T0 + 7) == (0,)
+
+
+def test_an_unverified_session_does_not_complete_the_world_for_a_verified_rank() -> None:
+    # World 3: verified rank 0 arrived, verified rank 1 still in init, rank 2 not yet
+    # connected (it may be the one they wait for). An unverified client claims rank 2
+    # so that the world looks whole and rank 1 looks like the one that never arrived.
+    reg = Registry()
+    join(reg, 0, T0 + 1, verified=True, world=3)
+    join(reg, 1, None, verified=True, world=3)
+    join(reg, 2, None, verified=False, world=3)
+    assert 1 not in found(reg, T0 + 500)
+    assert 1 not in culprits(reg, T0 + 500)
+    # The liar is judged on its own claims (before init while a peer waits): only it.
+    assert found(reg, T0 + 7) == {2: "init_straggler"} and culprits(reg, T0 + 7) == (2,)
+    # Once the real rank 2 connects (verified), still in init, the job is whole.
+    real = Registry()
+    join(real, 0, T0 + 1, verified=True, world=3)
+    join(real, 1, None, verified=True, world=3)
+    join(real, 2, None, verified=True, world=3)
+    assert found(real, T0 + 7) == {1: "init_straggler", 2: "init_straggler"}
+    assert culprits(real, T0 + 7) == (1, 2)

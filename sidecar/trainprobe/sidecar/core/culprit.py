@@ -69,6 +69,13 @@ class RankSummary:
     #: What it waits for inside torchft ("quorum", "allreduce", "commit"), or "".
     ft_wait: str = ""
     ft_wait_age_s: float = 0.0
+    #: Whether the kernel vouched for its pid (an identity ticket, here or on the
+    #: relay node that verified it). An unverified session's claims about other
+    #: ranks (replica groups, torchft waits, arrivals) count against no one.
+    verified: bool = False
+    #: How long a step of it normally takes, as the sidecar sees steps (its p99
+    #: step time, twice, plus the interval its reports come at); 0 when unknown.
+    normal_step_s: float = 0.0
 
     def group(self, name: str) -> GroupProgress | None:
         return next((g for g in self.groups if g.group == name), None)
@@ -184,12 +191,24 @@ def _unresponsive(
 
 
 def _by_startup(live: dict[int, RankSummary]) -> Diagnosis | None:
-    """Before the process group: those not yet in init_process_group hold up those in it."""
+    """Before the process group: those not yet in init_process_group hold up those in it.
+
+    A verified rank is named late only when every rank of the job is verified:
+    an unverified session's word that it waits in the rendezvous, or its mere
+    presence as a rank of the world, makes no verified rank late.
+    """
     arrived = tuple(sorted(r.rank for r in live.values() if RENDEZVOUS_PHASE in r.phases))
     if not arrived:
         return None
+    trusted = all(r.verified for r in live.values())
     behind = sorted(
-        (r for r in live.values() if INIT_PHASE in r.phases and RENDEZVOUS_PHASE not in r.phases),
+        (
+            r
+            for r in live.values()
+            if INIT_PHASE in r.phases
+            and RENDEZVOUS_PHASE not in r.phases
+            and (trusted or not r.verified)
+        ),
         key=lambda r: r.rank,
     )
     if behind:

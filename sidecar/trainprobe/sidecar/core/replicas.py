@@ -16,6 +16,13 @@ diagnosis the episode acts on:
   replica**: its action is to evict the whole group (its ranks share one
   model replica, and torchft replaces groups, not ranks).
 
+Only what the kernel vouches for forms a replica: a session whose pid no one
+verified (TCP, no identity ticket) names no replica and waits for no one,
+whatever its Hello and reports say. And whatever a rank reports, one that
+stepped within its normal step time (:func:`stepping`) holds no one up: it is
+never a culprit, and a replica with such a rank is no culprit replica.
+:func:`apply_replicas` is the last word on a job's culprits, replicated or not.
+
 Pure: summaries and a :class:`~trainprobe.sidecar.core.culprit.Diagnosis` in,
 a Diagnosis out. The replicas found are in ``evidence["replicas"]``
 (:func:`replica_evidence` reads it back).
@@ -33,6 +40,7 @@ __all__ = [
     "apply_replicas",
     "replica_evidence",
     "replica_groups",
+    "stepping",
     "waits_for_peers",
 ]
 
@@ -67,26 +75,37 @@ class ReplicaEvidence:
 
 
 def replica_groups(ranks: Sequence[RankSummary]) -> dict[str, tuple[int, ...]]:
-    """Replica id -> ranks, for ranks whose hook named a replica."""
+    """Replica id -> ranks, for verified ranks whose hook named a replica."""
     out: dict[str, list[int]] = {}
     for r in ranks:
-        if r.replica:
+        if r.replica and r.verified:
             out.setdefault(r.replica, []).append(r.rank)
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
 def waits_for_peers(r: RankSummary) -> bool:
-    """A live, reporting rank blocked inside torchft or in a collective."""
-    return r.reporting and not r.ended and (bool(r.ft_wait) or r.in_flight)
+    """A live, reporting, verified rank blocked inside torchft or in a collective."""
+    return r.verified and r.reporting and not r.ended and (bool(r.ft_wait) or r.in_flight)
+
+
+def stepping(r: RankSummary) -> bool:
+    """Reporting, and its last step is no older than its normal step time."""
+    return (
+        r.reporting
+        and not r.ended
+        and r.has_step
+        and r.normal_step_s > 0.0
+        and r.step_age_s <= r.normal_step_s
+    )
 
 
 def _stalled(r: RankSummary) -> bool:
-    """Not waiting for peers, not in a declared phase: it holds the others up."""
+    """Not waiting for peers, not in a declared phase, not stepping: it holds the others up."""
     if r.ended == "goodbye":
         return False
     if not r.reporting or r.ended:
         return True
-    return not waits_for_peers(r) and not r.phases
+    return not waits_for_peers(r) and not r.phases and not stepping(r)
 
 
 def _where(r: RankSummary) -> str:
@@ -100,18 +119,37 @@ def _where(r: RankSummary) -> str:
 def apply_replicas(
     ranks: Sequence[RankSummary], diag: Diagnosis, dead: Collection[int] = ()
 ) -> Diagnosis:
-    """``diag`` for a replicated job: the culprit replica named, waiting replicas spared.
+    """``diag`` for a replicated job: the culprit replica named, waiting replicas
+    spared; for any job, no rank that steps normally named.
 
     ``dead``: ranks the kernel shows stopped, zombie or gone. Their last report
-    may say they wait inside torchft (stopped there), but they never will
-    again: they count as stalled. A job with fewer than two replicas named is
-    returned unchanged.
+    may say they wait inside torchft (stopped there) or stepped a moment ago,
+    but they never will again: they count as stalled. A job with fewer than
+    two replicas named keeps its analysis, less the ranks that step.
     """
+    if dead:
+        ranks = [replace(r, reporting=False) if r.rank in dead else r for r in ranks]
+    return _spare_stepping(ranks, _replicas(ranks, diag))
+
+
+def _spare_stepping(ranks: Sequence[RankSummary], diag: Diagnosis) -> Diagnosis:
+    """``diag`` without the culprits that step normally (the same object if none)."""
+    fine = sorted(r.rank for r in ranks if r.rank in diag.culprits and stepping(r))
+    if not fine:
+        return diag
+    note = f"rank(s) {fine} step normally (last step within their step time): no culprit"
+    return replace(
+        diag,
+        culprits=tuple(c for c in diag.culprits if c not in fine),
+        summary=f"{diag.summary}; {note}" if diag.summary else note,
+        evidence={**diag.evidence, "stepping": fine},
+    )
+
+
+def _replicas(ranks: Sequence[RankSummary], diag: Diagnosis) -> Diagnosis:
     groups = replica_groups(ranks)
     if len(groups) < 2:
         return diag
-    if dead:
-        ranks = [replace(r, reporting=False) if r.rank in dead else r for r in ranks]
     by_rank = {r.rank: r for r in ranks}
     live = {
         rep: [by_rank[x] for x in rs if by_rank[x].ended != "goodbye"] for rep, rs in groups.items()
@@ -120,8 +158,13 @@ def apply_replicas(
     spared = {x for rep in waiting for x in groups[rep]}
     culprit_reps: list[str] = []
     if waiting:
+        # A replica any of whose ranks steps is not stuck, whatever its others say.
         culprit_reps = sorted(
-            rep for rep, rs in live.items() if rep not in waiting and any(_stalled(r) for r in rs)
+            rep
+            for rep, rs in live.items()
+            if rep not in waiting
+            and any(_stalled(r) for r in rs)
+            and not any(stepping(r) for r in rs)
         )
     ev = ReplicaEvidence(groups, tuple(culprit_reps), tuple(waiting))
     evidence = {**diag.evidence, "replicas": ev.to_record()}

@@ -46,3 +46,12 @@ class JobContext:
     last_arrival_at: float = 0.0
     world_size: int = 0
     connected: int = 0
+    #: The same start-up counts from the job's verified sessions alone: what a
+    #: verified rank is judged by, so that no unverified session's claim (that it
+    #: arrived, or that it is a rank of the world) makes a verified rank late.
+    #: None: every session of the job is verified (the counts are the same).
+    verified: JobContext | None = None
+
+    def for_rank(self, verified: bool) -> JobContext:
+        """The context a rank is judged by at start-up."""
+        return self.verified if verified and self.verified is not None else self

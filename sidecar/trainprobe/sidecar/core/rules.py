@@ -25,6 +25,7 @@ froze a worker is judged only once a report sent after the freeze arrives
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from trainprobe.sidecar.core.conventions import RENDEZVOUS_PHASE, STARTUP_PHASES
@@ -55,15 +56,17 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     The tally is inlined (one method call per worker per tick cost more than
     the tally itself); each job's is [samples, p99_s, phase holders, last
     phase end, ranks arrived in the rendezvous, the last arrival, world size,
-    connected ranks].
+    connected ranks, and the arrivals, last arrival and connected ranks of
+    verified sessions alone].
     Start-up phases hold nothing for the job: a rank before its process group
-    is judged by :func:`worker_rules.startup`, against its peers.
+    is judged by :func:`worker_rules.startup`, against its peers (a verified
+    rank against its verified peers: ``JobContext.for_rank``).
     """
     tallies: dict[str, list[Any]] = {}
     for w in workers:
         t = tallies.get(w.hello.job_id)
         if t is None:
-            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0, 0]
+            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0, 0, [], 0.0, 0]
         window = w.step_samples
         # No window outgrows its maxlen: once a job's count reaches it, skip len().
         if t[0] < window.maxlen and (n := len(window)) > t[0]:
@@ -76,6 +79,9 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
                 if ph.name == RENDEZVOUS_PHASE:
                     t[4].append(w.hello.rank)
                     t[5] = max(t[5], ph.started_at)
+                    if w.verified:
+                        t[8].append(w.hello.rank)
+                        t[9] = max(t[9], ph.started_at)
                 elif ph.name not in STARTUP_PHASES:
                     t[2].append(w.hello.rank)
                     break
@@ -85,8 +91,12 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             t[6] = w.hello.world_size
         if w.connected:  # one session per (job, rank): a count is the ranks'
             t[7] += 1
-    return {
-        job: JobContext(
+            if w.verified:
+                t[10] += 1
+    out = {}
+    for job, t in tallies.items():
+        samples, p99_s, holders, last_end, arrived, last_arrival, world, live = t[:8]
+        ctx = JobContext(
             threshold=stall_threshold(policy, [samples], [p99_s]),
             phase_holders=tuple(sorted(set(holders))),
             last_phase_end_at=last_end,
@@ -95,10 +105,16 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             world_size=world,
             connected=live,
         )
-        for job, (samples, p99_s, holders, last_end, arrived, last_arrival, world, live) in (
-            tallies.items()
-        )
-    }
+        if t[10] != live or len(t[8]) != len(arrived):
+            # An unverified session in the job: a verified rank is judged without it.
+            ctx = replace(
+                ctx,
+                verified=replace(
+                    ctx, arrived=tuple(sorted(set(t[8]))), last_arrival_at=t[9], connected=t[10]
+                ),
+            )
+        out[job] = ctx
+    return out
 
 
 def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
@@ -201,7 +217,11 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
         out.extend(degraded(w, cfg))
     if w.active_phases:
         declared = [p for p in w.active_phases if p.name not in STARTUP_PHASES]
-        hung = phase_overrun(w, cfg, now, declared) if declared else startup(w, cfg, job, now)
+        hung = (
+            phase_overrun(w, cfg, now, declared)
+            if declared
+            else startup(w, cfg, job.for_rank(w.verified), now)
+        )
     elif job.phase_holders:
         hung = None  # another rank's declared phase covers this one's wait
     else:

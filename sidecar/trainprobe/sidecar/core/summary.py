@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from trainprobe.sidecar.core.culprit import GroupProgress, RankSummary
-from trainprobe.sidecar.core.model import Verdict, WorkerState
+from trainprobe.sidecar.core.model import Verdict, WorkerState, heard_every_ms
 
-__all__ = ["summarize"]
+__all__ = ["NORMAL_STEP_FLOOR_S", "summarize"]
+
+#: The least "normal step time" (s): a report late on a loaded node must not
+#: make a stepping rank look stuck. A verdict needs 3 s without progress at
+#: the least (``stall``'s floor, ``sync_timeout_s``), so this delays no culprit.
+NORMAL_STEP_FLOOR_S = 1.0
 
 
 def summarize(
@@ -53,7 +58,20 @@ def summarize(
         replica=w.hello.replica.replica_id if w.hello.replica is not None else "",
         ft_wait=wait,
         ft_wait_age_s=wait_age,
+        verified=w.verified,
+        normal_step_s=_normal_step_s(w),
     )
+
+
+def _normal_step_s(w: WorkerState) -> float:
+    """How old its last step may be while it steps normally: twice its own p99
+    step time (never a peer's) plus two intervals at which the sidecar hears from
+    it (a step shows only in the next report), at least ``NORMAL_STEP_FLOOR_S``.
+    0: no step times yet."""
+    if w.step_p99_s is None:
+        return 0.0
+    heard_s = heard_every_ms(w) / 1000.0
+    return round(max(NORMAL_STEP_FLOOR_S, 2.0 * (w.step_p99_s + heard_s)), 3)
 
 
 def _ft_wait(w: WorkerState, now: float) -> tuple[str, float]:
