@@ -11,7 +11,12 @@ it; ``hook.phase(...)`` declares a long pause that is not a hang.
 
 For the demo (``make demo-gloo``): ``--hang-rank R --hang-at S`` makes rank R
 sleep inside step S, before its backward, so its peers block in the
-allreduce; ``--progress FILE`` records when it started to hang.
+allreduce (``--hang-how stop``: SIGSTOP instead; ``stall8``: an 8 s pause that
+ends by itself); ``--progress FILE`` records when it started to hang, each step,
+and the parameters at the end.
+
+examples/ddp_replicated.py is this script made replicated (torchft replica
+groups under ``trainprobe run``) by three changed lines.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 
 import torch
@@ -35,14 +41,16 @@ def main() -> None:
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
-    p.add_argument("--progress", default="", help="append the hang's start here (JSON line)")
+    p.add_argument("--hang-how", choices=("sleep", "stop", "stall8"), default="sleep")
+    p.add_argument("--progress", default="", help="append the hang, steps, params (JSON lines)")
     args = p.parse_args()
 
     # 1: first thing, before the process group: connects in the background, never
     # blocks training, and a rank stuck in init_process_group is named.
     hook = LivenessProbeHook()
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    # The demo's faults name a job-wide rank (a replica group's ranks start at 0).
+    rank = int(os.environ.get("REPLICA_GROUP_ID", 0)) * dist.get_world_size() + dist.get_rank()
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     )
@@ -52,27 +60,37 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         loss = model(torch.randn(16, 32)).pow(2).mean()
         if rank == args.hang_rank and step == args.hang_at:
-            hang(args.progress, rank, step)
+            hang(args.progress, rank, step, args.hang_how)
         loss.backward()  # the gradient allreduce: a hung rank's peers wait here
         opt.step()
         opt.zero_grad()
         time.sleep(args.step_s)
         hook.on_step_end(step)  # 3: one timestamp, well under a microsecond
+        note(args.progress, "step", rank=rank, step=step)
         if step % args.checkpoint_every == 0:
             with hook.phase("checkpoint", timeout_s=600):  # a pause that is not a hang
                 time.sleep(0.5)  # torch.save(...) would go here
 
+    params = [float(v) for t in model.parameters() for v in t.detach().flatten()[:8]]
+    note(args.progress, "done", rank=rank, params=params)
     hook.close()
     dist.destroy_process_group()
 
 
-def hang(progress: str, rank: int, step: int) -> None:
+def note(progress: str, event: str, **row: object) -> None:
     if progress:
-        event = {"t": time.time(), "event": "hang", "rank": rank, "pid": os.getpid(), "step": step}
         with open(progress, "a") as fh:
-            fh.write(json.dumps(event) + "\n")
-    print(f"rank {rank} (pid {os.getpid()}) hangs in step {step}", flush=True)
-    time.sleep(3600)
+            fh.write(json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), **row}))
+            fh.write("\n")
+
+
+def hang(progress: str, rank: int, step: int, how: str = "sleep") -> None:
+    note(progress, "hang", rank=rank, step=step, how=how)
+    print(f"rank {rank} (pid {os.getpid()}) hangs in step {step} ({how})", flush=True)
+    if how == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        time.sleep(8 if how == "stall8" else 3600)
 
 
 if __name__ == "__main__":

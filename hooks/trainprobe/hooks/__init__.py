@@ -23,6 +23,9 @@ Framework callbacks, in their own modules (imported only from there, so
   ``Trainer(callbacks=[LivenessProbeCallback()])``.
 - ``trainprobe.hooks.transformers.LivenessProbeCallback``: Hugging Face
   ``Trainer``/``Seq2SeqTrainer``, ``Trainer(..., callbacks=[LivenessProbeCallback()])``.
+- :func:`replicate`: ``model, opt = replicate(hook, model, opt)`` makes a DDP
+  loop replicated (torchft replica groups) under ``trainprobe run --replicas N``,
+  and changes nothing else under plain torchrun (``trainprobe[torchft]``).
 - ``trainprobe.hooks.torchft``: ``DistributedDataParallel(manager, module)``,
   torchft's wrapper with a comm hook whose error path works; the hook's
   :meth:`LivenessProbeHook.watch_torchft` reports the replica group.
@@ -35,6 +38,7 @@ from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
+from trainprobe.hooks.replicated import replicate
 from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.sync import group_label
 
@@ -49,6 +53,7 @@ __all__ = [
     "RayIds",
     "group_label",
     "install_restart_prefix",
+    "replicate",
     "report_checkpoint",
     "resolve_identity",
     "resolve_target",

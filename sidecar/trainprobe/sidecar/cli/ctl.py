@@ -6,6 +6,7 @@ trainprobe diagnose --ray [--dot] [--target ADDR] [--json]
 trainprobe top [--target ADDR] [--job J] [--by lag|step] [--interval-s 1] [--once]
 trainprobe incidents [ID] [--log FILE] [--job J] [--since 2h] [--json]
 trainprobe report [--job J] [--target ADDR] [--log FILE] [--out DIR] [--watch-s 10]
+trainprobe run --replicas N [--nproc-per-replica K] -- python train.py ...
 
 Settings of the sidecar: ``trainprobe-sidecar --list-settings``.
 """
@@ -39,6 +40,7 @@ from trainprobe.proto import (
 from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
 from trainprobe.sidecar.cli.output import guarded_output, quiet_broken_pipe, styled_stdout
 from trainprobe.sidecar.cli.report import add_report_args, report_main
+from trainprobe.sidecar.cli.run import add_run_parser, run_main
 from trainprobe.sidecar.cli.status_text import (
     STATUS_WIDTH,
     format_diagnosis,
@@ -186,9 +188,12 @@ def _main(argv: Sequence[str] | None) -> int:
             )
             p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
     add_incidents_parser(sub)
+    add_run_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "incidents":
         return incidents_main(args)
+    if args.command == "run":
+        return run_main(args)
     if args.command == "diagnose" and args.dot and not args.ray:
         parser.error("--dot goes with --ray")
     try:

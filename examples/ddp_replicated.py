@@ -1,0 +1,91 @@
+"""examples/ddp_train.py, replicated: three changed lines (marked "replicated").
+
+    trainprobe run --replicas 2 -- python examples/ddp_replicated.py
+
+``trainprobe run`` starts a torchft lighthouse, a sidecar (unless one serves)
+and one replica group per replica (``--nproc-per-replica K`` ranks each),
+restarting a group alone when it exits. Each group trains the loop below; a
+step commits with the groups in its quorum. When a rank hangs, the sidecar
+evicts its group, the other groups go on within seconds, and the evicted group,
+restarted, fetches parameters and optimizer state from a live peer and trains
+on at the survivors' step. Under plain ``torchrun`` the script is plain DDP.
+The changed lines, against examples/ddp_train.py: the import, ``replicate``
+in place of ``hook.watch_ddp``, and the loop over committed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainprobe.hooks import LivenessProbeHook, replicate  # replicated
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--hang-how", choices=("sleep", "stop", "stall8"), default="sleep")
+    p.add_argument("--progress", default="", help="append the hang, steps, params (JSON lines)")
+    args = p.parse_args()
+
+    # 1: first thing, before the process group: connects in the background, never
+    # blocks training, and a rank stuck in init_process_group is named.
+    hook = LivenessProbeHook()
+    dist.init_process_group("gloo")
+    # The demo's faults name a job-wide rank (a replica group's ranks start at 0).
+    rank = int(os.environ.get("REPLICA_GROUP_ID", 0)) * dist.get_world_size() + dist.get_rank()
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt = replicate(hook, model, opt)  # replicated: torchft, watch_torchft
+
+    for step in opt.steps(args.steps):  # replicated: until that many steps commit
+        loss = model(torch.randn(16, 32)).pow(2).mean()
+        if rank == args.hang_rank and step == args.hang_at:
+            hang(args.progress, rank, step, args.hang_how)
+        loss.backward()  # the gradient allreduce: a hung rank's peers wait here
+        opt.step()
+        opt.zero_grad()
+        time.sleep(args.step_s)
+        hook.on_step_end(step)  # 3: one timestamp, well under a microsecond
+        note(args.progress, "step", rank=rank, step=step)
+        if step % args.checkpoint_every == 0:
+            with hook.phase("checkpoint", timeout_s=600):  # a pause that is not a hang
+                time.sleep(0.5)  # torch.save(...) would go here
+
+    params = [float(v) for t in model.parameters() for v in t.detach().flatten()[:8]]
+    note(args.progress, "done", rank=rank, params=params)
+    hook.close()
+    dist.destroy_process_group()
+
+
+def note(progress: str, event: str, **row: object) -> None:
+    if progress:
+        with open(progress, "a") as fh:
+            fh.write(json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), **row}))
+            fh.write("\n")
+
+
+def hang(progress: str, rank: int, step: int, how: str = "sleep") -> None:
+    note(progress, "hang", rank=rank, step=step, how=how)
+    print(f"rank {rank} (pid {os.getpid()}) hangs in step {step} ({how})", flush=True)
+    if how == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        time.sleep(8 if how == "stall8" else 3600)
+
+
+if __name__ == "__main__":
+    main()
