@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import wait_for
 from tests.test_time_namespace import AHEAD_S, WRAP, _time_namespaces
+from trainprobe.sidecar.act.pidproc import open_proc, stat_fields
 from trainprobe.sidecar.act.procs import (
     CAUGHT_SIGTERM_GRACE_S,
     mono_ahead_ns,
@@ -21,7 +22,6 @@ from trainprobe.sidecar.act.procs import (
     sigterm_caught,
     terminate,
 )
-from trainprobe.sidecar.act.tree import open_proc, stat_fields
 
 # A hung rank whose framework caught SIGTERM: the handler runs and only sets a flag.
 IGNORES_SIGTERM = (

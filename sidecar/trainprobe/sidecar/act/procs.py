@@ -8,14 +8,8 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
-from trainprobe.sidecar.act.tree import (
-    Proc,
-    end_procs,
-    exited,
-    open_proc,
-    stat_fields,
-    stop_descendants,
-)
+from trainprobe.sidecar.act.pidproc import Proc, exited, open_proc, stat_fields
+from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -149,6 +143,9 @@ class KillOutcome:
     #: SIGSTOPped while its descendants were read (so that it forked no more),
     #: before the ``signals`` listed.
     stopped_first: bool = False
+    #: Descendants left alone, each with its ``reason``: the worker's own
+    #: credentials could not signal them (act/creds.py), so neither does the sidecar.
+    skipped: list[dict[str, object]] = field(default_factory=list)
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
@@ -169,7 +166,8 @@ async def terminate(
     a stopped process can run its SIGTERM handler, then SIGTERM.
     Where the kernel says SIGTERM is caught, SIGKILL follows after at most
     CAUGHT_SIGTERM_GRACE_S instead (see there). The descendants are found while
-    it lives (act/tree.py) and ended with it; the outcome lists them in ``children``.
+    it lives (act/tree.py) and ended with it; the outcome lists them in ``children``,
+    and in ``skipped`` those the worker could not signal itself (left alone).
     """
     out = KillOutcome(pid=pid)
     t0 = time.monotonic()
@@ -223,7 +221,7 @@ async def terminate(
         out.signals = list(root.signals)
         out.error = root.error
         out.exited = not root.alive()
-        out.children = [kids[k].record() for k in sorted(kids)]
+        out.children, out.skipped = tree_records(kids)
     finally:
         if not terminated:  # failed or cancelled while its tree was read: undo our stops
             for p in (root, *kids.values()):

@@ -24,6 +24,12 @@ verified descendants. Without pidfds (an old kernel) a process is signalled only
 if its start time is still the one read when it was found, the check the root
 always had.
 
+**Only what the worker could signal itself.** The sidecar is often root, the
+worker not: each descendant is checked against kill(2)'s rule with the
+worker's own credentials (act/creds.py) before every signal. One the worker
+could not signal (a setuid-root helper that called ``setresuid(0, 0, 0)``) is
+left alone and listed, with why; its own descendants are not looked for.
+
 **What is not found.** A process that left the tree before the kill (a
 daemon's double fork whose middle process already exited: its parent is init
 now), and a child the root forks in the microseconds between the SIGCONT that
@@ -33,23 +39,20 @@ resumes it and the SIGTERM (a hung root rarely forks). Bounded: :data:`MAX_TREE`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import select
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+
+from trainprobe.sidecar.act.creds import read_creds
+from trainprobe.sidecar.act.pidproc import Proc, exited, open_proc, proc_stat
 
 __all__ = [
     "MAX_PASSES",
     "MAX_TREE",
-    "Proc",
     "end_procs",
-    "exited",
-    "open_proc",
-    "stat_fields",
     "stop_descendants",
+    "tree_records",
 ]
 
 #: Most descendants one kill ends (a DataLoader has a few workers, each a few threads).
@@ -64,144 +67,6 @@ STOP_WAIT_S = 0.2
 STOP_BUDGET_S = 0.5
 
 
-def stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first),
-    or None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    return stat[stat.rfind(b")") + 2 :].split()
-
-
-def _stat(pid: int) -> tuple[str, int, int, str] | None:
-    """(state, ppid, start ticks, command name) of ``pid``, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    name = raw[raw.find(b"(") + 1 : raw.rfind(b")")].decode(errors="replace")[:64]
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    try:
-        return fields[0].decode()[:1], int(fields[1]), int(fields[19]), name
-    except (IndexError, ValueError):
-        return None
-
-
-def exited(pid: int, state: str) -> bool:
-    """Whether a process whose /proc state reads ``state`` has exited.
-
-    A leader reads ``Z`` once its own thread ended, while its other threads may
-    run on for long (a main thread that called ``pthread_exit``), or for the
-    moment a SIGKILL takes to tear them down; the process ends with its last
-    thread, so look for one.
-    """
-    if state not in ("Z", "X"):
-        return False
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) <= 1
-    except OSError:
-        return True
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``; -1 where the kernel has none; None if ``pid`` is gone."""
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-    except (OSError, AttributeError):
-        return -1
-
-
-@dataclass
-class Proc:
-    """One process of a tree, held by a pidfd (``fd`` -1: by its start time)."""
-
-    pid: int
-    ppid: int
-    start_ticks: int
-    name: str
-    fd: int = -1
-    signals: list[str] = field(default_factory=list)
-    error: str = ""
-
-    def alive(self) -> bool:
-        """Not exited (a zombie has exited)."""
-        if self.fd >= 0:
-            try:
-                ready, _, _ = select.select([self.fd], [], [], 0)
-            except (OSError, ValueError):
-                return False
-            return not ready  # a pidfd reads ready once its process has exited
-        st = _stat(self.pid)
-        return st is not None and st[2] == self.start_ticks and not exited(self.pid, st[0])
-
-    def signal(self, sig: signal.Signals) -> bool:
-        """Send ``sig`` to this very process; False if it is gone or not ours to signal."""
-        try:
-            if self.fd >= 0:
-                signal.pidfd_send_signal(self.fd, sig)
-            else:
-                st = _stat(self.pid)
-                if st is None or st[2] != self.start_ticks:
-                    return False
-                os.kill(self.pid, sig)
-        except ProcessLookupError:
-            return False
-        except PermissionError as err:
-            self.error = f"not permitted to signal pid {self.pid}: {err}"
-            return False
-        self.signals.append(sig.name)
-        return True
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-    def record(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "ppid": self.ppid,
-            "name": self.name,
-            "signals": list(self.signals),
-            "exited": not self.alive(),
-            "error": self.error,
-        }
-
-
-def open_proc(pid: int, start_ticks: int | None = None, parent: Proc | None = None) -> Proc | None:
-    """Hold ``pid`` if it is the process meant: the one with ``start_ticks``, or
-    a live child of ``parent``; None otherwise (gone, reused, re-parented)."""
-    fd = _pidfd(pid)
-    if fd is None:
-        return None
-    st = _stat(pid)
-    proc = Proc(pid, st[1], st[2], st[3], fd) if st is not None else None
-    ok = (
-        proc is not None
-        and st is not None
-        and not exited(pid, st[0])
-        and (start_ticks is None or st[2] == start_ticks)
-        and (parent is None or (st[1] == parent.pid and st[2] >= parent.start_ticks))
-        # Read while both lived: the pid was this process, its ppid that parent.
-        and proc.alive()
-        and (parent is None or parent.alive())
-    )
-    if not ok:
-        if proc is not None:
-            proc.close()
-        elif fd >= 0:
-            os.close(fd)
-        return None
-    return proc
-
-
 def _children_by_parent() -> dict[int, list[int]]:
     """ppid -> pids, one pass over /proc."""
     out: dict[int, list[int]] = {}
@@ -212,7 +77,7 @@ def _children_by_parent() -> dict[int, list[int]]:
     for name in names:
         if not name.isdigit():
             continue
-        st = _stat(int(name))
+        st = proc_stat(int(name))
         if st is not None and not exited(int(name), st[0]):
             out.setdefault(st[1], []).append(int(name))
     return out
@@ -220,7 +85,7 @@ def _children_by_parent() -> dict[int, list[int]]:
 
 def _stopped(p: Proc) -> bool:
     """Stopped (forks no more) or gone."""
-    st = _stat(p.pid)
+    st = proc_stat(p.pid)
     return st is None or st[0] in ("T", "t") or not p.alive()
 
 
@@ -250,12 +115,22 @@ def stop_descendants(
     stop; until then it may still fork), at most :data:`MAX_PASSES`, and
     waiting for stops at most :data:`STOP_BUDGET_S` in all.
     ``root_stopped=False``: the root runs (a last look just before its SIGKILL).
+    A descendant the root could not signal itself is held but left alone
+    (``skipped`` says why; act/creds.py), and its descendants are not looked for.
     """
     members = dict(known or {})
     deadline = time.monotonic() + STOP_BUDGET_S
-    unstopped = _wait_stopped([root, *members.values()] if root_stopped else members.values())
+    held = [p for p in members.values() if not p.skipped]
+    unstopped = _wait_stopped([root, *held] if root_stopped else held)
+    # The worker's right to signal, read once, while it is stopped (if the
+    # caller stopped it); a later look reuses it, whatever it exec'd since.
+    if root.creds is None:
+        root.creds = read_creds(root.pid)
+        if not root.alive():
+            return members
+    sender = root.creds
     for _ in range(MAX_PASSES):
-        parents = {root.pid: root, **members}
+        parents = {root.pid: root, **{k: p for k, p in members.items() if not p.skipped}}
         new: list[Proc] = []
         for ppid, pids in _children_by_parent().items():
             parent = parents.get(ppid)
@@ -265,24 +140,40 @@ def stop_descendants(
                 if pid in members or len(members) >= MAX_TREE or (skip and skip(pid)):
                     continue
                 proc = open_proc(pid, parent=parent)
-                if proc is not None:
-                    proc.signal(signal.SIGSTOP)
-                    members[pid] = proc
+                if proc is None:
+                    continue
+                proc.sender = sender
+                if sender is None:
+                    proc.skipped = "the worker's credentials could not be read"
+                members[pid] = proc
+                if proc.signal(signal.SIGSTOP) or not proc.skipped:
                     new.append(proc)
         left = deadline - time.monotonic()
         if not new and (not unstopped or left <= 0):
             break
         unstopped = _wait_stopped([*unstopped, *new], max(0.0, min(STOP_WAIT_S, left)))
+        # Stopped now, their uids hold still: one that changed them between our
+        # check and its stop is resumed and left alone before its children are read.
+        for p in new:
+            p.permitted()
+        unstopped = [p for p in unstopped if not p.skipped]
     return members
+
+
+def tree_records(procs: dict[int, Proc]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The action record's ``children`` (ended) and ``skipped`` (left alone), by pid."""
+    recs = [(procs[k].skipped, procs[k].record()) for k in sorted(procs)]
+    return [r for s, r in recs if not s], [r for s, r in recs if s]
 
 
 async def end_procs(procs: Iterable[Proc], grace_s: float, poll_s: float = 0.02) -> None:
     """SIGTERM then SIGCONT each (stopped ones run straight into it), SIGKILL
     what is left after ``grace_s``, and wait (at most 10 s) until all are gone."""
-    procs = [p for p in procs if p.alive()]
+    procs = [p for p in procs if not p.skipped and p.alive()]
     for p in procs:
         if p.signal(signal.SIGTERM):
             p.signal(signal.SIGCONT)
+    procs = [p for p in procs if not p.skipped]
     deadline = time.monotonic() + grace_s
     while any(p.alive() for p in procs) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
@@ -290,5 +181,5 @@ async def end_procs(procs: Iterable[Proc], grace_s: float, poll_s: float = 0.02)
         if p.alive():
             p.signal(signal.SIGKILL)
     deadline = time.monotonic() + 10.0
-    while any(p.alive() for p in procs) and time.monotonic() < deadline:
+    while any(p.alive() for p in procs if not p.skipped) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)

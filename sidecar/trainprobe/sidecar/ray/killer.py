@@ -31,8 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainprobe.sidecar.act.killers import Killer
+from trainprobe.sidecar.act.pidproc import Proc, open_proc
 from trainprobe.sidecar.act.procs import pid_alive, protected_pid, terminate, wait_gone
-from trainprobe.sidecar.act.tree import Proc, end_procs, open_proc, stop_descendants
+from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.ray_kill import (
     RayKillPlan,
@@ -92,7 +93,7 @@ class RayKiller:
             if kids:  # the worker was decided killed: never leave its descendants stopped
                 # What Ray did not end: grandchildren, or any child of a SIGKILLed worker.
                 await end_procs(kids.values(), min(grace_s, 0.5))
-                record["children"] = [kids[k].record() for k in sorted(kids)]
+                record["children"], record["skipped"] = tree_records(kids)
             _close(kids)
         record["seconds"] = round(time.monotonic() - t0, 3)
         return record
