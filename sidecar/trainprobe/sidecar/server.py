@@ -154,7 +154,11 @@ class Sidecar:
         self.registry = Registry(takeover_after_s=settings.heartbeat_timeout_s)
         self.tickets = TicketDesk()
         self.commander = Commander()
-        self.incident_log = IncidentLog(settings.incident_log_path)
+        self.incident_log = IncidentLog(
+            settings.incident_log_path,
+            max_bytes=settings.incident_log_max_bytes,
+            rotated_files=settings.incident_log_keep,
+        )
         if killer is None:
             killer = (
                 killer_factory(self.commander)

@@ -8,11 +8,18 @@ not. Every line on disk must still be a whole record, so a cut line is
 truncated away again (or, if even that fails, the next write starts with a
 newline), and the record is held in memory (at most :data:`MAX_HELD`) and
 written, in order, before the next one once space is back.
+
+With ``max_bytes``, a log that a record would take past that size is first
+rotated, on the same writer thread and between two records (so none is lost
+or split): ``incidents.jsonl`` becomes ``incidents.jsonl.1``, ``.1`` becomes
+``.2`` and so on, ``rotated_files`` of them kept. :func:`log_set` gives the set
+oldest first, as the readers read it.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import logging
 import os
@@ -22,6 +29,15 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+__all__ = [
+    "MAX_HELD",
+    "IncidentLog",
+    "IncidentLogError",
+    "log_set",
+    "read_incident_log",
+    "rotated",
+]
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -36,8 +52,13 @@ class IncidentLogError(RuntimeError):
 class IncidentLog:
     """Appends records to ``path``; the last ``keep`` stay in memory too."""
 
-    def __init__(self, path: Path, keep: int = 256) -> None:
+    def __init__(
+        self, path: Path, keep: int = 256, max_bytes: int = 0, rotated_files: int = 1
+    ) -> None:
         self.path = path
+        #: Rotate before a record would take the log past this size (0: never).
+        self.max_bytes = max_bytes
+        self.rotated_files = max(1, rotated_files)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd, self._seekable = _open_for_append(path)
@@ -90,6 +111,10 @@ class IncidentLog:
                 if self._torn:
                     self._end_line()
                 start = os.lseek(self._fd, 0, os.SEEK_END) if self._seekable else -1
+                if 0 < self.max_bytes < start + len(line) and self._rotate():
+                    if self._torn:  # a file that was there already
+                        self._end_line()
+                    start = os.lseek(self._fd, 0, os.SEEK_END)
                 written = 0
                 while written < len(line):
                     written += os.write(self._fd, line[written:])
@@ -107,6 +132,26 @@ class IncidentLog:
             lost = f"; {self._dropped} older records were dropped" if self._dropped else ""
             log.warning("incident log %s is writable again%s", self.path, lost)
             self._failed, self._dropped = False, 0
+
+    def _rotate(self) -> bool:
+        """Move the log aside (``.1``, ``.1`` to ``.2``, ...) and open a new one;
+        on failure, say so once and go on appending to the current file."""
+        try:
+            aside = [p for p in log_set(self.path) if p != self.path]
+            for old in aside[: max(0, len(aside) - self.rotated_files + 1)]:
+                old.unlink()  # the oldest, beyond the files to keep
+            for n in range(self.rotated_files - 1, 0, -1):
+                if (older := rotated(self.path, n)).exists():
+                    os.replace(older, rotated(self.path, n + 1))
+            os.replace(self.path, rotated(self.path, 1))
+            fd, self._seekable = _open_for_append(self.path)
+        except OSError as err:
+            if not self._failed:
+                log.error("cannot rotate incident log %s: %s; still appending", self.path, err)
+            return False
+        os.close(self._fd)
+        self._fd, self._torn = fd, self._seekable
+        return True
 
     def _end_line(self) -> None:
         """Start the next record on a fresh line if the file ends in a cut one."""
@@ -183,6 +228,21 @@ def _open_for_append(path: Path) -> tuple[int, bool]:
     except PermissionError:  # a log we may append to but not read
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640), False
     return fd, stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def rotated(path: Path, n: int) -> Path:
+    """The ``n``-th newest rotated file of the log at ``path``."""
+    return path.with_name(f"{path.name}.{n}")
+
+
+def log_set(path: Path) -> list[Path]:
+    """The log's rotated files, oldest first, then the log itself: those that exist."""
+    numbered = []
+    for p in glob.glob(glob.escape(str(path)) + ".*"):
+        suffix = p[len(str(path)) + 1 :]
+        if suffix.isascii() and suffix.isdigit():
+            numbered.append((int(suffix), Path(p)))
+    return [p for _, p in sorted(numbered, reverse=True)] + ([path] if path.exists() else [])
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:

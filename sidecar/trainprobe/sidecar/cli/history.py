@@ -1,4 +1,5 @@
-"""The ``trainprobe incidents`` command line (the reading is in :mod:`.incidents`)."""
+"""The ``trainprobe incidents`` command line (the reading is in :mod:`.log_stream`,
+the records' text in :mod:`.incidents`)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import (
-    of_job,
-    parse_since,
-    read_log,
-    stories,
-    summary_line,
-    timeline,
+from trainprobe.sidecar.cli.incidents import IncidentStory, parse_since, summary_line, timeline
+from trainprobe.sidecar.cli.log_stream import (
+    job_names,
+    json_array,
+    log_files,
+    read_records,
+    shown,
+    stream_stories,
 )
+from trainprobe.sidecar.core.jobnames import resolve_job
 
 __all__ = ["add_incidents_parser", "default_log_path", "incidents_main"]
 
@@ -57,7 +61,9 @@ def incidents_main(args: argparse.Namespace) -> int:
         print(f"trainprobe: error: {err}", file=sys.stderr)
         return 2
     try:
-        records, problems = read_log(path)
+        files = log_files(path)
+        # A name stands for its job; an exact id wins (core/jobnames.py).
+        job = resolve_job(args.job, job_names(files, args.job)) if args.job else ""
     except FileNotFoundError:
         print(
             f"trainprobe: error: no incident log at {path}: no incident yet, or pass --log "
@@ -65,35 +71,57 @@ def incidents_main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except LookupError as err:  # a name that several jobs have
+        print(f"trainprobe: error: {err}", file=sys.stderr)
+        return 1
     except OSError as err:
         print(f"trainprobe: error: cannot read {path}: {err.strerror}", file=sys.stderr)
         return 1
-    for line in problems:
-        print(f"trainprobe: warning: {line}", file=sys.stderr)
-    found = stories(records)
-    if args.job:
-        try:
-            found = of_job(found, args.job)
-        except LookupError as err:  # a name that several jobs have
-            print(f"trainprobe: error: {err}", file=sys.stderr)
-            return 1
+    found = stream_stories(read_records(files, _warn), _warn)
+    if job:
+        found = (s for s in found if s.incident.get("job_id") == job)
     if since is not None:
-        found = [s for s in found if float(s.incident.get("time") or 0) >= since]
+        found = (s for s in found if float(s.incident.get("time") or 0) >= since)
+    try:
+        return _show(args, found, path)
+    except BrokenPipeError:
+        raise
+    except OSError as err:  # a file of the set gone or unreadable mid-way
+        print(f"trainprobe: error: cannot read {path}: {err.strerror}", file=sys.stderr)
+        return 1
+
+
+def _warn(line: str) -> None:
+    print(f"trainprobe: warning: {line}", file=sys.stderr)
+
+
+def _show(args: argparse.Namespace, found: Iterator[IncidentStory], path: Path) -> int:
+    """Print as the stories come: the log is never held whole."""
     if args.id:
-        chosen = [s for s in found if s.id == args.id]
-        if not chosen:
+        chosen = next((s for s in found if s.id == args.id), None)
+        if chosen is None:
             print(f"trainprobe: error: no incident {args.id!r} in {path}", file=sys.stderr)
             return 1
-        if args.json:
-            print(
-                json.dumps(
-                    {**chosen[0].to_json(), "records": [chosen[0].incident, *chosen[0].later]},
-                    indent=2,
-                )
-            )
-        else:
-            print("\n".join(timeline(chosen[0])))
+        whole = (
+            (lambda s: json.dumps({**s.to_json(), "records": [s.incident, *s.later]}, indent=2))
+            if args.json
+            else (lambda s: "\n".join(timeline(s)))
+        )
+        for text in shown([chosen], whole, _warn):
+            print(text)
         return 0
+    if args.json:
+        for piece in json_array(shown(found, IncidentStory.to_json, _warn)):
+            sys.stdout.write(piece)
+        print()
+        return 0
+    none = True
+    for line in shown(found, summary_line, _warn):
+        print(line)
+        none = False
+    if none:
+        print(f"(no incidents in {path}{' for that job' if args.job else ''})")
+    return 0
     if args.json:
         print(json.dumps([s.to_json() for s in found], indent=2))
     elif not found:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,10 @@ import grpc
 
 from trainprobe.sidecar.core.text import printable
 
-__all__ = ["add_report_args", "report_main"]
+__all__ = ["MAX_REPORT_INCIDENTS", "add_report_args", "report_main"]
+
+#: Incidents a page shows (the job's latest): a page, and its timeline, stay readable.
+MAX_REPORT_INCIDENTS = 100
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:
@@ -43,7 +47,7 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
         )
         return 2
     from trainprobe.sidecar.cli.history import default_log_path
-    from trainprobe.sidecar.cli.incidents import read_log, stories
+    from trainprobe.sidecar.cli.log_stream import job_names, log_files
     from trainprobe.sidecar.cli.report_page import ReportData, write_report
     from trainprobe.sidecar.cli.top import TopModel, fetcher
     from trainprobe.sidecar.core.jobnames import names_of, resolve_job
@@ -54,6 +58,7 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     fetch = fetcher(stub, metadata, job, args.timeout_s)
     diagnoses: dict[str, dict] = {}
     cells: dict[tuple[str, int], list[tuple[float | None, float | None]]] = {}
+    sampled_steps: list[dict[str, int]] = []
     deadline = time.monotonic() + max(0.0, args.watch_s)
     try:
         while True:
@@ -64,6 +69,11 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
                 # Every window a column; a rank absent from this status is a blank.
                 col = cells.setdefault(key, [(None, None)] * len(data.times))
                 col.append(row.cells[-1] if key in here and row.cells else (None, None))
+            running: dict[str, int] = {}
+            for w in reply.workers:  # each job's step, where a rank of it runs
+                if w.state == "connected" and w.has_step:
+                    running[w.job_id] = max(running.get(w.job_id, w.step), w.step)
+            sampled_steps.append(running)
             data.times.append(time.time())
             if time.monotonic() + args.interval_s > deadline:
                 break
@@ -73,46 +83,69 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
             data.notes.append(f"the sidecar was not reached ({err.code().name}): no live samples")
     jobs = sorted({j for j, _ in model.rows})
     log_path = Path(args.log) if args.log else default_log_path(args.config)
-    records: list[dict[str, Any]] = []
     try:
-        records, problems = read_log(log_path)
+        files = log_files(log_path)
     except OSError as err:
         data.notes.append(f"no incident log read at {log_path}: {err.strerror}")
-        problems = []
-    for p in problems:
-        print(f"trainprobe: warning: {p}", file=sys.stderr)
-    found = stories(records)
+        files = []
+    live = [(w.status.job_id, w.status.job_name) for w in model.rows.values()]
     if job:
         # A name stands for its job, as the sidecar (status) or the log knows it.
-        names = names_of(
-            [(w.status.job_id, w.status.job_name) for w in model.rows.values()]
-            + [
-                (str(s.incident.get("job_id")), str(s.incident.get("job_name") or ""))
-                for s in found
-            ]
-        )
         try:
-            job = resolve_job(job, names)
+            known = {} if any(job == j for j, _ in live) else job_names(files, job)
+            job = resolve_job(job, names_of(live + list(known.items())))
         except LookupError as err:
             print(f"trainprobe: error: {err}", file=sys.stderr)
             return 1
     else:
-        known = jobs or sorted({str(s.incident.get("job_id")) for s in found})
-        if len(known) != 1:
+        known_jobs = jobs or sorted(job_names(files))
+        if len(known_jobs) != 1:
             print(
-                f"trainprobe: error: {len(known)} jobs "
-                f"({', '.join(printable(k) for k in known[:5]) or 'none'}): "
+                f"trainprobe: error: {len(known_jobs)} jobs "
+                f"({', '.join(printable(k) for k in known_jobs[:5]) or 'none'}): "
                 "pass --job",
                 file=sys.stderr,
             )
             return 1
-        job = known[0]
+        job = known_jobs[0]
     data.job_id = job
-    data.stories = [s for s in found if s.incident.get("job_id") == job]
+    data.stories, total = _latest_stories(files, job)
+    if total > len(data.stories):
+        data.notes.append(
+            f"the latest {len(data.stories)} of the job's {total} incidents are shown "
+            "(trainprobe incidents --job lists them all)"
+        )
     data.diagnosis = diagnoses.get(job) or {}
+    data.steps = [s.get(job) for s in sampled_steps]
     for (j, rank), col in sorted(cells.items()):
         if j == job:
             data.cells[rank] = col
     page = write_report(data, Path(args.out))
     print(f"wrote {page} ({len(data.stories)} incident(s), {len(data.times)} samples)")
     return 0
+
+
+def _warn(line: str) -> None:
+    print(f"trainprobe: warning: {line}", file=sys.stderr)
+
+
+def _latest_stories(files: list[Path], job: str) -> tuple[list[Any], int]:
+    """The job's latest incidents (streamed: the log is never held whole) that can
+    be shown, and how many the log has."""
+    from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timeline
+    from trainprobe.sidecar.cli.log_stream import read_records, shown, stream_stories
+
+    latest: deque[Any] = deque(maxlen=MAX_REPORT_INCIDENTS)
+    total = 0
+    for story in stream_stories(read_records(files, _warn), _warn):
+        if story.incident.get("job_id") == job:
+            latest.append(story)
+            total += 1
+
+    def whole(story: Any) -> Any:
+        summary_line(story)  # what the page will write: raises here, if at all
+        timeline(story)
+        culprit_line(story.incident)
+        return story
+
+    return list(shown(latest, whole, _warn)), total

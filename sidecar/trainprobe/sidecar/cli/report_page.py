@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.sidecar.cli.incidents import IncidentStory, culprit_line, summary_line, timeline
+from trainprobe.sidecar.cli.report_story import events, main_story, what_happened
 from trainprobe.sidecar.core.text import printable
 
 __all__ = ["ReportData", "render_pngs", "write_report"]
@@ -33,21 +34,27 @@ class ReportData:
     #: The live diagnosis at the end of sampling (the Diagnose RPC's JSON), if any.
     diagnosis: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The job's step in each sampled window (its furthest running rank's), None
+    #: where no rank of it ran: where training resumed after an action.
+    steps: list[int | None] = field(default_factory=list)
 
     def culprit(self) -> tuple[list[int], dict[str, str]]:
-        """The culprits and where they are stuck: the live diagnosis's, else the last
-        incident's; a place the live analysis lacks (no stacks read now) comes from it."""
+        """The culprits and where they are stuck: the live diagnosis's, else the
+        latest hang's (a DEGRADED finding never outranks it); a place the live
+        analysis lacks (no stacks read now) comes from it."""
         culprits: list[int] = []
         where: dict[str, str] = {}
-        for s in reversed(self.stories):
-            j = s.to_json()
-            if j["culprits"]:
-                culprits, where = list(j["culprits"]), dict(j["where"])
-                break
+        story = main_story(self.stories)
+        if story is not None and (j := story.to_json())["culprits"]:
+            culprits, where = list(j["culprits"]), dict(j["where"])
         if self.diagnosis.get("culprits"):
             culprits = [int(r) for r in self.diagnosis["culprits"]]
             where = {**where, **(self.diagnosis.get("where") or {})}
         return culprits, where
+
+
+#: Events the timeline draws (the latest): each takes a row of the figure.
+MAX_TIMELINE_EVENTS = 200
 
 
 def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
@@ -55,6 +62,13 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file, never a window
+    # A rule, id or place from the log is drawn as text: "$...$" in it is not
+    # parsed as maths (a bad macro raised), nor anything handed to TeX.
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _draw(data, out)
+
+
+def _draw(data: ReportData, out: Path) -> dict[str, Path]:
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
@@ -62,7 +76,10 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
 
     written: dict[str, Path] = {}
     ranks = sorted(data.cells)
-    if ranks and data.times:
+    marks = events(data.stories, data.times, data.steps)[-MAX_TIMELINE_EVENTS:]
+    # A job that ran no step while sampled (it had finished) has no heatmap.
+    ran = any(v is not None for col in data.cells.values() for cell in col for v in cell)
+    if ranks and data.times and ran:
         fig, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 0.9 * len(ranks)), squeeze=False)
         t0 = data.times[0]
         extent = (0.0, max(1e-3, data.times[-1] - t0), len(ranks) - 0.5, -0.5)
@@ -91,17 +108,22 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
                 if r in culprits:
                     tick.set_color("red")
                     tick.set_fontweight("bold")
-            for t, what, kind in _events(data.stories):
+            for t, what, kind in marks:
                 if 0 <= t - t0 <= extent[1]:
-                    ax.axvline(t - t0, color="tab:blue", linewidth=1, linestyle="--")
-                    if idx == 0 and kind == "incident":  # the others: lines only
+                    colour = "tab:green" if kind == "recovery" else "tab:blue"
+                    ax.axvline(t - t0, color=colour, linewidth=1, linestyle="--")
+                    if idx == 0 and kind in ("incident", "recovery"):  # the others: lines only
+                        # Inside the plot: a label right of centre runs leftwards.
+                        left = t - t0 > extent[1] / 2
                         ax.annotate(
-                            what.split(" ", 1)[1],
+                            printable(what.split(" ", 1)[1]),
                             (t - t0, -0.5),
                             fontsize=7,
-                            xytext=(2, 2),
+                            xytext=(-2 if left else 2, -9),
                             textcoords="offset points",
-                            color="tab:blue",
+                            ha="right" if left else "left",
+                            color=colour,
+                            annotation_clip=True,
                         )
             ax.set_title(f"{label} per rank (culprit in red; dashed: incident, decision, action)")
             ax.set_xlabel("seconds since the report began")
@@ -110,62 +132,33 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
         written["heatmap"] = out / "heatmap.png"
         fig.savefig(written["heatmap"], dpi=100)
         plt.close(fig)
-    events = _events(data.stories)
-    if events:
-        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.3 * len(events)))
-        events.sort()
-        t0 = min(t for t, _, _ in events)
-        for i, (t, label, _) in enumerate(events):
-            ax.plot([t - t0], [i], "o", color="tab:red")
-            ax.annotate(printable(label), (t - t0, i), xytext=(6, -3), textcoords="offset points")
+    if marks:
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.3 * len(marks)))
+        t0 = min(t for t, _, _ in marks)
+        span = max(1e-3, max(t for t, _, _ in marks) - t0)
+        for i, (t, label, kind) in enumerate(marks):
+            colour = "tab:green" if kind == "recovery" else "tab:red"
+            ax.plot([t - t0], [i], "o", color=colour)
+            # Labels stay inside the axes: those right of centre run leftwards.
+            left = t - t0 > span / 2
+            ax.annotate(
+                printable(label),
+                (t - t0, i),
+                xytext=(-6 if left else 6, -3),
+                textcoords="offset points",
+                ha="right" if left else "left",
+                color="tab:green" if kind == "recovery" else "black",
+            )
         ax.set_yticks([])
         ax.set_xlabel(f"seconds after {datetime.fromtimestamp(t0):%H:%M:%S}")
-        ax.set_title("incident timeline")
-        ax.margins(x=0.3, y=0.3)
+        ax.set_title("incident timeline (green: training resumed)")
+        ax.set_xlim(-0.05 * span, 1.05 * span)
+        ax.set_ylim(-0.7, len(marks) - 0.3)
         fig.tight_layout()
         written["timeline"] = out / "timeline.png"
         fig.savefig(written["timeline"], dpi=100)
         plt.close(fig)
     return written
-
-
-def _events(stories: list[IncidentStory]) -> list[tuple[float, str, str]]:
-    """(wall time, label, record type) of each incident and of its decisions and actions.
-
-    Only an incident record carries a wall time; a decision is placed by its
-    seconds after onset (onset = the incident's time less its detection
-    latency), and its action just after it."""
-    out: list[tuple[float, str, str]] = []
-    for s in stories:
-        t = s.incident.get("time")
-        if not isinstance(t, (int, float)):
-            continue
-        verdict = f"{s.id} {s.incident.get('verdict')} ({s.incident.get('rule')})"
-        out.append((float(t), verdict, "incident"))
-        onset = float(t) - float(s.incident.get("detection_latency_s") or 0.0)
-        at = float(t)
-        for r in s.later:
-            kind = r.get("type")
-            if kind == "decision" and isinstance(r.get("decided_after_s"), (int, float)):
-                at = max(at, onset + float(r["decided_after_s"]))
-                out.append((at, f"{s.id} decision: {r.get('rule')}", "decision"))
-            elif kind == "action":
-                out.append((at, f"{s.id} {r.get('action')}: {_outcome_text(r)}", "action"))
-    return sorted(out)
-
-
-def _outcome_text(record: dict[str, Any]) -> str:
-    outs = record.get("outcomes") or {}
-    gone = [
-        str(k)
-        for k, o in outs.items()
-        if isinstance(o, dict) and (o.get("exited") or o.get("pid_gone"))
-    ]
-    return (
-        f"rank(s) {', '.join(gone)} exited"
-        if gone
-        else ("dry run" if record.get("dry_run") else "done")
-    )
 
 
 def _e(text: object) -> str:
@@ -196,6 +189,8 @@ def write_report(data: ReportData, out: Path) -> Path:
         f"<p>written {datetime.now():%Y-%m-%d %H:%M:%S}; "
         f"{len(data.times)} status samples, {len(data.stories)} incident(s)</p>",
         f"<p class='culprit' id='culprit'>{_e(headline)}</p>",
+        "<h2>what happened</h2>",
+        f"<p id='story'>{_e(what_happened(data.stories, data.times, data.steps))}</p>",
     ]
     parts += [f"<p class='note'>{_e(n)}</p>" for n in data.notes]
     for name, path in pngs.items():

@@ -90,6 +90,22 @@ _CORE: tuple[Option, ...] = (
         _S,
         default_text="<state_dir>/incidents.jsonl",
     ),
+    Option(
+        "incident_log_max_bytes",
+        v.integer(0, 1 << 40),
+        "Rotate the incident log before a record would take it past this many bytes: "
+        "incidents.jsonl becomes incidents.jsonl.1 (.1 becomes .2, ...), between two "
+        "records, on the log's writer thread. 0: never rotate.",
+        _S,
+        default_text="67108864 (64 MiB)",
+    ),
+    Option(
+        "incident_log_keep",
+        v.integer(1, 1000),
+        "Rotated incident logs kept (incidents.jsonl.1 .. .N); the oldest beyond go. "
+        "`trainprobe incidents` and `report` read them all, oldest first.",
+        _S,
+    ),
     Option("log_level", v.choice("debug", "info", "warning", "error"), "Log verbosity.", _S),
     Option("tick_interval_ms", v.integer(10, 100), "How often the rules run, in ms.", _S),
     Option(

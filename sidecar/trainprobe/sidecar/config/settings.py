@@ -71,6 +71,8 @@ class Settings:
     socket_access: str = "user"
     state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir())
     incident_log: Path | None = None
+    incident_log_max_bytes: int = 64 * 1024 * 1024
+    incident_log_keep: int = 4
     log_level: str = "info"
     tick_interval_ms: int = 100
     settle_s: float = 1.0

@@ -1,0 +1,190 @@
+"""Reading the incident log as a stream, in bounded memory, whatever it holds.
+
+``trainprobe incidents`` and ``report`` read the sidecar's log and its
+rotated files (oldest first) record by record: a line that is not a record,
+or a record of an unexpected shape (:mod:`.record_shape`), is named in one
+line and skipped, and every other record is still shown. Nothing grows with
+the log: records are grouped into incident stories in a window of the log
+(:data:`OPEN_BYTES` of record text, :data:`OPEN_STORIES` incidents), and a
+story leaves the window, in log order, once its incident is that far behind.
+The sidecar writes an incident's later records (decision, action, recovery)
+within seconds or minutes of it, well inside the window.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from trainprobe.sidecar.act.incident_log import log_set
+from trainprobe.sidecar.cli.incidents import KINDS, IncidentStory
+from trainprobe.sidecar.cli.record_shape import shape_problem
+
+__all__ = [
+    "MAX_LATER",
+    "MAX_LINE_BYTES",
+    "OPEN_BYTES",
+    "OPEN_STORIES",
+    "Warn",
+    "job_names",
+    "json_array",
+    "log_files",
+    "read_records",
+    "shown",
+    "stream_stories",
+]
+
+Warn = Callable[[str], None]
+
+#: Longest line read as a record; a longer one is skipped unread (the sidecar's
+#: largest, an incident over 10,000 ranks with their evidence, is ~2 MB).
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: Record text held while stories are open (Python holds ~5-10x in objects).
+OPEN_BYTES = 4 * 1024 * 1024
+#: Incidents held open at most.
+OPEN_STORIES = 4096
+#: Later records kept for one incident; more are counted in one warning.
+MAX_LATER = 1000
+#: Jobs whose names are gathered from a log at most (a log could name millions).
+MAX_JOBS = 100_000
+_CHUNK = 1024 * 1024
+
+
+def log_files(path: Path) -> list[Path]:
+    """The log and its rotated files, oldest first (FileNotFoundError if none is there)."""
+    files = log_set(path)
+    if not files:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    return files
+
+
+def _lines(path: Path, warn: Warn) -> Iterator[tuple[int, bytes]]:
+    with open(path, "rb") as f:
+        n = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            n += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while (more := f.readline(_CHUNK)) and not more.endswith(b"\n"):
+                    pass
+                warn(f"{path}:{n}: a line over {MAX_LINE_BYTES >> 20} MiB: skipped")
+                continue
+            yield n, raw
+
+
+def read_records(files: Iterable[Path], warn: Warn) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each well-formed record of ``files`` in order, with its size in bytes."""
+    for path in files:
+        for n, raw in _lines(path, warn):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                warn(
+                    f"{path}:{n}: not a JSON record ({err.msg} at column {err.colno}; "
+                    "a torn write?): skipped"
+                )
+                continue
+            except (ValueError, RecursionError):  # nested past the stack; a 5,000-digit int
+                warn(f"{path}:{n}: not a JSON record it can read: skipped")
+                continue
+            kind = rec.get("type") if isinstance(rec, dict) else None
+            key = rec.get("id" if kind == "incident" else "incident_id") if kind else None
+            if kind not in KINDS or not isinstance(key, str):
+                warn(f"{path}:{n}: not an incident-log record: skipped")
+                continue
+            problem = shape_problem(rec)
+            if problem is not None:
+                warn(f"{path}:{n}: a {kind} record, but {problem}: skipped")
+                continue
+            yield rec, len(raw)
+
+
+def stream_stories(
+    records: Iterable[tuple[dict[str, Any], int]], warn: Warn
+) -> Iterator[IncidentStory]:
+    """Incidents in log order, each with its later records, as :func:`.incidents.stories`
+    gives them, holding only the window of the log that is still open."""
+    # id -> [story, record bytes held, later records skipped]
+    open_: OrderedDict[str, list[Any]] = OrderedDict()
+    held = 0
+    for rec, size in records:
+        if rec["type"] == "incident":
+            if rec["id"] in open_:  # the first of an id is the incident, as stories() says
+                continue
+            open_[rec["id"]] = [IncidentStory(rec), size, 0]
+            held += size
+        elif (entry := open_.get(rec["incident_id"])) is not None:
+            if len(entry[0].later) >= MAX_LATER:
+                entry[2] += 1
+                continue
+            entry[0].later.append(rec)
+            entry[1] += size
+            held += size
+        while open_ and (held > OPEN_BYTES or len(open_) > OPEN_STORIES):
+            oldest = open_.popitem(last=False)[1]
+            held -= oldest[1]
+            yield _close(oldest, warn)
+    for entry in open_.values():
+        yield _close(entry, warn)
+
+
+def _close(entry: list[Any], warn: Warn) -> IncidentStory:
+    story, _, skipped = entry
+    if skipped:
+        warn(f"incident {story.id}: {skipped} later records past the first {MAX_LATER}: skipped")
+    return story
+
+
+def job_names(files: Iterable[Path], stop_at: str = "") -> dict[str, str]:
+    """id -> name of the jobs the incidents of ``files`` name (the first non-empty
+    name of each, as :func:`~trainprobe.sidecar.core.jobnames.names_of` says), read
+    quietly (the pass that shows the records warns); at an incident of the job
+    ``stop_at`` it stops, since an exact id is all ``--job`` then needs."""
+    names: dict[str, str] = {}
+    for rec, _ in read_records(files, lambda _: None):
+        if rec["type"] != "incident":
+            continue
+        job, name = str(rec.get("job_id")), str(rec.get("job_name") or "")
+        if job not in names and len(names) >= MAX_JOBS:
+            continue
+        if name and not names.get(job):
+            names[job] = name
+        else:
+            names.setdefault(job, "")
+        if stop_at and job == stop_at:
+            break
+    return names
+
+
+def shown(
+    stories: Iterable[IncidentStory], render: Callable[[IncidentStory], Any], warn: Warn
+) -> Iterator[Any]:
+    """``render(story)`` of each story; one that cannot be rendered is named and skipped
+    (the shapes are checked on reading: this is the last guard against a traceback)."""
+    for story in stories:
+        try:
+            out = render(story)
+        except Exception as err:  # a record's fault: never the command's end
+            warn(f"incident {story.id}: cannot be shown ({type(err).__name__}): skipped")
+            continue
+        yield out
+
+
+def json_array(items: Iterable[Any]) -> Iterator[str]:
+    """``json.dumps(list(items), indent=2)``, a piece at a time."""
+    first = True
+    for item in items:
+        body = json.dumps(item, indent=2).replace("\n", "\n  ")
+        yield ("[\n  " if first else ",\n  ") + body
+        first = False
+    yield "[]" if first else "\n]"

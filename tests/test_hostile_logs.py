@@ -1,0 +1,210 @@
+"""``trainprobe incidents`` and ``report`` over hostile, rotated and large incident logs.
+
+- Table-driven: every hostile shape found so far (a known type and id, an
+  unexpected shape) is skipped with exactly one line on stderr, and every
+  other record, before and after it, is still shown; no traceback, ever.
+- A rule of ``$\\undefinedmacro$`` reaches matplotlib as text, not maths.
+- Memory: the commands stream the log; their peak RSS does not grow with it
+  (the 1 GB figure is bench/bench_incident_log.py's).
+- ``incidents --json | head`` ends quietly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import PYTHON, child_env
+from trainprobe.sidecar.cli import ctl
+
+JOB = "hostile"
+NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
+
+
+def incident(key: str, **fields: Any) -> dict[str, Any]:
+    rec = {
+        "type": "incident", "id": key, "time": 1_780_000_000.0, "job_id": JOB,
+        "rule": "stall", "verdict": "HUNG", "ranks": [0, 1], "pids": [10, 11],
+        "culprits": [1], "waiting": [0], "action": "kill", "detection_latency_s": 3.0,
+        "diagnosis": {"kind": "straggler", "text": "rank 1 stalled", "where": {"1": "a.py:3"}},
+    }  # fmt: skip
+    rec.update(fields)
+    return rec
+
+
+def later(kind: str, key: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "incident_id": key, **fields}
+
+
+#: Each hostile record, as it is written in the log (raw text where JSON cannot say it).
+HOSTILE: list[str] = [
+    json.dumps(incident("h-culprits-int", culprits=5)),
+    json.dumps(incident("h-culprits-str", culprits="x")),
+    json.dumps(incident("h-culprit-object", culprits=[{}])),
+    json.dumps(incident("h-diagnosis-str", diagnosis="x")),
+    json.dumps(incident("h-where-int", diagnosis={"where": 5})),
+    json.dumps(incident("h-where-object", diagnosis={"where": {"1": {"a": 1}}})),
+    json.dumps(incident("h-time-str", time="x")),
+    json.dumps(incident("h-time-nan", time=float("nan"))),  # NaN, as Python writes it
+    json.dumps(incident("h-time-inf", time=1.0)).replace('"time": 1.0', '"time": 1e400'),
+    json.dumps(incident("h-time-huge", time=1e300)),
+    json.dumps(incident("h-time-negative", time=-5e12)),
+    json.dumps(incident("h-latency-str", detection_latency_s="x")),
+    json.dumps(incident("h-ranks-str", ranks="abc")),
+    json.dumps(incident("h-pids-int", pids=5)),
+    json.dumps(incident("h-ranks-lists", ranks=[[1]], pids=[[2]])),
+    json.dumps(incident("h-job-object", job_id={"a": 1})),
+    json.dumps(incident("h-decision-str", decision="x")),
+    json.dumps(incident("h-evidence-list", decision={"evidence": [1, 2]})),
+    json.dumps(incident("h-evidence-object", decision={"evidence": {"0": {"label": {}}}})),
+    json.dumps(incident("h-deep", extra=json.loads("[" * 40 + "]" * 40))),
+    '{"type": "incident", "id": "h-deeper", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    '{"type": "incident", "id": "h-bigint", "time": 1' + "0" * 5000 + "}",
+    json.dumps(later("decision", "good-1", decided_after_s="x", act=True)),
+    json.dumps(later("decision", "good-1", evidence=5)),
+    json.dumps(later("action", "good-1", outcomes={"1": 5})),
+    json.dumps(later("action", "good-1", outcomes=[1, 2])),
+    json.dumps(later("action", "good-1", outcomes={"1": {"signals": 5}})),
+    json.dumps(later("action", "good-1", outcomes={"1": {"signals": [{}], "seconds": "x"}})),
+    json.dumps(later("recovery", "good-1", resumed_after_s="soon")),
+    json.dumps(later("incident_update", "good-1", ranks=7)),
+]
+#: Lines that are no record at all: skipped with one line each, as before.
+FOREIGN = ["not json", "[1, 2]", "5", "null", '{"type": "incident", "id": 5}', "\udcff\udcfe"]
+#: Well-formed records, around the hostile ones; a ``$...$`` rule among them.
+GOOD = [
+    json.dumps(incident("good-1", rule="$\\undefinedmacro$")),
+    json.dumps(later("decision", "good-1", act=True, rule="confirmed", decided_after_s=4.0)),
+    json.dumps(
+        later("action", "good-1", action="kill", outcomes={"1": {"exited": True, "pid": 11}})
+    ),
+    json.dumps(incident("good-2", time=1_780_000_100.0, verdict="UNRESPONSIVE")),
+]
+
+
+def write_log(path: Path) -> None:
+    lines = [GOOD[0], *HOSTILE[:10], *GOOD[1:3], *FOREIGN, *HOSTILE[10:], GOOD[3]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
+
+
+def run_ctl(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = ctl.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def warnings_in(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("trainprobe: warning: ")]
+
+
+@pytest.fixture()
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "incidents.jsonl"
+    write_log(path)
+    return path
+
+
+def test_incidents_skip_each_hostile_record_with_one_line(log: Path) -> None:
+    code, out, err = run_ctl("incidents", "--log", str(log))
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    assert len(warnings_in(err)) == len(HOSTILE) + len(FOREIGN), err
+    assert err.count("has an unexpected shape") + err.count("nested deeper") >= len(HOSTILE) - 2
+    lines = out.splitlines()
+    assert [x.split()[2] for x in lines] == ["good-1", "good-2"], out
+    assert "rank 1 exited" in lines[0] and "decision confirmed" in lines[0], out
+    for flags in (("--json",), ("good-1",), ("good-1", "--json"), ("--job", JOB)):
+        code, out, err = run_ctl("incidents", "--log", str(log), *flags)
+        assert code == 0 and "Traceback" not in out + err, err
+        assert len(warnings_in(err)) == len(HOSTILE) + len(FOREIGN), err
+    shown = json.loads(run_ctl("incidents", "--json", "--log", str(log))[1])
+    assert [s["id"] for s in shown] == ["good-1", "good-2"]
+    assert shown[0]["rule"] == "$\\undefinedmacro$"
+
+
+def report(log: Path, out_dir: Path) -> tuple[int, str, str]:
+    return run_ctl(
+        "report", "--target", NOWHERE, "--job", JOB, "--log", str(log),
+        "--watch-s", "0", "--out", str(out_dir),
+    )  # fmt: skip
+
+
+def test_report_skips_each_hostile_record_with_one_line(log: Path, tmp_path: Path) -> None:
+    code, out, err = report(log, tmp_path / "page")
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    assert len(warnings_in(err)) == len(HOSTILE) + len(FOREIGN), err
+    assert "2 incident(s)" in out
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert "incident good-1" in page and "incident good-2" in page
+
+
+def test_report_draws_dollar_signs_as_text(tmp_path: Path) -> None:
+    log = tmp_path / "incidents.jsonl"
+    log.write_text("\n".join(GOOD) + "\n")
+    code, _, err = report(log, tmp_path / "page")
+    assert code == 0 and not err, err  # matplotlib raised on the macro it tried to parse
+    assert "$\\undefinedmacro$" in (tmp_path / "page" / "report.html").read_text()
+    assert (tmp_path / "page" / "timeline.png").stat().st_size > 0
+
+
+def big_log(path: Path, mb: float) -> None:
+    """Sidecar-like records (incident, decision, action), ``mb`` megabytes of them."""
+    with open(path, "w") as f:
+        n = 0
+        while f.tell() < mb * 1e6:
+            key = f"i{n:08d}"
+            f.write(
+                json.dumps(incident(key, time=1.78e9 + n)) + "\n"
+                + json.dumps(later("decision", key, act=True, rule="confirmed")) + "\n"
+                + json.dumps(later("action", key, outcomes={"1": {"exited": True}})) + "\n"
+            )  # fmt: skip
+            n += 1
+
+
+def peak_rss_mb(*argv: str) -> float:
+    """The kernel's peak RSS of ``trainprobe argv``, its output thrown away."""
+    with open(os.devnull, "w") as null:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *argv],
+            stdout=null,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+        err = proc.stderr.read() if proc.stderr else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, err
+    return usage.ru_maxrss / 1024
+
+
+def test_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
+    """1 MB and 12 MB logs: the same peak (3.5 GB for 100 MB, before it streamed)."""
+    small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
+    big_log(small, 1)
+    big_log(large, 12)
+    for argv in (("incidents", "--json"), ("incidents",)):
+        grew = peak_rss_mb(*argv, "--log", str(large)) - peak_rss_mb(*argv, "--log", str(small))
+        assert grew < 16, f"{argv}: {grew:.1f} MB more for 11 MB more log"
+
+
+def test_incidents_json_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    log = tmp_path / "incidents.jsonl"
+    big_log(log, 1)  # far more than a pipe's buffer of output
+    head = subprocess.run(
+        f"{PYTHON} -m trainprobe.sidecar.cli.ctl incidents --json --log {log} | head -3",
+        shell=True,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert head.stdout.count("\n") == 3
+    assert head.stderr == "", head.stderr  # no BrokenPipeError traceback, no warning
