@@ -23,9 +23,7 @@ def record(n: int) -> dict[str, object]:
 
 
 def on_disk(path: Path) -> list[str]:
-    return [
-        json.loads(line)["id"] for f in log_set(path) for line in f.read_text().splitlines()
-    ]
+    return [json.loads(line)["id"] for f in log_set(path) for line in f.read_text().splitlines()]
 
 
 def test_rotation_keeps_every_record_in_order_and_each_file_bounded(tmp_path: Path) -> None:
