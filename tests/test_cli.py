@@ -237,3 +237,55 @@ def test_status_of_a_job_the_sidecar_does_not_know_says_so_and_fails() -> None:
         assert r.returncode == 1, r.stdout
         assert "no worker of job nosuchjob is known" in r.stderr
         assert ctl("status", "--target", sc.target).returncode == 0  # no --job: empty is fine
+
+
+#: A flag of each ``trainprobe`` subcommand, to mistype (the test fails if a
+#: subcommand is added without one here).
+SUBCOMMAND_FLAG = {
+    "status": "--job",
+    "diagnose": "--target",
+    "top": "--interval-s",
+    "report": "--watch-s",
+    "incidents": "--json",
+    "run": "--replicas",
+}
+
+
+def mistyped(flag: str) -> str:
+    """The flag with its last two letters swapped (``--job`` -> ``--jbo``)."""
+    return flag[:-2] + flag[-1] + flag[-2]
+
+
+def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> None:
+    usage = ctl("--help").stdout
+    commands = usage[usage.index("{") + 1 : usage.index("}")].split(",")
+    assert sorted(commands) == sorted(SUBCOMMAND_FLAG)
+    base = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl"]
+    runs = {
+        (f"trainprobe {cmd}", flag): [*base, cmd, mistyped(flag), "1"]
+        for cmd, flag in SUBCOMMAND_FLAG.items()
+    }
+    runs["trainprobe-sidecar", "--hang-patience-s"] = [
+        PYTHON, "-m", "trainprobe.sidecar", "--hang-patiense-s", "5"
+    ]  # fmt: skip
+    runs["trainprobe", "status"] = [*base, "stauts"]
+    runs["trainprobe-sidecar", ""] = [PYTHON, "-m", "trainprobe.sidecar", "--zzz"]
+    # All at once: each is a fresh interpreter importing the CLI.
+    procs = {
+        key: subprocess.Popen(
+            cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for key, cmd in runs.items()
+    }
+    for (prog, right), proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and out == "", (prog, right, out, err)
+        line = one_line(err)
+        assert line.startswith(f"{prog}: error: "), line
+        if right == "status":
+            assert "invalid choice: 'stauts'" in line and line.endswith("(did you mean status?)")
+        elif right:
+            typo = "--hang-patiense-s" if prog == "trainprobe-sidecar" else mistyped(right)
+            assert line == f"{prog}: error: unknown flag {typo} (did you mean {right}?)", line
+        else:  # nothing near: where to look instead
+            assert line == f"{prog}: error: unknown flag --zzz (see {prog} --help)", line

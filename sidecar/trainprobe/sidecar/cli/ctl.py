@@ -37,6 +37,7 @@ from trainprobe.proto import (
     probe_pb2_grpc,
     resolve_socket,
 )
+from trainprobe.sidecar.cli.flags import Parser
 from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
 from trainprobe.sidecar.cli.output import guarded_output, quiet_broken_pipe, styled_stdout
 from trainprobe.sidecar.cli.report import add_report_args, report_main
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="trainprobe",
         description=__doc__.split("\n\n")[0],
         epilog="The sidecar's settings: trainprobe-sidecar --list-settings",

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainprobe.proto import UnsafeSocketDir
 from trainprobe.sidecar.act.incident_log import IncidentLogError
+from trainprobe.sidecar.cli.flags import Parser
 from trainprobe.sidecar.config.settings import (
     OPTIONS,
     Settings,
@@ -32,7 +33,7 @@ docs/CONFIG.md in the source tree)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="trainprobe-sidecar",
         description="Watch the training processes on this node: detect hung, unresponsive, "
         "degraded and dead workers, and act on them. With --relay-to, run no rules here: "
