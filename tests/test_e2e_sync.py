@@ -116,11 +116,10 @@ def test_peers_of_a_slow_rank_show_a_growing_inflight_age_and_are_found() -> Non
         assert ev["seq"] > ev["completed"] >= 9  # nine steps' buckets finished before
         assert 2.0 <= inc["detection_latency_s"] < 2.0 + 1.5
 
-        # Once rank 1 catches up the waits end with a ~6 s latency: DEGRADED.
-        slow = sc.wait_incident(lambda r: r["rule"] == "sync_latency", timeout_s=30)
-        assert slow["verdict"] == "DEGRADED" and 1 not in slow["ranks"]
-        assert slow["evidence"][str(slow["ranks"][0])]["max_sync_s"] > 3.0
+        # Once rank 1 catches up the waits end with a ~6 s latency: rank 1's
+        # doing, not theirs, so no DEGRADED (sync_latency) names ranks 0 and 2.
         assert w.wait(120) == [0, 0, 0]
+        assert not [i for i in sc.incidents() if i["rule"] == "sync_latency"]
         # A later rank's verdict joins the open hang episode as an incident_update.
         records = sc.incidents("incident") + sc.incidents("incident_update")
         found = {r for i in records if i.get("rule") == "sync_inflight" for r in i["ranks"]}

@@ -202,7 +202,8 @@ _CORE: tuple[Option, ...] = (
     Option(
         "sync_latency_s",
         v.seconds(0.001, 86400),
-        "DEGRADED when a report window's slowest gradient sync exceeds this.",
+        "DEGRADED when a report window's slowest gradient sync exceeds this, not counting "
+        "its wait for a late peer (that rank's stall is judged, not the waiter).",
         _R,
     ),
     Option(
