@@ -19,7 +19,6 @@ oldest first, as the readers read it.
 from __future__ import annotations
 
 import errno
-import glob
 import json
 import logging
 import os
@@ -29,6 +28,8 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from trainprobe.sidecar.core.log_rotation import in_read_order, rotated_name
 
 __all__ = [
     "MAX_HELD",
@@ -232,17 +233,16 @@ def _open_for_append(path: Path) -> tuple[int, bool]:
 
 def rotated(path: Path, n: int) -> Path:
     """The ``n``-th newest rotated file of the log at ``path``."""
-    return path.with_name(f"{path.name}.{n}")
+    return path.with_name(rotated_name(path.name, n))
 
 
 def log_set(path: Path) -> list[Path]:
     """The log's rotated files, oldest first, then the log itself: those that exist."""
-    numbered = []
-    for p in glob.glob(glob.escape(str(path)) + ".*"):
-        suffix = p[len(str(path)) + 1 :]
-        if suffix.isascii() and suffix.isdigit():
-            numbered.append((int(suffix), Path(p)))
-    return [p for _, p in sorted(numbered, reverse=True)] + ([path] if path.exists() else [])
+    try:
+        names = os.listdir(path.parent)
+    except OSError:  # a directory we may pass through but not list: the log alone
+        return [path] if path.exists() else []
+    return [path.with_name(n) for n in in_read_order(path.name, names)]
 
 
 def read_incident_log(path: Path) -> list[dict[str, Any]]:

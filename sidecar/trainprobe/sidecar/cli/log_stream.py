@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.act.incident_log import log_set
 from trainprobe.sidecar.cli.incidents import KINDS, IncidentStory
 from trainprobe.sidecar.cli.record_shape import shape_problem
+from trainprobe.sidecar.core.log_rotation import in_read_order
 
 __all__ = [
     "MAX_LATER",
@@ -57,7 +57,13 @@ _CHUNK = 1024 * 1024
 
 def log_files(path: Path) -> list[Path]:
     """The log and its rotated files, oldest first (FileNotFoundError if none is there)."""
-    files = log_set(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:  # a directory we may pass through but not list: the log alone
+        names = []
+    files = [path.with_name(n) for n in in_read_order(path.name, names)]
+    if not files and path.exists():
+        files = [path]
     if not files:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
     return files
