@@ -6,10 +6,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from trainprobe.sidecar.act.incident_log import IncidentLog, log_set, rotated
+import grpc
+
+from tests.support import SidecarProcess, short_tmpdir, wait_for
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
+from trainprobe.sidecar.act.incident_log import IncidentLog, log_set, read_incident_log, rotated
 from trainprobe.sidecar.cli import ctl
 
 
@@ -80,3 +87,67 @@ def test_incidents_command_reads_the_rotated_set_oldest_first(tmp_path: Path) ->
         assert ctl.main(["incidents", "--json", "--log", str(path)]) == 0
     assert [s["id"] for s in json.loads(out.getvalue())] == [f"inc-{n:05d}" for n in range(60)]
     assert err.getvalue() == ""
+
+
+def _silent_client(target: str, job: str, stop: threading.Event) -> None:
+    """A rank that says hello, reports once, then goes silent with its stream open."""
+
+    def messages() -> Iterator[probe_pb2.WorkerMessage]:
+        yield probe_pb2.WorkerMessage(
+            hello=probe_pb2.Hello(
+                protocol_version=PROTOCOL_VERSION, hook_version="test", job_id=job, rank=0,
+                local_rank=0, world_size=1, host="h", pid=os.getpid(), interval_ms=100,
+            )
+        )  # fmt: skip
+        now = time.monotonic_ns()
+        yield probe_pb2.WorkerMessage(
+            report=probe_pb2.Report(
+                seq=1, mono_ns=now, wall_ns=time.time_ns(), has_step=True, last_step=1,
+                last_step_mono_ns=now, total_steps=1,
+            )
+        )  # fmt: skip
+        stop.wait(60)
+
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(
+            "/trainprobe.v1.Sidecar/Connect",
+            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
+            response_deserializer=probe_pb2.Command.FromString,
+        )
+        with contextlib.suppress(grpc.RpcError):
+            for _ in call(messages()):
+                pass
+
+
+def test_a_sidecar_rotates_its_log_as_its_settings_say() -> None:
+    work = short_tmpdir()
+    stop = threading.Event()
+    flags = ("--settle-s", "0", "--heartbeat-timeout-s", "0.5", "--on-unresponsive", "observe")
+    rotation = ("--incident-log-max-bytes", "2048", "--incident-log-keep", "100")
+    with SidecarProcess(work, *flags, *rotation) as sc:
+        jobs = [f"rot-{n}" for n in range(6)]
+        threads = [
+            threading.Thread(target=_silent_client, args=(sc.target, j, stop), daemon=True)
+            for j in jobs
+        ]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(
+                lambda: {r["job_id"] for r in read_set(sc.incident_log)} >= set(jobs),
+                30,
+                what="an incident of each job",
+            )
+        finally:
+            stop.set()
+    assert len(log_set(sc.incident_log)) > 2
+    for f in log_set(sc.incident_log):  # within the bound, or one record larger alone
+        assert f.stat().st_size <= 2048 or f.read_bytes().count(b"\n") == 1
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert ctl.main(["incidents", "--json", "--log", str(sc.incident_log)]) == 0
+    assert {s["job_id"] for s in json.loads(out.getvalue())} >= set(jobs)
+
+
+def read_set(path: Path) -> list[dict[str, object]]:
+    return [r for f in log_set(path) for r in read_incident_log(f) if r.get("type") == "incident"]
