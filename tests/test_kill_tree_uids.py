@@ -216,6 +216,17 @@ def test_a_real_sidecar_kill_lists_the_helper_it_left_alone(helper: tuple[Path, 
             assert "uid 0" in left["reason"] and f"uid {NOBODY}" in left["reason"], left
             assert pid_alive(helper_pid) and state(helper_pid) not in ("T", "t")
             assert notes.read_bytes() == b""
+            # What an operator reads: the incident's timeline names it and why.
+            ctl = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "incidents"]
+            shown = subprocess.run(
+                [*ctl, action["incident_id"], "--log", str(sc.incident_log)],
+                env=child_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            says = f"pid {helper_pid} (helper) alone: real uid 0, saved 0; the worker's real uid"
+            assert f"rank 0's descendant {says} {NOBODY}" in shown.stdout, shown
         finally:
             rank.kill()
             rank.wait()

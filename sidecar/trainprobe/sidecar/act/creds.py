@@ -43,9 +43,6 @@ class Creds:
     #: Inode of its user namespace; 0 if unknown.
     userns: int = 0
 
-    def uids(self) -> str:
-        return f"uid {self.ruid} (effective {self.euid}, saved {self.suid})"
-
 
 def read_creds(pid: int) -> Creds | None:
     """``pid``'s credentials from ``/proc/<pid>/status``, or None if unreadable.
@@ -80,8 +77,9 @@ def may_signal(sender: Creds, target: Creds) -> str:
     if {sender.ruid, sender.euid} & {target.ruid, target.suid}:
         return ""
     return (
-        f"{target.uids()}: the worker ({sender.uids()}) could not signal it itself "
-        "(kill(2): no uid in common, no CAP_KILL)"
+        f"real uid {target.ruid}, saved {target.suid}; the worker's real uid {sender.ruid}, "
+        f"effective {sender.euid}: no uid in common and no CAP_KILL, so the worker "
+        "could not signal it itself (kill(2))"
     )
 
 

@@ -148,6 +148,18 @@ def _outcome(actions: list[dict[str, Any]], detail: bool = False) -> str:
     return ", ".join(parts) or "no outcome"
 
 
+def _left_alone(action: dict[str, Any]) -> list[str]:
+    """A line for each descendant a kill left alone: its worker could not signal it."""
+    out = []
+    for rank, o in sorted((action.get("outcomes") or {}).items(), key=lambda x: str(x[0])):
+        left = o.get("skipped") if isinstance(o, dict) else None
+        for s in left if isinstance(left, list) else []:
+            if isinstance(s, dict):
+                who = f"rank {rank}'s descendant pid {s.get('pid')} ({s.get('name')})"
+                out.append(f"  left      {who} alone: {s.get('reason')}")
+    return out
+
+
 def _action_after_s(
     inc: dict[str, Any], decision: dict[str, Any] | None, actions: list[dict[str, Any]]
 ) -> float | None:
@@ -297,6 +309,7 @@ def timeline(story: IncidentStory) -> list[str]:
             out += _evidence(r.get("evidence") or {})
         elif kind == "action":
             out.append(f"  action    {r.get('action')} done: {_outcome([r], detail=True)}")
+            out += _left_alone(r)
         elif kind == "recovery":
             out.append(
                 f"  recovery  rank {r.get('rank')} back as pid {r.get('new_pid')}, first step "
