@@ -1,12 +1,14 @@
 """``trainprobe top`` in a real terminal: tmux runs it against a live sidecar.
 
 Three real gloo ranks train with ``--watch-ddp``; rank 1 then hangs (it sleeps
-inside a step, its peers wait in the allreduce). The sidecar only observes
-(no kill), so the hang lasts. ``trainprobe top`` runs in a tmux pane, typed
+inside a step, its peers wait in the allreduce). The sidecar watches it for a
+12 s patience, then kills it. ``trainprobe top`` runs in a tmux pane, typed
 in with ``send-keys``; ``capture-pane`` must show rank 1 marked CULPRIT on a
-red background, with red cells (its arrival lag), while the waiting ranks are
-not marked; ``q`` ends it. Once in a wide pane, once in 80 x 24, where every
-rank's row must still be whole.
+red background, with red cells (its arrival lag), the waiting ranks marked
+WAITING (never SUSPECT), and the decision: the patience countdown with the
+culprit's file:line, then rank 1 KILLED and the feed's ``HUNG -> KILLED``;
+``q`` ends it. Once in 120 x 40, once in 80 x 24, where every rank's row must
+still be whole and the file:line visible.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ def rank_line(screen: str, rank: int) -> str:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("cols,rows", [(160, 40), (80, 24)])
+@pytest.mark.parametrize("cols,rows", [(120, 40), (80, 24)])
 def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux; make test does as root)")
     session = f"tp-top-{os.getpid()}-{cols}"
     with (
-        sidecar("--on-hung", "observe", "--stall-timeout-s", "3") as sc,
+        sidecar("--stall-timeout-s", "3", "--hang-patience-s", "12") as sc,
         Workers(
             3,
             sc.target,
@@ -92,17 +94,39 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int)
             def culprit_shown() -> str:
                 screen = last[0] = tmux("capture-pane", "-e", "-p", "-t", session)
                 line = rank_line(screen, 1)
-                return screen if "CULPRIT" in line and RED_BG.search(line) else ""
+                plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)
+                countdown = re.search(r"HUNG\? \d+ s of 12 s patience", plain)
+                # The culprit's file:line, even where the countdown wraps at 80 columns.
+                place = "ddp_worker.py:" in plain.replace("\n", "")
+                return (
+                    screen
+                    if "CULPRIT" in line and RED_BG.search(line) and countdown and place
+                    else ""
+                )
 
             try:
-                screen = wait_for(culprit_shown, 20, what="rank 1 marked CULPRIT in red")
+                screen = wait_for(culprit_shown, 20, what="rank 1 CULPRIT in red, the countdown")
             except AssertionError:
                 raise AssertionError(f"the pane showed:\n{last[0]!r}") from None
             line = rank_line(screen, 1)
             assert RED_FG.search(line.split("CULPRIT", 1)[1]), "its lag cells are red"
             for peer in (0, 2):
-                assert "CULPRIT" not in rank_line(screen, peer), screen
+                peer_line = rank_line(screen, peer)
+                assert "CULPRIT" not in peer_line and "SUSPECT" not in peer_line, screen
+                assert "WAITING" in peer_line, screen
             assert "incidents:" in screen
+
+            def killed_shown() -> str:
+                screen = last[0] = tmux("capture-pane", "-p", "-t", session)
+                killed = "KILLED" in rank_line(screen, 1) and "rank 1: HUNG -> KILLED" in screen
+                return screen if killed else ""
+
+            try:
+                after = wait_for(killed_shown, 40, what="rank 1 KILLED, HUNG -> KILLED in the feed")
+            except AssertionError:
+                raise AssertionError(f"the pane showed:\n{last[0]!r}") from None
+            assert "vanished" not in rank_line(after, 1), after
+            assert re.search(r"KILLED rank 1 by \w+", after), after
             # Readable at any size: every rank's row whole, with its step and verdict,
             # and the table's head on the screen.
             plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)

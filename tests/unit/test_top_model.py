@@ -169,3 +169,15 @@ def test_a_countdown_that_ends_without_a_kill_reads_resumed() -> None:
     assert "PAUSED" in _frame(m, 80, 24)[0]
     m.update(reply((0, 12, 0, 3, 0, "OK")), HEALTHY, 4.0)
     assert any(f.endswith("PAUSED -> RESUMED") for f in m.feed), list(m.feed)
+
+
+def test_a_rank_that_ended_has_no_step_time() -> None:
+    """A finished job's 'step time' was the time since it ended (384-394 s)."""
+    m = TopModel()
+    m.update(reply((0, 5, 0, 1, 0, "OK")), HEALTHY, 1.0)
+    m.update(reply((0, 7, 0, 1, 0, "OK")), HEALTHY, 2.0)
+    ended = reply((0, 7, 0, 1, 0, "OK"))
+    ended.workers[0].state, ended.workers[0].step_age_s = "goodbye", 384.0
+    m.update(ended, HEALTHY, 3.0)
+    m.update(ended, HEALTHY, 4.0)
+    assert [step for step, _ in m.rows[("j", 0)].cells] == [None, 0.5, None, None]

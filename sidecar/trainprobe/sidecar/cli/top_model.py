@@ -148,8 +148,14 @@ def shown_verdict(w: probe_pb2.WorkerStatus) -> str:
 
 
 def _step_s(row: RankRow, w: probe_pb2.WorkerStatus, now: float) -> float | None:
-    """Seconds per step over the window; a rank stuck in a step: its step's age so far."""
+    """Seconds per step over the window; a rank stuck in a step: its step's age so far.
+
+    None for a rank whose stream is over: it runs no step, and its step's age is
+    the time since it ended (a finished job read as a 390 s "step")."""
     step_s = None
+    if w.state != "connected":
+        row.last_step = -1
+        return None
     if row.last_step >= 0 and w.has_step:
         done = w.step - row.last_step
         if done > 0:
