@@ -26,7 +26,12 @@ from trainprobe.sidecar.core.patience import (
     REPLICA_FLOOR_S,
     PatienceBook,
 )
-from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence, stepping
+from trainprobe.sidecar.core.replicas import (
+    apply_replicas,
+    culprit_onset,
+    replica_evidence,
+    stepping,
+)
 
 
 def rank(
@@ -284,3 +289,15 @@ def test_the_normal_step_time_is_the_ranks_own_and_ages_on_the_clock() -> None:
     o = summarize(other, now, 10.0)
     assert not o.verified and abs(o.normal_step_s - 10.2) < 0.01  # 2 x (5 + 0.1)
     assert not stepping(summarize(mine, now + 11.0, 10.0))  # silent: not reporting
+
+
+def test_a_stall_that_begins_in_an_open_episode_gets_its_own_patience() -> None:
+    # An episode opened at t=100 by a liar's frozen step; at t=130 train_1 has been
+    # stuck 4 s: its patience counts from t=126, not from the episode's onset.
+    ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1", step_age=4.0), *liars("train_0")]
+    diag = analyze_job(ranks)
+    assert diag.culprits == (1,)
+    assert culprit_onset(ranks, diag, 100.0, 130.0) == 126.0
+    # Never before the episode's own onset; no named culprit keeps it.
+    assert culprit_onset(ranks, diag, 128.0, 130.0) == 128.0
+    assert culprit_onset(ranks, Diagnosis(INCONCLUSIVE), 100.0, 130.0) == 100.0

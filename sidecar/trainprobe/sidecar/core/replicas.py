@@ -38,6 +38,7 @@ from trainprobe.sidecar.core.culprit import STRAGGLER, UNRESPONSIVE, Diagnosis, 
 __all__ = [
     "ReplicaEvidence",
     "apply_replicas",
+    "culprit_onset",
     "replica_evidence",
     "replica_groups",
     "stepping",
@@ -199,6 +200,17 @@ def _replicas(ranks: Sequence[RankSummary], diag: Diagnosis) -> Diagnosis:
         waiting=tuple(sorted(set(diag.waiting) | spared)),
         evidence=evidence,
     )
+
+
+def culprit_onset(
+    ranks: Sequence[RankSummary], diag: Diagnosis, onset_at: float, now: float
+) -> float:
+    """When the culprits named now stopped: the latest of their last steps, never
+    before the episode's ``onset_at``. The patience counts from here, so a stall
+    that begins while an episode is open (one an unverified client's frozen step
+    opened, say) gets its own patience, not what is left of the episode's."""
+    named = set(diag.culprits)
+    return max([onset_at, *(now - r.step_age_s for r in ranks if r.rank in named and r.has_step)])
 
 
 def replica_evidence(evidence: Mapping[str, object] | None) -> ReplicaEvidence | None:

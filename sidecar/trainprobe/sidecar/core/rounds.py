@@ -56,7 +56,7 @@ from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import ActDecision, PauseDecision
-from trainprobe.sidecar.core.replicas import apply_replicas, replica_evidence
+from trainprobe.sidecar.core.replicas import apply_replicas, culprit_onset, replica_evidence
 
 __all__ = ["judge_round", "kill_decided", "patience_for", "signals_for"]
 
@@ -116,7 +116,7 @@ def judge_round(
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
     patience_s, basis = patience_for(state, ep.job_id, diag, now)
-    j = judge(diag, evidence, ep.onset_at, patience_s, basis, now)
+    j = judge(diag, evidence, culprit_onset(ranks, diag, ep.onset_at, now), patience_s, basis, now)
     if j.act and not j.definitive and (pending := awaiting_word(rnd.states, now)):
         why = f"{j.why}; waiting for the relay node's word on ranks {pending} (held or not)"
         j = replace(j, act=False, rule="", why=why)
