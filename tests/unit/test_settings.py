@@ -79,6 +79,13 @@ def test_unknown_toml_key_is_an_error(tmp_path: Path) -> None:
     cfg.write_text("stall_timeout = 3\n")
     with pytest.raises(SettingsError, match=r"stall_timeout: unknown setting.*stall_timeout_s"):
         load_settings(config=cfg, env={})
+    # A typo in the first word too: the nearest name, as a mistyped flag gets.
+    cfg.write_text("hnag_patience_s = 3\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings(config=cfg, env={})
+    assert str(err.value).endswith(
+        "hnag_patience_s: unknown setting (did you mean hang_patience_s?)"
+    )
 
 
 def test_bad_env_value_names_the_variable() -> None:

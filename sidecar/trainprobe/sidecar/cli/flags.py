@@ -2,7 +2,8 @@
 
 argparse answers a mistyped flag with the whole usage (38 lines for
 ``trainprobe-sidecar``) and no hint. :class:`Parser` answers it with one line
-that names the flag and the nearest real one (``difflib``), or points to
+that names the flag and the nearest real one (``core.text.did_you_mean``, as
+the settings file and environment do), or points to
 ``--help`` when none is near, and exits 2, as argparse does. Subcommands'
 parsers are made by their parent, so they are Parsers too, and a flag is
 matched against the flags of the subcommand given.
@@ -11,19 +12,12 @@ matched against the flags of the subcommand given.
 from __future__ import annotations
 
 import argparse
-import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from trainprobe.sidecar.core.text import printable_lines
+from trainprobe.sidecar.core.text import did_you_mean, printable_lines
 
-__all__ = ["Parser", "did_you_mean"]
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the nearest candidate, or "" if none is near."""
-    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+__all__ = ["Parser"]
 
 
 class Parser(argparse.ArgumentParser):

@@ -29,6 +29,7 @@ from trainprobe.sidecar.config.tls import tls_problem
 from trainprobe.sidecar.core.actions import Action
 from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
 from trainprobe.sidecar.core.rules import RuleConfig
+from trainprobe.sidecar.core.text import did_you_mean
 from trainprobe.sidecar.core.thresholds import StallPolicy
 
 if sys.version_info >= (3, 11):
@@ -153,8 +154,7 @@ def _apply(values: dict[str, Any], source: str, raw: Mapping[str, Any], env: boo
         opt = OPTIONS_BY_NAME.get(key)
         where = f"{source}: {ENV_PREFIX + key.upper() if env else key}"
         if opt is None:
-            close = [o.name for o in OPTIONS if o.name.split("_")[0] == key.split("_")[0]]
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            hint = did_you_mean(key, (o.name for o in OPTIONS))
             raise SettingsError(f"{where}: unknown setting{hint}")
         try:
             values[key] = opt.parse(value)

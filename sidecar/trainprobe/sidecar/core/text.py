@@ -12,13 +12,15 @@ needs no such step: :func:`json.dumps` escapes them itself.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "SafeLogFormatter",
     "configure_logging",
+    "did_you_mean",
     "printable",
     "printable_lines",
     "sentences",
@@ -108,3 +110,10 @@ def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(SafeLogFormatter(LOG_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the candidate nearest ``word``, or "" if none
+    is near: the one hint of a mistyped flag, setting or subcommand."""
+    close = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
