@@ -40,7 +40,8 @@ class Parser(argparse.ArgumentParser):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as err:
-            if action.choices is None or not isinstance(value, str):
+            # (Python 3.14's suggest_on_error may have added its own hint.)
+            if action.choices is None or not isinstance(value, str) or "meant" in err.message:
                 raise
             hint = did_you_mean(value, (str(c) for c in action.choices))
             raise argparse.ArgumentError(action, f"{err.message}{hint}") from None
