@@ -200,3 +200,71 @@ def test_unverified_replica_claims_never_evict_healthy_verified_replicas(
         raise
     finally:
         sc.stop()
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+
+def startup_hello(rank: int, world: int) -> dict[str, Any]:
+    return {"job_id": "startjob", "rank": rank, "world_size": world}
+
+
+#: Start-up verdicts 2 s after the last arrival, and acted on at once.
+FAST_START = ["--init-straggler-s", "2", "--hang-patience-s", "0", "--kill-grace-s", "0.5"]
+BEFORE_INIT = {"mode": "freeze", "phases": ["init"]}
+ARRIVED = {"mode": "freeze", "phases": ["init", "rendezvous"], "phase_age_s": 60}
+
+
+def test_a_claim_to_wait_in_the_rendezvous_never_makes_a_healthy_rank_late(
+    clients: list[Client],
+) -> None:
+    work = short_tmpdir("claims-")
+    sc, tcp = tcp_sidecar(work, *FAST_START)
+    try:
+        # A healthy verified rank 0 still loads its data before init_process_group; a
+        # TCP client claims rank 1, "inside init_process_group" for a minute already.
+        healthy = Client(work, sc.target, "rank0", startup_hello(0, 2), True, **BEFORE_INIT)
+        liar = Client(work, tcp, "liar", startup_hello(1, 2), False, **ARRIVED)
+        clients += [healthy, liar]
+        wait_for(lambda: len(sc.status("startjob").workers) == 2, 30, 0.2)
+        time.sleep(8.0)  # init_straggler_s 2 s, patience 0: a kill would be in by now
+        healthy.assert_untouched()
+        assert 0 not in names_of(sc, "startjob"), sc.incidents()
+        # The control: the real rank 1 (verified) takes its seat and arrives; now
+        # rank 0 is the one its peer waits for, and the rule names and kills it.
+        real = Client(work, sc.target, "rank1", startup_hello(1, 2), True, **ARRIVED)
+        clients.append(real)
+        wait_for(lambda: "SIGTERM" in healthy.signals(), 30, 0.2, "rank 0 named and killed")
+        assert 0 in names_of(sc, "startjob") and real.signals() == []
+    except BaseException:
+        print(sc.log_text()[-6000:])
+        raise
+    finally:
+        sc.stop()
+
+
+def test_a_session_that_fills_the_world_never_makes_a_healthy_rank_look_late(
+    clients: list[Client],
+) -> None:
+    work = short_tmpdir("claims-")
+    sc, tcp = tcp_sidecar(work, *FAST_START)
+    try:
+        # World 3: verified rank 0 waits inside init_process_group, verified rank 1 is
+        # still before it, rank 2 has not connected (it may be the one they wait for).
+        # A TCP client takes rank 2's seat so that the world looks whole.
+        arrived = Client(work, sc.target, "rank0", startup_hello(0, 3), True, **ARRIVED)
+        healthy = Client(work, sc.target, "rank1", startup_hello(1, 3), True, **BEFORE_INIT)
+        liar = Client(work, tcp, "liar", startup_hello(2, 3), False, **BEFORE_INIT)
+        clients += [arrived, healthy, liar]
+        wait_for(lambda: len(sc.status("startjob").workers) == 3, 30, 0.2)
+        # The liar itself is judged on its own word (before init while a peer waits).
+        wait_for(lambda: 2 in names_of(sc, "startjob"), 30, 0.2, "the liar named")
+        time.sleep(6.0)
+        healthy.assert_untouched()
+        arrived.assert_untouched()
+        assert not names_of(sc, "startjob") & {0, 1}, sc.incidents()
+    except BaseException:
+        print(sc.log_text()[-6000:])
+        raise
+    finally:
+        sc.stop()
