@@ -13,16 +13,18 @@ would show as a stopped or dead helper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 
-from tests.support import PYTHON, SidecarProcess, child_env, wait_for
+from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir, wait_for
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, terminate
 
 pytestmark = [
@@ -179,58 +181,92 @@ time.sleep(3600)
 """
 
 
+#: A hang found 2 s after the last step, killed at once.
+FAST = ("--stall-timeout-s", "2", "--hang-patience-s", "0", "--kill-grace-s", "1")
+FAST += ("--py-spy", "off")
+
+
+@contextlib.contextmanager
+def hooked_rank(target: str, helper: tuple[Path, Path]) -> Iterator[tuple[Popen[str], int]]:
+    """The hooked rank, as uid 65534, connected to ``target``, and its helper's pid."""
+    setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    rank = subprocess.Popen(
+        [*setpriv, PYTHON, "-c", HOOKED, *map(str, helper)],
+        env=child_env(TRAINPROBE_TARGET=target, HOME="/tmp"),
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    helper_pid = 0
+    try:
+        assert rank.stdout is not None
+        line = rank.stdout.readline().split()
+        if line[1:] == ["no-setuid"]:
+            pytest.skip("setuid does not take here (a nosuid filesystem)")
+        helper_pid = int(line[0])
+        yield rank, helper_pid
+    finally:
+        rank.kill()
+        rank.wait()
+        if helper_pid and pid_alive(helper_pid):
+            os.kill(helper_pid, 9)
+
+
+def open_dir() -> Path:
+    """A sidecar's directory that the rank's uid may enter (``--socket-access all``)."""
+    workdir = short_tmpdir()
+    os.chmod(workdir, 0o755)
+    return workdir
+
+
+def left_alone(out: dict, helper_pid: int, notes: Path) -> None:
+    """The kill's outcome lists the helper as left alone, and it got no signal."""
+    assert out["exited"] and out.get("children", []) == [], out
+    (left,) = out["skipped"]
+    assert left["pid"] == helper_pid and left["name"] == "helper", left
+    assert "real uid 0" in left["reason"] and f"real uid {NOBODY}" in left["reason"], left
+    assert pid_alive(helper_pid) and state(helper_pid) not in ("T", "t")
+    assert notes.read_bytes() == b""
+
+
 def test_a_real_sidecar_kill_lists_the_helper_it_left_alone(helper: tuple[Path, Path]) -> None:
     """End to end: a root sidecar kills a hung, verified rank of uid 65534;
     its action record (what ``trainprobe incidents`` reads) lists the helper
     under ``skipped``, with why, and the helper got no signal."""
-    binary, notes = helper
-    workdir = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
-    os.chmod(workdir, 0o755)
-    flags = ("--stall-timeout-s", "2", "--hang-patience-s", "0", "--kill-grace-s", "1")
-    flags += ("--socket-access", "all", "--py-spy", "off")
-    setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    helper_pid = 0
-    with SidecarProcess(workdir, *flags) as sc:
-        rank = subprocess.Popen(
-            [*setpriv, PYTHON, "-c", HOOKED, str(binary), str(notes)],
-            env=child_env(TRAINPROBE_TARGET=sc.target, HOME="/tmp"),
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd="/",
+    sc = SidecarProcess(open_dir(), *FAST, "--socket-access", "all")
+    with sc, hooked_rank(sc.target, helper) as (rank, helper_pid):
+        rank.wait(25)  # the sidecar's kill
+        action = wait_for(
+            lambda: next(iter(sc.incidents("action")), None), 10, what="the action record"
         )
-        try:
-            assert rank.stdout is not None
-            line = rank.stdout.readline().split()
-            if line[1:] == ["no-setuid"]:
-                pytest.skip("setuid does not take here (a nosuid filesystem)")
-            helper_pid = int(line[0])
-            rank.wait(25)  # the sidecar's kill
-            action = wait_for(
-                lambda: next(iter(sc.incidents("action")), None), 10, what="the action record"
-            )
-            out = action["outcomes"]["0"]
-            assert out["method"] == "signal" and out["exited"], out
-            assert out["children"] == [], out
-            (left,) = out["skipped"]
-            assert left["pid"] == helper_pid and left["signals"] == [], left
-            assert "uid 0" in left["reason"] and f"uid {NOBODY}" in left["reason"], left
-            assert pid_alive(helper_pid) and state(helper_pid) not in ("T", "t")
-            assert notes.read_bytes() == b""
-            # What an operator reads: the incident's timeline names it and why.
-            ctl = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "incidents"]
-            shown = subprocess.run(
-                [*ctl, action["incident_id"], "--log", str(sc.incident_log)],
-                env=child_env(),
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            says = f"pid {helper_pid} (helper) alone: real uid 0, saved 0; the worker's real uid"
-            assert f"rank 0's descendant {says} {NOBODY}" in shown.stdout, shown
-        finally:
-            rank.kill()
-            rank.wait()
-            if helper_pid and pid_alive(helper_pid):
-                os.kill(helper_pid, 9)
-            print(sc.log_text())
-            shutil.rmtree(workdir, ignore_errors=True)
+        out = action["outcomes"]["0"]
+        assert out["method"] == "signal", out
+        left_alone(out, helper_pid, helper[1])
+        # What an operator reads: the incident's timeline names it and why.
+        ctl = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "incidents"]
+        shown = subprocess.run(
+            [*ctl, action["incident_id"], "--log", str(sc.incident_log)],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        says = f"pid {helper_pid} (helper) alone: real uid 0, saved 0; the worker's real uid"
+        assert f"rank 0's descendant {says} {NOBODY}" in shown.stdout, shown
+
+
+def test_a_relay_node_kill_leaves_the_helper_and_the_upstream_lists_it(
+    helper: tuple[Path, Path],
+) -> None:
+    """The same rank behind a relay node: the node signals (it verified the
+    pid), and the upstream's action record lists what the node left alone."""
+    up = SidecarProcess(short_tmpdir("tpup-"), *FAST)
+    node = SidecarProcess(open_dir(), "--relay-to", up.target, "--socket-access", "all")
+    with up, node, hooked_rank(node.target, helper) as (rank, helper_pid):
+        rank.wait(30)  # the node's kill, ordered by the upstream
+        action = wait_for(
+            lambda: next(iter(up.incidents("action")), None), 10, what="the action record"
+        )
+        out = action["outcomes"]["0"]
+        assert out["method"] == "relay-signal", out
+        left_alone(out, helper_pid, helper[1])

@@ -575,18 +575,32 @@ class RelayKill(_message.Message):
     def __init__(self, kill_id: _Optional[int] = ..., grace_s: _Optional[float] = ...) -> None: ...
 
 class RelayKillResult(_message.Message):
-    __slots__ = ("kill_id", "exited", "error", "signals", "seconds")
+    __slots__ = ("kill_id", "exited", "error", "signals", "seconds", "skipped")
     KILL_ID_FIELD_NUMBER: _ClassVar[int]
     EXITED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SIGNALS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     kill_id: int
     exited: bool
     error: str
     signals: _containers.RepeatedScalarFieldContainer[str]
     seconds: float
-    def __init__(self, kill_id: _Optional[int] = ..., exited: bool = ..., error: _Optional[str] = ..., signals: _Optional[_Iterable[str]] = ..., seconds: _Optional[float] = ...) -> None: ...
+    skipped: _containers.RepeatedCompositeFieldContainer[LeftAlone]
+    def __init__(self, kill_id: _Optional[int] = ..., exited: bool = ..., error: _Optional[str] = ..., signals: _Optional[_Iterable[str]] = ..., seconds: _Optional[float] = ..., skipped: _Optional[_Iterable[_Union[LeftAlone, _Mapping]]] = ...) -> None: ...
+
+class LeftAlone(_message.Message):
+    __slots__ = ("pid", "ppid", "name", "reason")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PPID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    ppid: int
+    name: str
+    reason: str
+    def __init__(self, pid: _Optional[int] = ..., ppid: _Optional[int] = ..., name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RelayReject(_message.Message):
     __slots__ = ("code", "details")

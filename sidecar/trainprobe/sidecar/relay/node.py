@@ -23,7 +23,7 @@ import itertools
 import logging
 import socket
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -245,6 +245,9 @@ class RelayNode:
             result.exited, result.error = out.exited, out.error
             result.signals.extend(out.signals)
             result.seconds = out.seconds
+            for c in out.skipped:  # the upstream's action record lists them
+                left = result.skipped.add(pid=cast(int, c["pid"]), ppid=cast(int, c["ppid"]))
+                left.name, left.reason = str(c["name"]), str(c["reason"])
             log.warning("killed worker pid %d for the upstream: %s", pid, out.error or "exited")
         self._add(sid, Kind.KILL_RESULT, result)
 

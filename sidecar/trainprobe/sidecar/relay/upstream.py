@@ -21,6 +21,7 @@ import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.act.procs import KillOutcome
+from trainprobe.sidecar.act.tree import MAX_TREE
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
@@ -79,6 +80,10 @@ class NodeStream:
             return out.to_record()
         out.signals, out.exited = list(result.signals), result.exited
         out.seconds, out.error = result.seconds, result.error
+        out.skipped = [  # the node's word, bounded as any input is
+            {"pid": c.pid, "ppid": c.ppid, "name": c.name[:64], "reason": c.reason[:1024]}
+            for c in result.skipped[:MAX_TREE]
+        ]
         return out.to_record()
 
     def resolve(self, result: probe_pb2.RelayKillResult) -> None:
