@@ -131,6 +131,7 @@ def resolve_identity(
     ray, ray_ranks = ray_info if ray_info is not None else ray_ids()
     dist_rank, dist_world = _dist_rank_world()
     guessed = False
+    explicit = rank is not None
     if rank is None:
         rank = _env_int("RANK", "TRAINPROBE_RANK")
         if rank is None:
@@ -147,6 +148,8 @@ def resolve_identity(
         local_rank = _env_int("LOCAL_RANK", "TRAINPROBE_LOCAL_RANK")
         if local_rank is None:
             local_rank = ray_ranks.get("local_rank", 0 if guessed else rank)
+    if not ray_ranks and not explicit:
+        rank, world_size = _replica_group_ranks(rank, world_size)
     if not job_id:
         job_id = os.environ.get("TRAINPROBE_JOB_ID") or _default_job_id(ray)
     return Identity(
@@ -160,6 +163,22 @@ def resolve_identity(
         ray=ray,
         rank_guessed=guessed,
     )
+
+
+def _replica_group_ranks(rank: int, world_size: int) -> tuple[int, int]:
+    """Job-wide rank and world size of a rank of a torchft replica group.
+
+    A launcher of replica groups (``trainprobe run``, torchft's torchx) gives
+    each group torchrun's ``RANK``/``WORLD_SIZE`` within the group, and
+    ``REPLICA_GROUP_ID``/``NUM_REPLICA_GROUPS`` with ``TORCHFT_LIGHTHOUSE``. The
+    job-wide rank is torchft's own (group index x group size + group rank), so
+    the first Hello already names the rank ``watch_torchft`` would adopt.
+    """
+    group = _env_int("REPLICA_GROUP_ID")
+    if group is None or not os.environ.get("TORCHFT_LIGHTHOUSE"):
+        return rank, world_size
+    groups = max(group + 1, _env_int("NUM_REPLICA_GROUPS") or 1)
+    return group * world_size + rank, groups * world_size
 
 
 def _default_job_id(ray: RayIds) -> str:

@@ -220,7 +220,7 @@ class LivenessProbeHook(CollectiveMethods):
             )
         if torchft is not None:
             self.watch_torchft(torchft)
-        elif self._ray[1]:
+        else:
             self._ray_replica_group()
         # The thread that builds the hook trains (a script's main thread,
         # train_func's under Ray Train): its stack is the one that matters.
@@ -318,11 +318,16 @@ class LivenessProbeHook(CollectiveMethods):
             return False
 
     def _ray_replica_group(self) -> None:
-        """Under Ray Train with TorchftConfig: the replica group from Ray Train itself."""
+        """Under Ray Train with TorchftConfig: the replica group from Ray Train itself;
+        under a launcher of replica groups (``trainprobe run``), from its env."""
         try:
+            from trainprobe.hooks.replicated import launcher_replica_group
             from trainprobe.hooks.torchft import ray_train_replica_group
 
-            self._replica = ray_train_replica_group(self._ray[1])
+            if self._ray[1]:
+                self._replica = ray_train_replica_group(self._ray[1])
+            else:
+                self._replica = launcher_replica_group()
         except Exception:
             log.debug("trainprobe: no Ray Train replica group", exc_info=True)
 

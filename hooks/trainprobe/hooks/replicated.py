@@ -49,19 +49,42 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from trainprobe.hooks.torchft import ft_comm_hook
+from trainprobe.hooks.torchft import RayReplicaGroup, ft_comm_hook
 
 log = logging.getLogger("trainprobe.hooks")
 
-__all__ = ["ReplicatedOptimizer", "replica_env", "replicate"]
+__all__ = [
+    "REPLICA_PREFIX",
+    "ReplicatedOptimizer",
+    "launcher_replica_group",
+    "replica_env",
+    "replicate",
+]
+
+#: A replica group's id is this and its index (torchft's global rank reads the digits).
+REPLICA_PREFIX = "replica_"
 
 
 def replica_env() -> tuple[int, int] | None:
-    """(this replica group's index, number of groups) from the launcher's env, or None."""
-    if not os.environ.get("TORCHFT_LIGHTHOUSE"):
+    """(this replica group's index, number of groups) from the launcher's env
+    (``TORCHFT_LIGHTHOUSE`` and ``REPLICA_GROUP_ID``, as torchft's torchx sets
+    them too), or None."""
+    group = os.environ.get("REPLICA_GROUP_ID", "")
+    if not os.environ.get("TORCHFT_LIGHTHOUSE") or not group.isdigit():
         return None
-    group = int(os.environ.get("REPLICA_GROUP_ID", "0") or 0)
-    return group, max(group + 1, int(os.environ.get("NUM_REPLICA_GROUPS", "1") or 1))
+    return int(group), max(int(group) + 1, int(os.environ.get("NUM_REPLICA_GROUPS", "1") or 1))
+
+
+def launcher_replica_group() -> RayReplicaGroup | None:
+    """This process's replica group as the launcher's env names it, before (or
+    without) a Manager: the hook's first Hello then already carries it. The id is
+    the one :func:`replicate` gives the Manager."""
+    env = replica_env()
+    if env is None:
+        return None
+    rank = int(os.environ.get("RANK", "0") or 0)
+    size = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    return RayReplicaGroup(f"{REPLICA_PREFIX}{env[0]}", rank, size)
 
 
 def _optimizer_base() -> type:
@@ -162,14 +185,16 @@ def ReplicatedOptimizer(optim: Any, manager: Any) -> Any:
     return _CLASS[0](optim, manager)
 
 
-def _group_hook(state: Any, bucket: Any):  # type: ignore[no-untyped-def]
-    """Average inside the replica group (the script's DDP group), then across groups."""
+def _group_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """Average inside the replica group (the script's DDP group), then across groups.
+
+    No annotations: DDP inspects them (see ddp.py)."""
     import torch.distributed as dist
 
     manager, group, size = state
     dist.all_reduce(bucket.buffer(), group=group)
     bucket.buffer().div_(size)
-    return ft_comm_hook(manager, bucket)
+    return ft_comm_hook(manager, bucket)  # type: ignore[no-untyped-call]
 
 
 def _transport(timeout: timedelta) -> Any:
@@ -205,6 +230,8 @@ def replicate(
 
     env = replica_env()
     if env is None:  # plain torchrun: plain DDP
+        if os.environ.get("TORCHFT_LIGHTHOUSE"):
+            log.warning("trainprobe: TORCHFT_LIGHTHOUSE without REPLICA_GROUP_ID: not replicated")
         if hook is not None and isinstance(model, nn.parallel.DistributedDataParallel):
             hook.watch_ddp(model)
         return model, ReplicatedOptimizer(optimizer, None)
@@ -231,7 +258,7 @@ def replicate(
         min_replica_size=min_replicas,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
-        replica_id=replica_id or f"replica_{group}",
+        replica_id=replica_id or f"{REPLICA_PREFIX}{group}",
         rank=dist.get_rank() if ranked else int(os.environ.get("RANK", "0")),
         world_size=dist.get_world_size() if ranked else int(os.environ.get("WORLD_SIZE", "1")),
         timeout=timeout,

@@ -145,6 +145,8 @@ def run_main(args: argparse.Namespace) -> int:
             NUM_REPLICA_GROUPS=str(args.replicas),
             TRAINPROBE_JOB_ID=run_id,
             PYTHONUNBUFFERED=os.environ.get("PYTHONUNBUFFERED", "1"),
+            # torchft's Rust side logs every quorum and commit at info: a line a step.
+            RUST_LOG=os.environ.get("RUST_LOG", "warn"),
             **{DEFAULT_TARGET_ENV: target},
         )
         say(
