@@ -217,6 +217,12 @@ def test_report_page_in_a_real_headless_browser(run: Run, tmp_path: Path) -> Non
     assert run.incident["id"] in dom
     culprit = dom[dom.index('id="culprit"') :].split("</p>")[0]
     assert "Culprit: rank 1 stuck at ddp_worker.py:" in culprit, culprit
+    # Above the pictures, in words: who, where, what was done, and whether it resumed.
+    story = dom[dom.index('id="story"') :].split("</p>")[0]
+    assert "Rank 1 stopped making progress at ddp_worker.py:" in story, story
+    assert "rank(s) [0] waited for it" in story and "Action: kill: rank 1 exited" in story
+    assert "No resumed training was seen" in story  # its peer's allreduce failed: it ended
+    assert dom.index('id="story"') < dom.index("<img")
     assert f"job {JOB}" in dom
 
 
@@ -237,3 +243,23 @@ def test_report_after_the_fact_from_the_log_alone(run: Run, tmp_path: Path) -> N
     html = (tmp_path / "o" / "report.html").read_text()
     assert run.incident["id"] in html and "the sidecar was not reached" in html
     assert "Culprit: rank 1 stuck at" in html
+
+
+def test_a_finished_job_has_no_step_time(run: Run, tmp_path: Path) -> None:
+    """Sampled after it ended, a job's 'step time' was the time since it ended."""
+    wait_for(
+        lambda: all(w.state != "connected" for w in run.sc.status(JOB).workers),
+        60,
+        what="both ranks to end",
+    )
+    out = tmp_path / "after"
+    r = ctl(
+        "report", "--target", run.sc.target, "--job", JOB, "--log", str(run.log),
+        "--out", str(out), "--watch-s", "2", "--interval-s", "0.5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "samples)" in r.stdout and " 0 samples" not in r.stdout, r.stdout
+    assert not (out / "heatmap.png").exists(), "a heatmap of a job that ran no step"
+    html = (out / "report.html").read_text()
+    assert "Culprit: rank 1 stuck at" in html and (out / "timeline.png").exists()
+    assert "no rank of this job ran while sampled (it had ended): no heatmap" in html

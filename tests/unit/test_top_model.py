@@ -180,4 +180,4 @@ def test_a_rank_that_ended_has_no_step_time() -> None:
     ended.workers[0].state, ended.workers[0].step_age_s = "goodbye", 384.0
     m.update(ended, HEALTHY, 3.0)
     m.update(ended, HEALTHY, 4.0)
-    assert [step for step, _ in m.rows[("j", 0)].cells] == [None, 0.5, None, None]
+    assert list(m.rows[("j", 0)].cells) == [(None, 0), (0.5, None), (None, None), (None, None)]

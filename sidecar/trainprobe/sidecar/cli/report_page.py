@@ -71,6 +71,7 @@ def render_pngs(data: ReportData, out: Path) -> dict[str, Path]:
 def _draw(data: ReportData, out: Path) -> dict[str, Path]:
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     culprits = set(data.culprit()[0])
 
@@ -79,6 +80,8 @@ def _draw(data: ReportData, out: Path) -> dict[str, Path]:
     marks = events(data.stories, data.times, data.steps)[-MAX_TIMELINE_EVENTS:]
     # A job that ran no step while sampled (it had finished) has no heatmap.
     ran = any(v is not None for col in data.cells.values() for cell in col for v in cell)
+    if ranks and data.times and not ran:
+        data.notes.append("no rank of this job ran while sampled (it had ended): no heatmap")
     if ranks and data.times and ran:
         fig, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 0.9 * len(ranks)), squeeze=False)
         t0 = data.times[0]
@@ -125,9 +128,12 @@ def _draw(data: ReportData, out: Path) -> dict[str, Path]:
                             color=colour,
                             annotation_clip=True,
                         )
-            ax.set_title(f"{label} per rank (culprit in red; dashed: incident, decision, action)")
+            ax.set_title(f"{label} per rank (culprit in red; dashed: incident, action, resumed)")
             ax.set_xlabel("seconds since the report began")
-            fig.colorbar(im, ax=ax, label=label)
+            bar = fig.colorbar(im, ax=ax, label=label)
+            # Plain numbers: with maths text off, a log scale's ticks read "$\\mathdefault..$".
+            bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            bar.ax.yaxis.set_minor_formatter(NullFormatter())
         fig.tight_layout()
         written["heatmap"] = out / "heatmap.png"
         fig.savefig(written["heatmap"], dpi=100)

@@ -149,7 +149,8 @@ def what_happened(
     if recovery:
         t, label, _ = recovery[0]
         detail = label.split(" ", 1)[1].removeprefix("training resumed").strip()
-        resumed = f" Training resumed at {_clock(t)}{' ' + detail if detail else ''}."
+        sep = "" if not detail else " " if detail.startswith("(") else ": "
+        resumed = f" Training resumed at {_clock(t)}{sep}{detail}."
     else:
         resumed = " No resumed training was seen (in the log or the samples)."
     return f"{who}{when}{wait}.{found}{did}{resumed}"

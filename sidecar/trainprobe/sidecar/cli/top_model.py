@@ -91,7 +91,9 @@ class TopModel:
                     acted.setdefault(w.job_id, []).append(f"{shown} rank {w.rank} {how}")
                 if row.shown == "PAUSED" and shown != "PAUSED":
                     resumed.add(w.job_id)
-            row.cells.append((_step_s(row, w, now), _lag_s(row, w)))
+            cell = (_step_s(row, w, now), _lag_s(row, w))
+            # A rank whose stream is over runs no step and enters no collective.
+            row.cells.append(cell if w.state == "connected" else (None, None))
             row.status, row.shown = w, shown
             if w.suspect and w.job_id not in watched:
                 watched[w.job_id] = w.suspect
