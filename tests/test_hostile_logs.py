@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import PYTHON, child_env
 from trainprobe.sidecar.cli import ctl
+from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timeline
+from trainprobe.sidecar.cli.log_stream import stream_stories
+from trainprobe.sidecar.cli.record_shape import shape_problem
+from trainprobe.sidecar.cli.report_page import ReportData
+from trainprobe.sidecar.cli.report_story import events
 
 JOB = "hostile"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
@@ -48,6 +55,8 @@ HOSTILE: list[str] = [
     json.dumps(incident("h-culprits-int", culprits=5)),
     json.dumps(incident("h-culprits-str", culprits="x")),
     json.dumps(incident("h-culprit-object", culprits=[{}])),
+    json.dumps(incident("h-culprits-null", culprits=None)),
+    json.dumps(incident("h-waiting-null", waiting=None)),
     json.dumps(incident("h-diagnosis-str", diagnosis="x")),
     json.dumps(incident("h-where-int", diagnosis={"where": 5})),
     json.dumps(incident("h-where-object", diagnosis={"where": {"1": {"a": 1}}})),
@@ -208,3 +217,59 @@ def test_incidents_json_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     )
     assert head.stdout.count("\n") == 3
     assert head.stderr == "", head.stderr  # no BrokenPipeError traceback, no warning
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+#: Every field a reader reads, of each record type; each drawn with any JSON value.
+_FIELDS = {
+    "incident": [
+        "time", "job_id", "job_name", "rule", "verdict", "culprits", "waiting", "ranks",
+        "pids", "diagnosis", "decision", "action", "action_reason", "detection_latency_s",
+    ],
+    "decision": ["act", "rule", "decided_after_s", "stalled_s", "paused_s", "why", "evidence"],
+    "action": ["action", "dry_run", "outcomes"],
+    "recovery": ["rank", "new_pid", "first_step", "resumed_after_s"],
+    "incident_update": ["verdict", "rule", "ranks"],
+}  # fmt: skip
+_NESTED = {
+    "diagnosis": ["where", "culprits", "waiting", "text", "summary", "kind"],
+    "decision": ["act", "why", "evidence", "rule"],
+    "outcomes": ["exited", "pid_gone", "signals", "method", "seconds", "pid", "error"],
+    "evidence": ["label", "state", "cpu_ratio", "stack_same", "samples", "where"],
+}
+
+
+@st.composite
+def _record(draw: st.DrawFn, kind: str) -> dict[str, Any]:
+    base = incident("fz") if kind == "incident" else later(kind, "fz")
+    for name in draw(st.lists(st.sampled_from(_FIELDS[kind]), max_size=3, unique=True)):
+        inner = _NESTED.get(name)
+        if name == "outcomes" or name == "evidence":  # rank -> object of known fields
+            value: Any = {"1": draw(st.dictionaries(st.sampled_from(_NESTED[name]), _JSON))}
+        elif inner and draw(st.booleans()):
+            value = draw(st.dictionaries(st.sampled_from(inner), _JSON, max_size=3))
+        else:
+            value = draw(_JSON)
+        base[name] = value
+    return base
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.sampled_from(list(_FIELDS)).flatmap(_record), min_size=1, max_size=4))
+def test_every_record_the_shape_check_passes_can_be_shown(records: list[dict[str, Any]]) -> None:
+    """Not the last guard (``shown``): the shape check alone keeps every reader whole."""
+    kept = [(r, 1) for r in [incident("fz"), *records] if shape_problem(r) is None]
+    for story in stream_stories(kept, warn=lambda line: None):
+        summary_line(story)
+        timeline(story)
+        culprit_line(story.incident)
+        json.dumps(story.to_json())
+        data = ReportData(job_id=JOB, stories=[story])
+        data.culprit()
+        events([story])

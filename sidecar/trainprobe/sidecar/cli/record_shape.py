@@ -117,6 +117,7 @@ _SHAPES: dict[str, dict[str, Check]] = {
         "rule": _scalar,
         "decided_after_s": _number,
         "stalled_s": _number,
+        "paused_s": _number,
         "why": _scalar,
         "evidence": _evidence,
     },
@@ -130,10 +131,14 @@ _SHAPES: dict[str, dict[str, Check]] = {
 }
 
 
+#: Fields read whenever present, null or not (``list(incident["culprits"])``).
+_NOT_NULL = frozenset({"culprits", "waiting"})
+
+
 def _fields(rec: dict[str, Any], shape: dict[str, Check]) -> str | None:
     for name, check in shape.items():
         value = rec.get(name)
-        if value is not None and not check(value):
+        if (value is not None or (name in _NOT_NULL and name in rec)) and not check(value):
             return name
     return None
 
