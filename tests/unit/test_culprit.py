@@ -219,3 +219,24 @@ def test_the_ranks_waiting_on_a_straggler_are_counted_past_a_few() -> None:
     )
     assert d.kind == STRAGGLER and d.culprits == (0,) and len(d.waiting) == world - 1
     assert len(d.text) < 1000, len(d.text)
+
+
+def test_unverified_sequence_numbers_never_outvote_the_verified_ranks() -> None:
+    # Verified ranks 0 and 1 wait in allreduce #42, verified rank 2 never entered it
+    # (the real culprit); three unverified sessions claim to wait at #900.
+    real = [waiting(0, world=6, verified=True), waiting(1, world=6, verified=True)]
+    real.append(idle(2, world=6, verified=True))
+    liars = [waiting(r, seq=900, world=6) for r in (3, 4, 5)]
+    d = analyze(real + liars)
+    assert d.kind == STRAGGLER and d.culprits == (2,), d.summary  # was: ranks 0 and 1
+    # A made-up operation at the verified ranks' own sequence is no tie: no mismatch
+    # (which would end every rank in it at once), the wait is judged as such.
+    tie = analyze([waiting(0, world=2, verified=True), waiting(1, world=2, op="broadcast")])
+    assert tie.kind == ALL_IN_FLIGHT and not tie.culprits, tie.summary
+
+    # Nor does a made-up step far ahead put the verified ranks behind.
+    def stepped(rank: int, step: int, verified: bool) -> RankSummary:
+        return RankSummary(rank=rank, world_size=3, has_step=True, step=step, verified=verified)
+
+    ahead = analyze([stepped(0, 50, True), stepped(1, 49, True), stepped(2, 10**9, False)])
+    assert ahead.culprits == (1,), ahead.summary

@@ -232,12 +232,11 @@ def test_an_unverified_sessions_replica_claims_form_no_group_and_wait_for_no_one
 
 
 def test_a_rank_that_steps_normally_is_never_a_culprit_whatever_else_it_reports() -> None:
-    # A plain job: an unverified client far "ahead" makes every honest rank look behind.
-    honest = [stepper(0, "", world=3), stepper(1, "", world=3)]
-    liar = rank(2, "", world=3, step=10**6, verified=False)
-    assert analyze([*honest, liar]).culprits == (0, 1)  # the rank-level analysis alone
-    diag = analyze_job([*honest, liar])
-    assert diag.culprits == () and diag.evidence["stepping"] == [0, 1]
+    # A plain job's instant picture: rank 1 hung one step ahead of rank 0, which steps.
+    ranks = [stepper(0, "", 94, world=2), rank(1, "", step=95)]
+    assert analyze(ranks).culprits == (0,)  # the rank-level analysis alone
+    diag = analyze_job(ranks)
+    assert diag.culprits == () and diag.evidence["stepping"] == [0]
     # A verified replica that steps is no culprit replica, though it is not in torchft...
     ranks = [rank(0, "train_0", "quorum"), rank(1, "train_1", step_age=0.3, normal=1.0)]
     diag = analyze_job(ranks)

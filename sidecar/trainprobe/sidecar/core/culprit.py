@@ -251,7 +251,10 @@ def _by_collectives(live: dict[int, RankSummary], waiting: tuple[int, ...]) -> D
             for r in live.values()
             if r.group(name) is not None and r.group(name).inflight_age_s is not None  # type: ignore[union-attr]
         }
-        keys = Counter(_frontier_key(g) for g in inflight.values())  # type: ignore[arg-type]
+        # Where the verified ranks wait, when any does: an unverified session's
+        # sequence numbers never outvote them, nor make a mismatch of them.
+        voters = {r: g for r, g in inflight.items() if live[r].verified} or inflight
+        keys = Counter(_frontier_key(g) for g in voters.values())  # type: ignore[arg-type]
         (seq, op), votes = keys.most_common(1)[0]
         behind = []
         for r in live.values():
@@ -262,9 +265,9 @@ def _by_collectives(live: dict[int, RankSummary], waiting: tuple[int, ...]) -> D
                 continue  # inside a declared phase: the rules judge it by its own deadline
             if g is None or g.issued < seq:
                 behind.append(r)
-        odd = [rank for rank, g in inflight.items() if _frontier_key(g) != (seq, op)]  # type: ignore[arg-type]
-        if len(keys) > 1 and (len(odd) < len(inflight) - len(odd) or not behind):
-            return _mismatch(live, name, inflight, seq, op, odd, votes)
+        odd = [rank for rank, g in voters.items() if _frontier_key(g) != (seq, op)]  # type: ignore[arg-type]
+        if len(keys) > 1 and (len(odd) < len(voters) - len(odd) or not behind):
+            return _mismatch(live, name, voters, seq, op, odd, votes)
         if behind:
             return _straggler(name, seq, op, votes, behind, tuple(sorted(inflight)))
         if len(inflight) == len(live):
@@ -342,7 +345,7 @@ def _by_steps(live: dict[int, RankSummary]) -> Diagnosis:
     stepped = [r for r in live.values() if r.has_step]
     if not stepped:
         return Diagnosis(INCONCLUSIVE, summary="no rank has completed a step yet")
-    top = max(r.step for r in stepped)
+    top = max(r.step for r in ([r for r in stepped if r.verified] or stepped))
     behind = sorted(
         r.rank for r in live.values() if not r.phases and (not r.has_step or r.step < top)
     )
