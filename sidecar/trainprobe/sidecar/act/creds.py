@@ -23,6 +23,7 @@ read, falls back to the uid rule, which errs towards leaving a process alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -44,8 +45,9 @@ class Creds:
     userns: int = 0
 
 
-def read_creds(pid: int) -> Creds | None:
-    """``pid``'s credentials from ``/proc/<pid>/status``, or None if unreadable.
+def read_creds(pid: int, userns: bool = True) -> Creds | None:
+    """``pid``'s credentials from ``/proc/<pid>/status``, or None if unreadable;
+    its user namespace too if ``userns`` (else 0: unknown).
 
     The caller holds the process by a pidfd and checks it still lives after
     this read, so that the pid still named it.
@@ -59,15 +61,16 @@ def read_creds(pid: int) -> Creds | None:
                     uids = [int(x) for x in line.split()[1:4]]
                 elif line.startswith(b"CapEff:"):
                     cap_eff = int(line.split()[1], 16)
+                    break  # after the Uid line; nothing further is needed
     except (OSError, ValueError, IndexError):
         return None
     if len(uids) != 3 or cap_eff < 0:
         return None
-    try:
-        userns = os.stat(f"/proc/{pid}/ns/user").st_ino
-    except OSError:
-        userns = 0
-    return Creds(uids[0], uids[1], uids[2], bool(cap_eff >> CAP_KILL & 1), userns)
+    ns = 0
+    if userns:
+        with contextlib.suppress(OSError):
+            ns = os.stat(f"/proc/{pid}/ns/user").st_ino
+    return Creds(uids[0], uids[1], uids[2], bool(cap_eff >> CAP_KILL & 1), ns)
 
 
 def may_signal(sender: Creds, target: Creds) -> str:
@@ -85,7 +88,8 @@ def may_signal(sender: Creds, target: Creds) -> str:
 
 def refusal(pid: int, sender: Creds) -> str:
     """Why ``sender`` may not signal ``pid`` now ("" if it may)."""
-    target = read_creds(pid)
+    # The target's namespace matters only to a sender with CAP_KILL.
+    target = read_creds(pid, userns=sender.cap_kill)
     if target is None:
         return "its credentials could not be read"
     return may_signal(sender, target)
