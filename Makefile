@@ -18,7 +18,7 @@ GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 # Strict on the pure core and the hooks, basic elsewhere (see [tool.mypy]).
 TYPECHECK := $(VENV)/bin/mypy -p trainprobe.proto -p trainprobe.hooks -p trainprobe.sidecar
 
-.PHONY: demo demo-gloo test lint proto docs bench bench-quick bench-render clean
+.PHONY: demo demo-restart demo-gloo test lint proto docs bench bench-quick bench-render clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,9 +32,15 @@ $(PROTOGEN)/.installed:
 	$(PROTOGEN)/bin/python -m pip install -q $(GRPC_TOOLS_PIN)
 	touch $@
 
-# The Ray Train story on an embedded local Ray: a rank hangs, trainprobe kills
-# it through Ray, Ray Train resumes from the checkpoint (about 1.5 min).
+# The replicated story (trainprobe run, 2 replica groups, CPU/gloo): a rank
+# hangs, its replica is evicted, the other goes on in seconds without a
+# restart, the evicted one rejoins from its live peer (about a minute).
 demo: $(VENV)/.installed
+	$(VPY) examples/replicated_demo.py
+
+# The restart story on an embedded local Ray: a rank hangs, trainprobe kills
+# it through Ray, Ray Train resumes from the checkpoint (about 1.5 min).
+demo-restart: $(VENV)/.installed
 	$(VPY) examples/ray_demo.py
 
 # The same hang with plain torch.distributed (gloo) processes and signals.
