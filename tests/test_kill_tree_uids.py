@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from subprocess import Popen
 import pytest
 
 from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir, wait_for
+from trainprobe.sidecar.act.creds import Creds
+from trainprobe.sidecar.act.pidproc import open_proc
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, terminate
 
 pytestmark = [
@@ -270,3 +273,28 @@ def test_a_relay_node_kill_leaves_the_helper_and_the_upstream_lists_it(
         out = action["outcomes"]["0"]
         assert out["method"] == "relay-signal", out
         left_alone(out, helper_pid, helper[1])
+
+
+def test_a_process_that_changed_its_uid_after_our_stop_is_resumed_and_left_alone() -> None:
+    """The race the check before every signal closes: a descendant passed the
+    check and was stopped, then (in the instant before the stop) took another
+    uid. Its next signal is refused; our stop is undone with one SIGCONT, and
+    nothing else reaches it. Made for real: a root ``sleep`` stopped through
+    its pidfd, then judged with a worker of uid 65534's credentials."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = open_proc(sleeper.pid, proc_start_ticks(sleeper.pid))
+        assert proc is not None
+        assert proc.signal(signal.SIGSTOP)
+        wait_for(lambda: state(sleeper.pid) in ("T", "t"), 5, what="stopped")
+        proc.sender = Creds(NOBODY, NOBODY, NOBODY, cap_kill=False)
+        assert not proc.signal(signal.SIGTERM)
+        assert proc.signals == ["SIGSTOP", "SIGCONT"] and "real uid 0" in proc.skipped
+        wait_for(lambda: state(sleeper.pid) not in ("T", "t"), 5, what="resumed")
+        assert not proc.signal(signal.SIGKILL) and proc.signals == ["SIGSTOP", "SIGCONT"]
+        assert sleeper.poll() is None
+        assert proc.record()["reason"] == proc.skipped
+        proc.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
