@@ -30,10 +30,7 @@ from trainprobe.sidecar.act.creds import Creds
 from trainprobe.sidecar.act.pidproc import open_proc
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, terminate
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real uids and a setuid helper"),
-    pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the setuid helper"),
-]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real uids")
 
 NOBODY = 65534
 
@@ -70,6 +67,8 @@ time.sleep(3600)
 def helper() -> Iterator[tuple[Path, Path]]:
     """A setuid-root helper and the file it notes caught signals in, in a
     directory the worker's uid can enter (the helper's own is mode 4755)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc for the setuid helper")
     d = Path(tempfile.mkdtemp(prefix="tp-suid-", dir="/tmp"))
     try:
         os.chmod(d, 0o755)
