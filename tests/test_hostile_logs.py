@@ -29,7 +29,7 @@ from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timelin
 from trainprobe.sidecar.cli.log_stream import stream_stories
 from trainprobe.sidecar.cli.record_shape import shape_problem
 from trainprobe.sidecar.cli.report_page import ReportData
-from trainprobe.sidecar.cli.report_story import events
+from trainprobe.sidecar.cli.report_story import events, main_story, what_happened
 
 JOB = "hostile"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
@@ -78,11 +78,14 @@ HOSTILE: list[str] = [
     '{"type": "incident", "id": "h-bigint", "time": 1' + "0" * 5000 + "}",
     json.dumps(later("decision", "good-1", decided_after_s="x", act=True)),
     json.dumps(later("decision", "good-1", evidence=5)),
+    json.dumps(later("decision", "good-1", evidence={"1": {"stack_same": []}})),
     json.dumps(later("action", "good-1", outcomes={"1": 5})),
     json.dumps(later("action", "good-1", outcomes=[1, 2])),
     json.dumps(later("action", "good-1", outcomes={"1": {"signals": 5}})),
     json.dumps(later("action", "good-1", outcomes={"1": {"signals": [{}], "seconds": "x"}})),
     json.dumps(later("recovery", "good-1", resumed_after_s="soon")),
+    json.dumps(later("recovery", "good-1", resumed_after_s=9.2e18)),
+    json.dumps(later("action", "good-1", outcomes={"1": {"method": 1.0}})),
     json.dumps(later("incident_update", "good-1", ranks=7)),
 ]
 #: Lines that are no record at all: skipped with one line each, as before.
@@ -273,3 +276,5 @@ def test_every_record_the_shape_check_passes_can_be_shown(records: list[dict[str
         data = ReportData(job_id=JOB, stories=[story])
         data.culprit()
         events([story])
+        main_story([story])
+        what_happened([story])

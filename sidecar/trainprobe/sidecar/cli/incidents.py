@@ -2,20 +2,19 @@
 
 One line per incident (when, job, culprit and where, verdict, decision,
 action and outcome, time to verdict and to action), or one incident's
-timeline. The log is the sidecar's own JSON Lines file; a line that is not
-one of its records (a torn write, a foreign line) is named on stderr and
+timeline. The log is the sidecar's own JSON Lines file, read as a stream by
+:mod:`.log_stream`: a line that is not one of its records (a torn write, a
+foreign line, a record of an unexpected shape) is named on stderr and
 skipped, and every other record is still shown.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from trainprobe.sidecar.core.actions import is_destructive
@@ -27,7 +26,6 @@ __all__ = [
     "culprit_line",
     "of_job",
     "parse_since",
-    "read_log",
     "stories",
     "summary_line",
     "timeline",
@@ -37,32 +35,6 @@ __all__ = [
 KINDS = ("incident", "incident_update", "decision", "action", "recovery")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def read_log(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The log's records, and one problem per line that is not a record."""
-    records: list[dict[str, Any]] = []
-    problems: list[str] = []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            line = raw.decode("utf-8", errors="replace").strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(
-                    f"{path}:{n}: not a JSON record ({err.msg} at column {err.colno}; "
-                    "a torn write?): skipped"
-                )
-                continue
-            kind = rec.get("type") if isinstance(rec, dict) else None
-            key = rec.get("id" if kind == "incident" else "incident_id") if kind else None
-            if kind not in KINDS or not isinstance(key, str):
-                problems.append(f"{path}:{n}: not an incident-log record: skipped")
-                continue
-            records.append(rec)
-    return records, problems
 
 
 @dataclass

@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from trainprobe.sidecar.core.limits import MAX_DURATION_S
+
 __all__ = ["MAX_DEPTH", "MAX_TIME", "shape_problem"]
 
 #: Deepest nesting of objects and arrays in a record (the sidecar writes 4).
@@ -30,6 +32,11 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _duration(v: Any) -> bool:
+    # Added to a wall time: a year at most, either way, keeps the sum a date.
+    return _number(v) and abs(v) <= MAX_DURATION_S
+
+
 def _time(v: Any) -> bool:
     return _number(v) and 0 <= v <= MAX_TIME
 
@@ -40,6 +47,10 @@ def _ints(v: Any) -> bool:
 
 def _strs(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
 
 
 def _scalar(v: Any) -> bool:
@@ -75,7 +86,7 @@ def _watch(v: Any) -> bool:
 
 _OUTCOME: dict[str, Check] = {
     "signals": _strs,
-    "method": _scalar,
+    "method": _str,  # joined to text
     "seconds": _number,
     "error": _scalar,
 }
@@ -84,6 +95,8 @@ _EVIDENCE: dict[str, Check] = {
     "state": _scalar,
     "where": _scalar,
     "samples": _scalar,
+    "cpu_ratio": _scalar,
+    "stack_same": _scalar,  # looked up in a table: a list is unhashable
 }
 _DIAGNOSIS: dict[str, Check] = {
     "where": _text_map,
@@ -110,14 +123,14 @@ _SHAPES: dict[str, dict[str, Check]] = {
         "decision": _watch,
         "action": _scalar,
         "action_reason": _scalar,
-        "detection_latency_s": _number,
+        "detection_latency_s": _duration,
     },
     "incident_update": {"verdict": _scalar, "rule": _scalar, "ranks": _ints},
     "decision": {
         "rule": _scalar,
-        "decided_after_s": _number,
-        "stalled_s": _number,
-        "paused_s": _number,
+        "decided_after_s": _duration,
+        "stalled_s": _duration,
+        "paused_s": _duration,
         "why": _scalar,
         "evidence": _evidence,
     },
@@ -126,7 +139,7 @@ _SHAPES: dict[str, dict[str, Check]] = {
         "rank": _scalar,
         "new_pid": _scalar,
         "first_step": _scalar,
-        "resumed_after_s": _number,
+        "resumed_after_s": _duration,
     },
 }
 
