@@ -53,7 +53,7 @@ def main() -> None:
 
     for step in opt.steps(args.steps):  # replicated: until that many steps commit
         loss = model(torch.randn(16, 32)).pow(2).mean()
-        if rank == args.hang_rank and step == args.hang_at:
+        if rank == args.hang_rank and step >= args.hang_at and first_fault(args.progress):
             hang(args.progress, rank, step, args.hang_how)
         loss.backward()  # the gradient allreduce: a hung rank's peers wait here
         opt.step()
@@ -76,6 +76,15 @@ def note(progress: str, event: str, **row: object) -> None:
         with open(progress, "a") as fh:
             fh.write(json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), **row}))
             fh.write("\n")
+
+
+def first_fault(progress: str, done: list[bool] = []) -> bool:  # noqa: B006 (once a process)
+    """The fault comes once a process and, with --progress, once a job: a rank
+    restarted after it (or a replica that joined past --hang-at) does not repeat it."""
+    if done:
+        return False
+    done.append(True)
+    return not (progress and os.path.exists(progress) and '"hang"' in open(progress).read())
 
 
 def hang(progress: str, rank: int, step: int, how: str = "sleep") -> None:

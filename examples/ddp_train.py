@@ -10,10 +10,10 @@ ranks' gradient allreduces, so a hung rank is told from the peers waiting for
 it; ``hook.phase(...)`` declares a long pause that is not a hang.
 
 For the demo (``make demo-gloo``): ``--hang-rank R --hang-at S`` makes rank R
-sleep inside step S, before its backward, so its peers block in the
-allreduce (``--hang-how stop``: SIGSTOP instead; ``stall8``: an 8 s pause that
-ends by itself); ``--progress FILE`` records when it started to hang, each step,
-and the parameters at the end.
+sleep inside step S (or the first step past S it trains), before its backward,
+so its peers block in the allreduce (``--hang-how stop``: SIGSTOP instead;
+``stall8``: an 8 s pause that ends by itself); ``--progress FILE`` records when
+it started to hang, each step, and the parameters at the end.
 
 examples/ddp_replicated.py is this script made replicated (torchft replica
 groups under ``trainprobe run``) by three changed lines.
@@ -59,7 +59,7 @@ def main() -> None:
 
     for step in range(1, args.steps + 1):
         loss = model(torch.randn(16, 32)).pow(2).mean()
-        if rank == args.hang_rank and step == args.hang_at:
+        if rank == args.hang_rank and step >= args.hang_at and first_fault(args.progress):
             hang(args.progress, rank, step, args.hang_how)
         loss.backward()  # the gradient allreduce: a hung rank's peers wait here
         opt.step()
@@ -82,6 +82,15 @@ def note(progress: str, event: str, **row: object) -> None:
         with open(progress, "a") as fh:
             fh.write(json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), **row}))
             fh.write("\n")
+
+
+def first_fault(progress: str, done: list[bool] = []) -> bool:  # noqa: B006 (once a process)
+    """The fault comes once a process and, with --progress, once a job: a rank
+    restarted after it (or a replica that joined past --hang-at) does not repeat it."""
+    if done:
+        return False
+    done.append(True)
+    return not (progress and os.path.exists(progress) and '"hang"' in open(progress).read())
 
 
 def hang(progress: str, rank: int, step: int, how: str = "sleep") -> None:
