@@ -103,7 +103,7 @@ def test_a_diagnosis_over_its_bound_is_cut_and_says_so() -> None:
     import json
 
     from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS
-    from trainprobe.sidecar.server import bounded_diagnosis
+    from trainprobe.sidecar.queries import bounded_diagnosis
 
     small = bounded_diagnosis("j", "text", '{"a": 1}')
     assert (small.text, small.json, small.truncated_chars) == ("text", '{"a": 1}', 0)
