@@ -14,8 +14,8 @@ import pytest
 from tests.core_builders import connected, report
 from trainprobe.sidecar.core import Registry
 from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.decision import paused_reason
-from trainprobe.sidecar.core.evidence import ProcSample, assess, definitive_reason
+from trainprobe.sidecar.core.evidence import ProcSample, assess, definitive_reason, stale_after_s
+from trainprobe.sidecar.core.hangstate import plan_round
 from trainprobe.sidecar.core.held import (
     READ_EVERY_S,
     HeldWatch,
@@ -26,6 +26,7 @@ from trainprobe.sidecar.core.held import (
 )
 from trainprobe.sidecar.core.limits import MAX_HELD, MAX_HELD_AGE_MS
 from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.pause import paused_reason
 from trainprobe.sidecar.core.validate import ValidationError, validate_held
 
 T0 = 100.0
@@ -247,3 +248,98 @@ def _relayed_pair() -> list[WorkerState]:
     ws = [relayed(reg, r, None, 0.0) for r in range(2)]
     ws[0].last_report_at, ws[1].last_report_at = T0 + 5.3, T0 + 4.0
     return ws
+
+
+# -- a held rank on one node never masks a silent hang on another --------------------
+
+ROGUE = object()  # a token holder's own Relay stream: it vouches for its made-up rank
+
+
+def _job_of_three(rank2: str | None, words: dict[int, str] | None = None) -> list[object]:
+    """Ranks 0 and 1 relayed by node A, silent since T0+4 (a C call holding the
+    GIL: node A sees them run and says nothing); rank 2, if any, relayed by
+    ``ROGUE`` and held as ``rank2`` says. ``words``: node A's word on its ranks.
+    The effects of one evidence round at each of T0+5.5 (node A's word may
+    still be on its way) and T0+6.6 (it had its time), patience 0."""
+    from tests.unit.test_hang_machine import machine, tick
+    from trainprobe.sidecar.core import step
+    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.model import heard_every_ms
+
+    out: list[object] = []
+    for now in (T0 + 5.5, T0 + 6.6):
+        state, reg = machine(), Registry()
+        ranks = (0, 1, 2) if rank2 else (0, 1)
+        ws = [connected(reg, r, T0, world=3, interval_ms=100) for r in ranks]
+        for w in ws:
+            w.node = ROGUE if w.hello.rank == 2 else NODE
+            Registry.set_relay_interval(w, 500)
+            reg.apply(w, report(T0 + 4.0, step=5, step_t_s=T0 + 1), T0 + 4.0)
+        (watch,) = [e for e in tick(state, reg, T0 + 5.0) if isinstance(e, Watch)]
+        for w in ws:
+            how = rank2 if w.hello.rank == 2 else (words or {}).get(w.hello.rank)
+            Registry.set_held(w, (how, now - 0.3) if how else None)
+        plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+        assert plan is not None
+        evidence = {
+            w.hello.rank: assess(
+                w.hello.rank,
+                relayed_samples(w, now),
+                [],
+                now - w.last_report_at <= stale_after_s(heard_every_ms(w)),
+            )
+            for w in plan.states
+        }
+        rnd = EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, evidence)
+        effects = step(state, reg.workers(), None, (rnd,), now)[1]
+        out.append([*effects, *tick(state, reg, now)])  # and a sweep due at once
+    return out
+
+
+def _kills(effects: object) -> dict[int, str]:
+    """rank -> why, for each rank an action or a sweep orders killed."""
+    from trainprobe.sidecar.core.effects import ExecuteAction, Sweep
+
+    out: dict[int, str] = {}
+    for e in effects:  # type: ignore[attr-defined]
+        if isinstance(e, ExecuteAction):
+            out.update((r, e.incident.decision["rule"]) for r in e.incident.targets)  # type: ignore[index]
+        elif isinstance(e, Sweep):
+            out.update((r, e.phase) for r in e.ranks if r not in out)
+    return out
+
+
+def _paused(effects: object) -> list[str]:
+    from trainprobe.sidecar.core.effects import Record
+    from trainprobe.sidecar.core.records import PauseDecision
+
+    return [
+        e.record.why  # type: ignore[attr-defined]
+        for e in effects  # type: ignore[attr-defined]
+        if isinstance(e, Record) and isinstance(e.record, PauseDecision)
+    ]
+
+
+@pytest.mark.parametrize("rank2", [None, "stopped", "traced", "frozen"])
+def test_a_silent_hang_is_killed_with_a_held_rank_elsewhere_as_without(rank2: str | None) -> None:
+    early, late = _job_of_three(rank2)
+    # Node A's word may still be on its way: no pause, no kill (a definitive one either).
+    assert _paused(early) == [] and _kills(early) == {}
+    # Node A had its time and said nothing: ranks 0 and 1 run, so the job is not
+    # paused, and they are killed when their patience is spent, as without rank 2.
+    assert _paused(late) == []
+    kills = _kills(late)
+    if rank2 == "stopped":
+        # The stopped rank at once, as ever; the ranks stuck on their own beside
+        # it are swept when their patience is spent (not job_kill_grace_s later).
+        assert kills == {2: "stopped", 0: "stuck_beside_stopped", 1: "stuck_beside_stopped"}
+    else:
+        assert kills[0] == kills[1] == "patience", kills
+
+
+def test_a_job_stopped_on_two_nodes_waits_for_the_second_nodes_word_then_is_paused() -> None:
+    # Rank 2's node spoke first; node A's word on ranks 0 and 1 comes by T0+6.6.
+    early, _ = _job_of_three("stopped")
+    _, late = _job_of_three("stopped", {0: "stopped", 1: "stopped"})
+    assert _kills(early) == {} and _paused(early) == []
+    assert _kills(late) == {} and "ranks [0, 1, 2]" in _paused(late)[0]

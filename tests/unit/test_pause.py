@@ -10,8 +10,9 @@ from __future__ import annotations
 from tests.core_builders import connected, report
 from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, evaluate
 from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.decision import paused_line, paused_reason
+from trainprobe.sidecar.core.decision import judge, refine, stuck_sweep_s
 from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, assess, definitive_reason
+from trainprobe.sidecar.core.pause import pause_check, paused_line, paused_reason
 
 T0 = 100.0
 CFG = RuleConfig(heartbeat_timeout_s=3.0, stall=StallPolicy(timeout_s=2.0))
@@ -42,9 +43,57 @@ def test_a_peer_seen_only_by_its_reports_decides_too() -> None:
     """A rank of another host (no /proc here): reporting means it runs."""
     evidence = {0: ev(0, "stopped"), 1: ev(1, "")}
     assert paused_reason(evidence, [summary(0, False), summary(1, True)]) == ""
-    assert paused_reason(evidence, [summary(0, False), summary(1, False)]) != ""
+    # Silent, and its node's word may still be on its way: no pause yet, and it waits.
+    assert pause_check(evidence, [summary(0, False), summary(1, False)], {1}) == ("", [1])
     # Another sidecar's rank that still reports (a Ray job on two nodes).
     assert paused_reason({0: ev(0, "stopped")}, [summary(0, False), summary(3, True)]) == ""
+
+
+def test_a_sampled_rank_nobody_says_is_held_runs() -> None:
+    """Silent with no word (a relayed rank whose node had its time and saw it run,
+    an unverified session nobody's kernel speaks for): it runs, so a held rank
+    beside it, made up or real, is no pause."""
+    silent = [summary(0, False), summary(1, False), summary(2, False)]
+    evidence = {0: ev(0, ""), 1: ev(1, ""), 2: ev(2, "stopped")}
+    assert pause_check(evidence, silent) == ("", [])
+    assert pause_check(evidence, silent, {0}) == ("", [])  # rank 1 runs anyway
+    assert pause_check(evidence, silent, {0, 1}) == ("", [0, 1])  # the pause hinges on them
+    # Every word in: a pause.
+    held = {**evidence, 0: ev(0, "stopped"), 1: ev(1, "traced")}
+    assert "ranks [0, 1, 2]" in pause_check(held, silent)[0]
+    # A rank whose stream ended, with nothing read of it, counts neither way.
+    gone = [summary(0, False, ended="relay_lost"), *silent[1:]]
+    assert "ranks [1, 2]" in paused_reason({**held, 0: ev(0, "")}, gone)
+
+
+def test_silent_ranks_stuck_beside_a_stopped_one_are_swept_when_their_patience_is_spent() -> None:
+    from trainprobe.sidecar.core.culprit import Diagnosis
+
+    diag = Diagnosis(kind="unresponsive", culprits=(2,), confidence=0.5, summary="")
+    waiting = RankEvidence(3, state="sleeping", activity="collective", reporter_alive=False)
+    evidence = {
+        0: ev(0, ""),  # silent, no word: stuck on its own
+        1: ev(1, "sleeping"),  # silent, /proc says asleep, no stack: stuck on its own
+        2: ev(2, "stopped"),
+        3: waiting,  # silent but waiting in a collective: waits for rank 2
+        4: RankEvidence(4, state="running", reporter_alive=True),  # reports: runs
+        5: ev(5, "traced"),  # held, not stopped: a person may be looking at it
+        6: ev(6, ""),  # its node's word may still be on its way
+    }
+    got = refine(diag, evidence, awaiting={6})
+    assert got.culprits == (2,) and got.waiting == (3,)
+    assert got.evidence["stuck"] == [0, 1] and "stuck on their own" in got.summary
+    # Killed at once, as ever; the stuck ranks swept once their patience is spent.
+    j = judge(got, evidence, onset_at=10.0, patience_s=90.0, patience_basis="", now=40.0)
+    assert (j.act, j.rule) == (True, "stopped")
+    # Their patience counts from when they went silent (rank 0 at 15, rank 1 at 20).
+    silent = [RankSummary(r, 8, reporting=False, report_age_s=a) for r, a in ((0, 25), (1, 20))]
+    assert stuck_sweep_s(got, j, silent, 40.0) == 65.0  # 15 + 90 - 40
+    assert stuck_sweep_s(got, j, [], 40.0) == 60.0  # no summary: the episode's onset
+    # Without silent ranks beside it, the stopped rank alone, as before.
+    alone = refine(diag, {2: evidence[2], 3: waiting, 4: evidence[4]})
+    assert alone.culprits == (2,) and "stuck" not in alone.evidence
+    assert stuck_sweep_s(alone, j, silent, 40.0) is None
 
 
 def test_a_report_that_left_before_the_stop_does_not_count_for_the_held_rank() -> None:

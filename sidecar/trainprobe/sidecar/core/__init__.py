@@ -22,14 +22,7 @@ if TYPE_CHECKING:
     )
     from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats, LagSummary
     from trainprobe.sidecar.core.culprit import Diagnosis, GroupProgress, RankSummary, analyze
-    from trainprobe.sidecar.core.decision import (
-        Judgement,
-        judge,
-        paused_line,
-        paused_reason,
-        refine,
-        suspect_line,
-    )
+    from trainprobe.sidecar.core.decision import Judgement, judge, refine, suspect_line
     from trainprobe.sidecar.core.episodes import (
         CulpritPolicy,
         Episode,
@@ -80,6 +73,7 @@ if TYPE_CHECKING:
     )
     from trainprobe.sidecar.core.overload import IngestLoad, Shedder
     from trainprobe.sidecar.core.patience import PatienceBook, Stall
+    from trainprobe.sidecar.core.pause import paused_line, paused_reason
     from trainprobe.sidecar.core.policy import ActionPolicy, KillBudget, decide
     from trainprobe.sidecar.core.ray_kill import (
         RayKillPlan,
@@ -249,8 +243,8 @@ __getattr__, __dir__ = lazy_exports(
         "p99": "thresholds",
         "parse_stacks": "stackframes",
         "PatienceBook": "patience",
-        "paused_line": "decision",
-        "paused_reason": "decision",
+        "paused_line": "pause",
+        "paused_reason": "pause",
         "PhaseData": "model",
         "plan_ray_kill": "ray_kill",
         "plan_targets": "episodes",

@@ -15,7 +15,7 @@ per rank, times on the sidecar's clock), a :class:`Judgement` out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.culprit import (
@@ -27,16 +27,14 @@ from trainprobe.sidecar.core.culprit import (
     RankSummary,
 )
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
-from trainprobe.sidecar.core.held import held_kind
 from trainprobe.sidecar.core.text import sentences, short_list
 
 __all__ = [
     "ORPHANING_RULES",
     "Judgement",
     "judge",
-    "paused_line",
-    "paused_reason",
     "refine",
+    "stuck_sweep_s",
     "suspect_line",
 ]
 
@@ -56,12 +54,22 @@ _DEFINITIVE_WHY = {
 ORPHANING_RULES = frozenset({"zombie", "gone"})
 
 
-def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
+def refine(
+    diag: Diagnosis, evidence: Mapping[int, RankEvidence], awaiting: Collection[int] = ()
+) -> Diagnosis:
     """The diagnosis corrected by what the sidecar saw itself.
 
     1. A rank the kernel shows stopped, zombie or gone is the culprit, whatever
        its last report said (a stopped rank's old report looks like a rank
-       sitting at an old collective).
+       sitting at an old collective). A silent rank beside it that is neither
+       held nor seen waiting in a collective (and whose node's word is not
+       still on its way, ``awaiting``) is stuck on its own: a stopped rank
+       explains peers that wait for it, not that. Such ranks are listed as
+       ``stuck`` (:func:`stuck_sweep_s`): swept once their patience is spent,
+       as they would be killed without the stopped rank, so that a stopped
+       rank, made up by a token holder's own Relay stream or real, neither
+       leaves a real hang to wait for ``job_kill_grace_s`` nor gets it
+       killed sooner than the job's sweep would.
     2. A conclusive analysis of fresh collective data stands.
     3. Otherwise (no ``watch_ddp``, or everyone in flight) the stacks decide:
        ranks blocked in a collective are waiting; those elsewhere are the culprits.
@@ -69,6 +77,12 @@ def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
     dead = sorted(r for r, ev in evidence.items() if definitive_reason(ev))
     if dead and len(dead) < max(len(evidence), 2):
         parts = [f"rank {r}: {_DEFINITIVE_WHY[definitive_reason(evidence[r])]}" for r in dead]
+        stuck = [r for r, ev in sorted(evidence.items()) if r not in awaiting and _stuck(ev)]
+        if stuck:
+            parts.append(
+                f"rank(s) {short_list(stuck)}: silent, neither held nor waiting in a collective: "
+                "stuck on their own"
+            )
         waiting = tuple(sorted(r for r, ev in evidence.items() if ev.waiting))
         return replace(
             diag,
@@ -77,7 +91,7 @@ def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
             waiting=waiting or diag.waiting,
             confidence=0.99,
             summary=sentences(parts),
-            evidence={**diag.evidence, "decided_by": "proc"},
+            evidence={**diag.evidence, "decided_by": "proc", **({"stuck": stuck} if stuck else {})},
         )
     if diag.conclusive and diag.kind != ALL_IN_FLIGHT:
         return diag
@@ -99,6 +113,32 @@ def refine(diag: Diagnosis, evidence: Mapping[int, RankEvidence]) -> Diagnosis:
         summary=sentences(parts)
         + f"; ranks {short_list(blocked)} wait in a collective (by their stacks)",
         evidence={**diag.evidence, "decided_by": "stacks", "was": diag.kind},
+    )
+
+
+def stuck_sweep_s(
+    diag: Diagnosis, j: Judgement, ranks: Sequence[RankSummary], now: float
+) -> float | None:
+    """Seconds from ``now`` until the ranks stuck on their own beside a stopped
+    culprit (:func:`refine`'s ``stuck``) are swept: when their patience is spent,
+    counted from when they went silent (never before the episode's onset), as
+    it would be without the stopped rank. None when there are none."""
+    stuck = diag.evidence.get("stuck")
+    if j.rule != "stopped" or not stuck:
+        return None
+    silent = [now - r.report_age_s for r in ranks if r.rank in stuck]  # type: ignore[operator]
+    onset = max(j.onset_at, min(silent, default=j.onset_at))
+    return max(0.0, onset + j.patience_s - now)
+
+
+def _stuck(ev: RankEvidence) -> bool:
+    """Silent, alive, not held and not seen waiting: a rank stuck on its own."""
+    return (
+        not ev.reporter_alive
+        and not ev.held
+        and not ev.waiting
+        and not definitive_reason(ev)
+        and ev.state != "exiting"
     )
 
 
@@ -208,47 +248,3 @@ def suspect_line(
     else:
         who = f"no culprit named ({diag.kind})"
     return f"HUNG? {now - j.onset_at:.0f} s of {j.patience_s:.0f} s patience — {who}"
-
-
-def paused_reason(evidence: Mapping[int, RankEvidence], summaries: Sequence[RankSummary]) -> str:
-    """Why the job is paused, not hung ("" when it is not).
-
-    A scheduler's suspend (Slurm's ``scontrol suspend``), an operator's
-    ``kill -STOP`` of every rank, or a cgroup freezer holds *every* rank at
-    once: nobody waits for anybody, and the job goes on when it is resumed.
-    Paused means: at least one rank the kernel shows held (stopped, stopped by
-    a tracer, or frozen: :attr:`RankEvidence.held`; for a relayed rank, the
-    kernel of its node, as that node said: :mod:`~trainprobe.sidecar.core.held`),
-    no live rank sampled shown running, and no other live rank of the job reporting (a held
-    process's reporter thread is held too, so a rank that reports runs).
-
-    A held rank whose peers run and wait for it is no pause: that is a hang,
-    and the stopped rank its definitive culprit (:func:`definitive_reason`).
-    Ranks that are over (zombie, gone, ended streams) do not count either way.
-    """
-    held: list[int] = []
-    for rank, ev in sorted(evidence.items()):
-        if ev.state in ("zombie", "gone", "exiting"):
-            continue
-        if ev.held:
-            held.append(rank)
-        elif ev.state:
-            return ""  # a live rank the kernel shows running, sleeping or in I/O
-    if not held:
-        return ""
-    if any(s.reporting and not s.ended and s.rank not in held for s in summaries):
-        return ""
-    how = sorted({_HELD_HOW[held_kind(evidence[r])] for r in held})
-    return f"every live rank is held ({', '.join(how)}: ranks {held}): the job is paused, not hung"
-
-
-_HELD_HOW = {
-    "frozen": "frozen by a cgroup freezer",
-    "stopped": "stopped by SIGSTOP",
-    "traced": "stopped by a tracer",
-}
-
-
-def paused_line(reason: str, paused_s: float) -> str:
-    """``PAUSED 12 s — every live rank is held (...)`` for ``trainprobe status``."""
-    return f"PAUSED {paused_s:.0f} s — {reason}; nothing is killed until it resumes"

@@ -263,11 +263,14 @@ class JobEpisodes:
             self._followed.add(remote_id)
         return ep
 
-    def arm_sweep(self, ep: Episode, action: str, now: float, grace_s: float | None = None) -> None:
+    def arm_sweep(
+        self, ep: Episode, action: str, now: float, grace_s: float | None = None, phase: str = ""
+    ) -> None:
         """The episode acted: a destructive action sweeps the job's rest after the grace.
 
         ``grace_s`` shortens ``job_kill_grace_s`` (to 0 when the culprit is
-        already gone: its peers can never finish their collective).
+        already gone: its peers can never finish their collective); ``phase``
+        says why, for the sweep's record.
         """
         ep.acted = True
         ep.action = action
@@ -276,8 +279,8 @@ class JobEpisodes:
         due = now + (self.policy.job_kill_grace_s if grace_s is None else grace_s)
         if ep.sweep_at is None or (grace_s is not None and due < ep.sweep_at and not ep.swept):
             ep.sweep_at = due
-            if grace_s == 0:
-                ep.sweep_phase = "peers_of_gone"
+            if phase or grace_s == 0:
+                ep.sweep_phase = phase or "peers_of_gone"
 
     def should_follow(self, remote_id: str, job_id: str) -> bool:
         """Whether a coordinator's episode is new to this sidecar."""

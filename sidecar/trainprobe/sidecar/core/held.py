@@ -1,6 +1,6 @@
 """The kernel's word that a relayed rank is held, from the node that runs it.
 
-A paused job (:func:`~trainprobe.sidecar.core.decision.paused_reason`) is
+A paused job (:func:`~trainprobe.sidecar.core.pause.pause_check`) is
 told from a hung one by the kernel: a rank stopped (SIGSTOP), stopped by a
 tracer, or frozen by a cgroup freezer. The upstream of a relay cannot read a
 relayed rank's ``/proc``; the node sidecar on its host can. Both halves are
@@ -16,10 +16,12 @@ here, pure:
 - Upstream side, :func:`relayed_samples`: the word a session's owning node
   stream gave (:attr:`WorkerState.held`), while it is fresh, as the
   :class:`~trainprobe.sidecar.core.evidence.ProcSample` a ``/proc`` read of a
-  local rank gives, so evidence, :func:`paused_reason` and
+  local rank gives, so evidence, :func:`pause_check` and
   :func:`~trainprobe.sidecar.core.evidence.definitive_reason` see no
   difference. :func:`awaiting_word` names the relayed ranks whose node's
-  word may still be on its way, so that a kill on patience alone waits for it.
+  word may still be on its way, so that a kill on patience alone waits for it;
+  past that, a relayed rank with no word runs (its node read it running), so
+  a held rank elsewhere, made up or real, never makes its silent hang a pause.
 """
 
 from __future__ import annotations

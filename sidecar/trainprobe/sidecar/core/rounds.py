@@ -12,7 +12,7 @@ culprit analysis (:func:`~trainprobe.sidecar.core.decision.refine`) and asks
 - a later round that finds definitive evidence, or the patience spent, acts:
   a ``decision`` record says which evidence decided and why now, then the
   action runs;
-- a paused job (every live rank held: :func:`~.decision.paused_reason`) is
+- a paused job (every live rank held: :func:`~.pause.pause_check`) is
   no hang: a ``paused`` decision once, no kill, and its clocks restart at
   the resume.
 
@@ -30,9 +30,8 @@ from trainprobe.sidecar.core.decision import (
     ORPHANING_RULES,
     Judgement,
     judge,
-    paused_line,
-    paused_reason,
     refine,
+    stuck_sweep_s,
     suspect_line,
 )
 from trainprobe.sidecar.core.effects import (
@@ -54,6 +53,7 @@ from trainprobe.sidecar.core.held import awaiting_word
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.pause import pause_check, paused_line
 from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import ActDecision, PauseDecision
 from trainprobe.sidecar.core.replicas import apply_replicas, culprit_onset, replica_evidence
@@ -96,9 +96,12 @@ def judge_round(
             out.append(Publish.of(incident))
         return out
     ranks = summaries(state, workers, ep.job_id, now)
-    paused = _judge_pause(
-        state, ep, incident.id, rnd.evidence, paused_reason(rnd.evidence, ranks), now, out
-    )
+    awaiting = awaiting_word(rnd.states, now)
+    reason, hinges = pause_check(rnd.evidence, ranks, awaiting)
+    if hinges and ep.paused_at is not None:
+        out.append(_next(cfg, rnd))  # still paused until the word says otherwise
+        return out
+    paused = _judge_pause(state, ep, incident.id, rnd.evidence, reason, now, out)
     if paused is not None:
         if not ep.published:
             _fill(state, incident, ep.diagnosis, paused, rnd)
@@ -112,12 +115,15 @@ def judge_round(
     evidence = rnd.evidence
     dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
     # A replicated job: after the stacks, a waiting replica is still never a culprit.
-    diag = apply_replicas(ranks, refine(analyze_job(ranks), evidence), dead)
+    diag = apply_replicas(ranks, refine(analyze_job(ranks), evidence, awaiting), dead)
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
     patience_s, basis = patience_for(state, ep.job_id, diag, now)
     j = judge(diag, evidence, culprit_onset(ranks, diag, ep.onset_at, now), patience_s, basis, now)
-    if j.act and not j.definitive and (pending := awaiting_word(rnd.states, now)):
+    # Every other live rank held: even a definitive kill waits for the word
+    # that may make it a pause (a job stopped on two nodes, one node's word first).
+    if j.act and awaiting and (not j.definitive or hinges):
+        pending = hinges or awaiting
         why = f"{j.why}; waiting for the relay node's word on ranks {pending} (held or not)"
         j = replace(j, act=False, rule="", why=why)
     action = cfg.policy.for_verdict(incident.verdict)
@@ -138,7 +144,7 @@ def judge_round(
             out.append(Log.warning("incident %s: %s", incident.id, ep.suspect))
         out.append(Publish.of(incident))
     if j.act:
-        out += _act(state, incident, ep, j, now)
+        out += _act(state, incident, ep, j, now, stuck_sweep_s(diag, j, ranks, now))
     else:
         out.append(_next(cfg, rnd))
     return out
@@ -235,7 +241,12 @@ def _fill(
 
 
 def _act(
-    state: HangState, incident: Incident, ep: Episode, j: Judgement, now: float
+    state: HangState,
+    incident: Incident,
+    ep: Episode,
+    j: Judgement,
+    now: float,
+    stuck_s: float | None = None,
 ) -> list[Effect]:
     policy = state.config.policy
     decide(incident, policy, state.budget, now)
@@ -261,14 +272,21 @@ def _act(
         # The culprits live on another sidecar, which kills them: the ranks
         # here are swept after the grace all the same.
         sweep = wanted
-    grace_s = None
+    grace_s, phase = None, ""
     if j.rule in ORPHANING_RULES and is_destructive(sweep):
         grace_s = 0.0
         incident.action_reason += (
             "; the culprit is already over: its peers wait on a collective that can never "
             "complete, so the job's other ranks are ended now (no job_kill_grace_s)"
         )
-    state.episodes.arm_sweep(ep, sweep, now, grace_s)
+    elif stuck_s is not None and is_destructive(sweep):
+        grace_s = min(stuck_s, state.config.culprits.job_kill_grace_s)
+        phase = "stuck_beside_stopped"
+        incident.action_reason += (
+            f"; ranks {ep.diagnosis.evidence['stuck']} are silent beside it, neither held nor "
+            f"waiting: stuck on their own, swept in {grace_s:.0f}s (their patience, as without it)"
+        )
+    state.episodes.arm_sweep(ep, sweep, now, grace_s, phase)
     evicted = incident.action == Action.EVICT
     out: list[Effect] = [
         MarkKill(ep.job_id, rank, j.rule, incident.id, evicted)

@@ -1,0 +1,92 @@
+"""A paused job is no hang: every live rank held, each on the kernel's word.
+
+Pure: the evidence of an episode's round per rank
+(:class:`~trainprobe.sidecar.core.evidence.RankEvidence`, a relayed rank's
+from its node's word: :mod:`~trainprobe.sidecar.core.held`) and the job's
+rank summaries in, a reason out. :mod:`~trainprobe.sidecar.core.rounds`
+holds every kill of a paused job and restarts its clocks at the resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.evidence import RankEvidence
+from trainprobe.sidecar.core.held import held_kind
+
+__all__ = ["pause_check", "paused_line", "paused_reason"]
+
+
+def paused_reason(
+    evidence: Mapping[int, RankEvidence],
+    summaries: Sequence[RankSummary],
+    awaiting: Collection[int] = (),
+) -> str:
+    """Why the job is paused, not hung ("" when it is not): :func:`pause_check`'s reason."""
+    return pause_check(evidence, summaries, awaiting)[0]
+
+
+def pause_check(
+    evidence: Mapping[int, RankEvidence],
+    summaries: Sequence[RankSummary],
+    awaiting: Collection[int] = (),
+) -> tuple[str, list[int]]:
+    """Why the job is paused ("" when it is not), and the ranks whose word a
+    pause waits for ([] unless every other live rank is held).
+
+    A scheduler's suspend (Slurm's ``scontrol suspend``), an operator's
+    ``kill -STOP`` of every rank, or a cgroup freezer holds *every* rank at
+    once: nobody waits for anybody, and the job goes on when it is resumed.
+    Paused means every live rank sampled is held, each on the kernel's word
+    (stopped, stopped by a tracer, or frozen: :attr:`RankEvidence.held`; for
+    a relayed rank, the kernel of the node that verified it, as that node's
+    stream said: :mod:`~trainprobe.sidecar.core.held`), and no other live rank
+    of the job reports (a held process's reporter thread is held too, so a
+    rank that reports runs).
+
+    A sampled live rank with no word at all runs: a local rank /proc shows
+    running, an unverified one (nobody's kernel speaks for it), and a relayed
+    one whose node had its time to speak and said nothing (it saw the rank
+    run: a silent hang holding the GIL). Only a relayed rank whose node's word
+    may still be on its way (``awaiting``: :func:`~.held.awaiting_word`) is
+    waited for. So a held rank, made up by a token holder's own Relay stream
+    or honestly under a debugger, never makes a silent hang elsewhere a pause.
+
+    A held rank whose peers run and wait for it is no pause: that is a hang,
+    and the stopped rank its definitive culprit (:func:`definitive_reason`).
+    Ranks that are over (zombie, gone, ended streams) do not count either way.
+    """
+    over = {s.rank for s in summaries if s.ended}
+    held: list[int] = []
+    pending: list[int] = []
+    for rank, ev in sorted(evidence.items()):
+        if ev.state in ("zombie", "gone", "exiting") or (rank in over and not ev.state):
+            continue
+        if ev.held:
+            held.append(rank)
+        elif ev.state or rank not in awaiting:
+            return "", []  # a live rank the kernel shows running, or no one says is held
+        else:
+            pending.append(rank)
+    if not held:
+        return "", []
+    if any(s.reporting and not s.ended and s.rank not in held for s in summaries):
+        return "", []
+    if pending:
+        return "", pending
+    how = sorted({_HELD_HOW[held_kind(evidence[r])] for r in held})
+    why = f"every live rank is held ({', '.join(how)}: ranks {held}): the job is paused, not hung"
+    return why, []
+
+
+_HELD_HOW = {
+    "frozen": "frozen by a cgroup freezer",
+    "stopped": "stopped by SIGSTOP",
+    "traced": "stopped by a tracer",
+}
+
+
+def paused_line(reason: str, paused_s: float) -> str:
+    """``PAUSED 12 s — every live rank is held (...)`` for ``trainprobe status``."""
+    return f"PAUSED {paused_s:.0f} s — {reason}; nothing is killed until it resumes"
