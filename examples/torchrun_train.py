@@ -15,7 +15,8 @@ RANK/WORLD_SIZE, the job id from TORCHELASTIC_RUN_ID (the same for every
 attempt), the sidecar from TRAINPROBE_TARGET or the per-user socket.
 
 Fault injection, first attempt only (TORCHELASTIC_RESTART_COUNT=0):
-``--hang-rank R --hang-at S`` makes rank R sleep inside step S.
+``--hang-rank R --hang-at S`` makes rank R sleep inside step S
+(``--hang-mode stop``: SIGSTOP itself there instead).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--progress", default="", help="append one JSON line per event here")
     return p.parse_args(argv)
 
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         loss = model(torch.randn(16, 32, generator=gen)).pow(2).mean()
         if attempt == 0 and rank == args.hang_rank and step == args.hang_at:
             log_event(args.progress, rank=rank, pid=os.getpid(), event="hang", step=step)
+            if args.hang_mode == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(3600)  # the peers now wait in the gradient allreduce
         loss.backward()
         opt.step()
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     save_checkpoint(ckpt, model.module, opt, step)
                 dist.barrier()  # nobody runs ahead of a checkpoint it could need
             log_event(args.progress, rank=rank, event="checkpoint", step=step)
-    log_event(args.progress, rank=rank, event="done", attempt=attempt)
+    log_event(args.progress, rank=rank, event="done", attempt=attempt, step=max(start, args.steps))
     hook.close()
     dist.destroy_process_group()
     return 0

@@ -4,11 +4,16 @@ Run under ``python -m torch.distributed.run --nproc-per-node 2``. The model is
 a one-layer GPT-2 built from a config (nothing is downloaded), the data random
 token ids. trainprobe's part is ``callbacks=[LivenessProbeCallback()]``.
 
-Faults: ``--hang-rank R --hang-at S`` sleeps at the start of rank R's
-training_step after S optimizer steps (before its backward: the peer waits in
-the allreduce). ``--eval-batch-s`` and ``--save-s`` make evaluation batches
-and rank 0's checkpoint writes slow. Each rank appends JSON lines to
-``--progress``.
+Faults, on torchrun's first attempt only (``TORCHELASTIC_RESTART_COUNT=0``):
+``--hang-rank R --hang-at S`` sleeps at the start of rank R's training_step
+after S optimizer steps (before its backward: the peer waits in the
+allreduce), or, with ``--hang-mode stop``, SIGSTOPs itself there.
+``--init-sleep ATTEMPT:RANK:S`` makes that rank of that attempt sleep S
+seconds before ``TrainingArguments`` (which creates the process group).
+``--eval-batch-s`` and ``--save-s`` make evaluation batches and rank 0's
+checkpoint writes slow. ``--resume`` resumes from the last checkpoint in
+``--output-dir`` (what a restarted attempt does). Each rank appends JSON
+lines to ``--progress``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -29,16 +35,19 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
 from trainprobe.hooks.transformers import LivenessProbeCallback
 
 ARGS: argparse.Namespace
 RANK = int(os.environ.get("RANK", "0"))
+ATTEMPT = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def emit(event: str, **fields: Any) -> None:
+    row = {"event": event, "rank": RANK, "attempt": ATTEMPT, "t": time.time(), **fields}
     with open(ARGS.progress, "a") as fh:
-        fh.write(json.dumps({"event": event, "rank": RANK, "t": time.time(), **fields}) + "\n")
+        fh.write(json.dumps(row) + "\n")
 
 
 class RandomTokens(Dataset):
@@ -56,8 +65,10 @@ class RandomTokens(Dataset):
 def with_faults(base: type[Trainer]) -> type[Trainer]:
     class Faulty(base):  # type: ignore[valid-type,misc]
         def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            if ARGS.hang_rank == RANK and self.state.global_step == ARGS.hang_at:
-                emit("hang", step=self.state.global_step)
+            if (RANK, ATTEMPT, self.state.global_step) == (ARGS.hang_rank, 0, ARGS.hang_at):
+                emit("hang", step=self.state.global_step, pid=os.getpid())
+                if ARGS.hang_mode == "stop":
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 time.sleep(3600)
             time.sleep(ARGS.step_s)
             out = super().training_step(model, inputs, *args, **kwargs)
@@ -94,12 +105,20 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.02)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
+    p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS")
+    p.add_argument("--resume", action="store_true")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-batches", type=int, default=2)
     p.add_argument("--eval-batch-s", type=float, default=0.0)
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--save-s", type=float, default=0.0)
     ARGS = p.parse_args()
+    if ARGS.init_sleep:
+        attempt, rank, seconds = ARGS.init_sleep.split(":")
+        if (int(attempt), int(rank)) == (ATTEMPT, RANK):
+            emit("init_sleep", pid=os.getpid())
+            time.sleep(float(seconds))
     torch.manual_seed(0)
     config = GPT2Config(
         vocab_size=64,
@@ -136,8 +155,12 @@ def main() -> None:
         eval_dataset=RandomTokens(2 * batch * ARGS.eval_batches) if ARGS.eval_every else None,
         callbacks=[LivenessProbeCallback(interval_ms=100)],
     )
-    trainer.train()
-    emit("done")
+    resume = ARGS.resume and os.path.isdir(ARGS.output_dir)
+    last = get_last_checkpoint(ARGS.output_dir) if resume else None
+    resumed_from = int(last.rsplit("-", 1)[1]) if last else 0
+    emit("start", pid=os.getpid(), resumed_from=resumed_from)
+    trainer.train(resume_from_checkpoint=last)
+    emit("done", step=trainer.state.global_step)
 
 
 if __name__ == "__main__":

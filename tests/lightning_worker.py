@@ -5,6 +5,15 @@ strategy="ddp")`` starts rank 1 itself by running this script again.
 Everything trainprobe needs comes from the environment (TRAINPROBE_TARGET,
 TRAINPROBE_JOB_ID) and from the one line ``callbacks=[LivenessProbeCallback()]``.
 
+Under torchrun (``--nproc-per-node 2``) Lightning takes the ranks torchrun
+started instead. Faults, on torchrun's first attempt only
+(``TORCHELASTIC_RESTART_COUNT=0``): ``--hang-rank R --hang-at S`` sleeps in
+rank R's training_step at global step S, or with ``--hang-mode stop``
+SIGSTOPs itself there. ``--init-sleep ATTEMPT:RANK:S`` makes that rank of
+that attempt sleep S seconds before ``fit`` (which creates the process
+group). ``--resume`` fits from ``last.ckpt`` when one exists (what a
+restarted attempt does).
+
 Each rank appends JSON lines to ``--progress``: its steps and how long
 validation and checkpoint writes took.
 """
@@ -14,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -27,12 +37,13 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainprobe.hooks.lightning import LivenessProbeCallback
 
 ARGS: argparse.Namespace
+ATTEMPT = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def emit(event: str, **fields: Any) -> None:
     # Lightning sets LOCAL_RANK for the ranks it starts (one node here: the global rank).
     rank = int(os.environ.get("LOCAL_RANK", "0"))
-    row = {"event": event, "rank": rank, "t": time.time(), **fields}
+    row = {"event": event, "rank": rank, "attempt": ATTEMPT, "t": time.time(), **fields}
     with open(ARGS.progress, "a") as fh:
         fh.write(json.dumps(row) + "\n")
 
@@ -46,12 +57,17 @@ class Tiny(pl.LightningModule):
         self.val_started = 0.0
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if self.global_rank == ARGS.hang_rank and self.global_step == ARGS.hang_at:
-            emit("hang", step=self.global_step)
+        if (self.global_rank, ATTEMPT, self.global_step) == (ARGS.hang_rank, 0, ARGS.hang_at):
+            emit("hang", step=self.global_step, pid=os.getpid())
+            if ARGS.hang_mode == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(3600)  # before the backward: the peer waits in the allreduce
         time.sleep(ARGS.step_s)
         x, y = batch
         return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def on_train_start(self) -> None:
+        emit("start", pid=os.getpid(), resumed_from=self.global_step)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         emit("step", step=self.global_step)
@@ -91,6 +107,9 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.02)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS before fit")
     p.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")
     p.add_argument("--val-batches", type=int, default=2)
     p.add_argument("--val-batch-s", type=float, default=0.0)
@@ -98,6 +117,11 @@ def main() -> None:
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0: never)")
     p.add_argument("--ckpt-s", type=float, default=0.0)
     ARGS = p.parse_args()
+    if ARGS.init_sleep:  # before fit, which creates the process group
+        attempt, rank, seconds = ARGS.init_sleep.split(":")
+        if (int(attempt), int(rank)) == (ATTEMPT, int(os.environ.get("RANK", "0"))):
+            emit("init_sleep", pid=os.getpid())
+            time.sleep(float(seconds))
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
     callbacks: list[pl.Callback] = [LivenessProbeCallback(interval_ms=100)]
@@ -107,6 +131,7 @@ def main() -> None:
                 dirpath=Path(ARGS.workdir) / "ckpt",
                 every_n_train_steps=ARGS.ckpt_every,
                 save_top_k=-1,
+                save_last=ARGS.resume,
             )
         )
     trainer = pl.Trainer(
@@ -126,12 +151,14 @@ def main() -> None:
         enable_model_summary=False,
         default_root_dir=ARGS.workdir,
     )
+    last = Path(ARGS.workdir) / "ckpt" / "last.ckpt"
     trainer.fit(
         Tiny(),
         DataLoader(data, batch_size=8),
         DataLoader(data, batch_size=8) if ARGS.val_every else None,
+        ckpt_path=str(last) if ARGS.resume and last.exists() else None,
     )
-    emit("done")
+    emit("done", step=trainer.global_step)
 
 
 if __name__ == "__main__":

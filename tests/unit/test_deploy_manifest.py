@@ -211,3 +211,27 @@ def test_sidecar_image_builds_from_files_that_exist() -> None:
     assert entry in scripts
     build = text[text.index("\nFROM") :]  # the instructions, not the header comment
     assert "[ray]" not in build and "torch" not in build
+
+
+def test_job_comes_back_after_a_kill() -> None:
+    """A kill ends in training again: torchrun restarts the ranks from their
+    checkpoint (--max-restarts), and once its restarts run out the kubelet
+    restarts the trainer container in the same pod (OnFailure), up to
+    backoffLimit times, on a checkpoint volume that outlives the container;
+    nothing fails the Job on the exit code a kill leaves."""
+    job = _load(JOB)["spec"]
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure"
+    assert job.get("backoffLimit", 6) >= 1  # Kubernetes' default is 6
+    fail_job = [
+        r for r in job.get("podFailurePolicy", {}).get("rules", []) if r["action"] == "FailJob"
+    ]
+    assert not fail_job, fail_job
+    (trainer,) = pod["containers"]
+    restarts = [
+        int(a.split("=", 1)[1]) for a in trainer["command"] if a.startswith("--max-restarts=")
+    ]
+    assert restarts and restarts[0] >= 1
+    ckpt = next(a.split("=", 1)[1] for a in trainer["command"] if a.startswith("--ckpt-dir="))
+    (volume,) = [v for v in pod["volumes"] if v["name"] == _mounts(trainer)[ckpt]]
+    assert "emptyDir" in volume or "persistentVolumeClaim" in volume, volume

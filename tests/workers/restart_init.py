@@ -1,16 +1,22 @@
 """A torchrun worker with a plain ``dist.init_process_group("gloo")``.
 
 Usage: restart_init.py PROGRESS_FILE FAIL_ATTEMPTS [--no-hook] [--init-sleep RANK:S]
+                       [--framework MODULE]
 
 Each attempt: (the hook, unless --no-hook), init_process_group, one
 allreduce, then rank 1 exits 1 while the attempt number is below
 FAIL_ATTEMPTS, so that torchrun restarts the group. With --init-sleep
 RANK:S that rank sleeps S seconds before init_process_group on attempt 0
-(its peers wait for it in the rendezvous). Writes one JSON line per event.
+(its peers wait for it in the rendezvous). With --framework MODULE
+(``lightning``, ``transformers``) no hook is made: the script imports
+``trainprobe.hooks.MODULE``, as a framework's script does, and records
+whether its start-up hook ended by itself once the process group existed.
+Writes one JSON line per event.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -32,7 +38,10 @@ def main() -> int:
             f.write(json.dumps({**line, **kw, "t": time.time()}) + "\n")
 
     hook = None
-    if "--no-hook" not in sys.argv:
+    framework = sys.argv[sys.argv.index("--framework") + 1] if "--framework" in sys.argv else ""
+    if framework:
+        importlib.import_module(f"trainprobe.hooks.{framework}")
+    elif "--no-hook" not in sys.argv:
         from trainprobe.hooks import LivenessProbeHook
 
         hook = LivenessProbeHook(interval_ms=200)
@@ -47,6 +56,13 @@ def main() -> int:
     timeout = timedelta(seconds=float(os.environ.get("PG_TIMEOUT_S", "60")))
     dist.init_process_group("gloo", timeout=timeout)
     event("init_done", init_s=time.monotonic() - t0)
+    if framework:  # before the allreduce: no rank exits before every rank is here
+        from trainprobe.hooks import framework_startup
+
+        deadline = time.monotonic() + 10
+        while framework_startup._watch is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        event("watch_ended", ended=framework_startup._watch is None)
     t = torch.ones(1)
     dist.all_reduce(t)
     assert int(t.item()) == dist.get_world_size()

@@ -16,6 +16,12 @@ so a hang names the rank that broke it.
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.
 
+Under torchrun, importing this module is what makes restarts work: Lightning
+creates the process group in ``trainer.fit`` before any callback runs, so the
+import (at the top of the script, before the Trainer) is the earliest place
+trainprobe can act. It prefixes torchrun's store by the attempt and watches
+the start-up of every attempt (:mod:`trainprobe.hooks.framework_startup`).
+
 Lightning's SIGTERM handler only sets a flag checked at the next step
 boundary, which a hung rank never reaches; the sidecar sees the handler
 (``SigCgt``) and sends SIGKILL after 0.5 s instead of waiting out its grace.
@@ -30,6 +36,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from trainprobe.hooks.framework_phases import OpenPhases
+from trainprobe.hooks.framework_startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
@@ -41,6 +48,9 @@ else:
         import pytorch_lightning as pl
 
 log = logging.getLogger("trainprobe.hooks")
+
+# The earliest place we run: Lightning's init_process_group comes later, in fit.
+prepare()
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,6 +106,7 @@ class LivenessProbeCallback(pl.Callback):
             "local_rank": trainer.local_rank,
             **self.hook_kwargs,
         }
+        end_startup_watch()  # the process group exists: one hook a process from here on
         self.hook = LivenessProbeHook(**kwargs)
         self._last_step = -1
         self._wrap_save_checkpoint(trainer)

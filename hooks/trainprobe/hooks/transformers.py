@@ -16,6 +16,13 @@ step's ``on_step_begin`` at the latest. An evaluation that starts otherwise
 (``eval_on_start``, several eval datasets) opens its phase at its first
 ``on_prediction_step``.
 
+Under torchrun, importing this module is what makes restarts work:
+``TrainingArguments`` creates the process group (accelerate's
+``PartialState``) before any callback exists, so the import (at the top of
+the script, before the arguments are built) is the earliest place trainprobe
+can act. It prefixes torchrun's store by the attempt and watches the
+start-up of every attempt (:mod:`trainprobe.hooks.framework_startup`).
+
 The DDP wrapper (``trainer.model_wrapped``) is watched at ``on_train_begin``.
 Callbacks are handed only the unwrapped model, so the callback finds the
 trainer that called it on the stack, once per ``train()``.
@@ -33,9 +40,13 @@ from typing import Any, TypeVar
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from trainprobe.hooks.framework_phases import OpenPhases
+from trainprobe.hooks.framework_startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 log = logging.getLogger("trainprobe.hooks")
+
+# The earliest place we run: TrainingArguments makes the process group later.
+prepare()
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: How far up the stack the calling Trainer may be (callback <- call_event <-
@@ -104,6 +115,7 @@ class LivenessProbeCallback(TrainerCallback):
                 "world_size": args.world_size,
                 "local_rank": args.local_process_index,
             }
+            end_startup_watch()  # the process group exists: one hook a process from here on
             self.hook = LivenessProbeHook(**{**ident, **self.hook_kwargs})
         self._watch(kwargs.get("model"))
 

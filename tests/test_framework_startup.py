@@ -1,0 +1,77 @@
+"""Importing a framework callback prepares torchrun's restarts and watches the start-up.
+
+The HF Trainer and Lightning make the process group before any callback
+exists; the import of ``trainprobe.hooks.transformers`` / ``.lightning`` is
+the earliest place trainprobe runs (hooks/trainprobe/hooks/framework_startup.py).
+Real torchrun, real gloo ranks of tests/workers/restart_init.py that only
+import the callback's module and call a plain ``init_process_group``, a real
+sidecar process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sidecar
+
+WORKER = REPO / "tests" / "workers" / "restart_init.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("framework", ["transformers", "lightning"])
+def test_importing_the_callback_module_gets_restarts_through_init_process_group(
+    framework: str,
+) -> None:
+    """Three torchrun restarts, each through a plain init_process_group on
+    torchrun's one shared store (before the fix: "Gloo connectFullMesh failed"
+    or a hang there); on every attempt the start-up hook reported the phases
+    and ended with a Goodbye once the process group existed."""
+    work = short_tmpdir()
+    progress = work / "progress.jsonl"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["--max-restarts", "3", str(WORKER), str(progress), "3", "--framework", framework]
+    with sidecar() as sc:
+        run = subprocess.run(
+            cmd,
+            env=child_env(TRAINPROBE_TARGET=sc.target, PG_TIMEOUT_S="60"),
+            capture_output=True,
+            text=True,
+            timeout=280,
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        events = read_jsonl(progress)
+        inits = sorted((e["attempt"], e["rank"]) for e in events if e["event"] == "init_done")
+        assert inits == [(a, r) for a in range(4) for r in range(2)]
+        ended = [e for e in events if e["event"] == "watch_ended"]
+        assert len(ended) == 8 and all(e["ended"] for e in ended), ended
+        rows = list(sc.status().workers)
+        # The last attempt's two start-up sessions, ended by their Goodbye.
+        last = {e["pid"] for e in events if e["event"] == "start" and e["attempt"] == 3}
+        assert {(w.pid, w.state) for w in rows if w.pid in last} == {(p, "goodbye") for p in last}
+        # A rank slower to import than its peer may be named (a verdict is
+        # cheap), but nothing is killed.
+        assert not [a for a in sc.incidents("action") if a.get("outcomes")], sc.incidents()
+
+
+@pytest.mark.parametrize("framework", ["transformers", "lightning"])
+def test_importing_the_callback_module_outside_torchrun_changes_nothing(framework: str) -> None:
+    code = (
+        f"import trainprobe.hooks.{framework}\n"
+        "import sys, threading\n"
+        "r = sys.modules['torch.distributed.rendezvous']  # the attribute is a function\n"
+        "from trainprobe.hooks import framework_startup as fs\n"
+        "marked = getattr(r._rendezvous_handlers['env'], '_trainprobe_restart_prefix', False)\n"
+        "threads = [t.name for t in threading.enumerate() if t.name.startswith('trainprobe')]\n"
+        "print(fs._watch is None, marked, threads)\n"
+    )
+    # A restarted torchrun attempt's variables, but one process: nothing to watch,
+    # and the prefix needs torchrun's agent store.
+    env = child_env(RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="1")
+    env["TRAINPROBE_TARGET"] = f"unix://{short_tmpdir()}/none.sock"
+    out = subprocess.run(
+        [PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split("\n")[0] == "True False []", out.stdout + out.stderr
