@@ -281,9 +281,9 @@ def test_the_normal_step_time_is_the_ranks_own_and_ages_on_the_clock() -> None:
         reg.apply(other, report(at, step=i, seq=i, durations=(5.0,)), at)
     now = t0 + 3.0
     s = summarize(mine, now, 10.0)
-    assert s.verified and s.normal_step_s == 1.0  # the floor: 2 x (0.1 + 0.1) is less
-    assert stepping(s) and stepping(summarize(mine, now + 0.9, 10.0))
-    assert not stepping(summarize(mine, now + 1.1, 10.0))
+    assert s.verified and s.normal_step_s == 2.0  # the floor: 2 x (0.1 + 0.1) is less
+    assert stepping(s) and stepping(summarize(mine, now + 1.9, 10.0))
+    assert not stepping(summarize(mine, now + 2.1, 10.0))
     # Another rank's slow steps do not lengthen this one's normal step time.
     o = summarize(other, now, 10.0)
     assert not o.verified and abs(o.normal_step_s - 10.2) < 0.01  # 2 x (5 + 0.1)

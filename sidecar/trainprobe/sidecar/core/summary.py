@@ -8,9 +8,9 @@ from trainprobe.sidecar.core.model import Verdict, WorkerState, heard_every_ms
 __all__ = ["NORMAL_STEP_FLOOR_S", "summarize"]
 
 #: The least "normal step time" (s): a report late on a loaded node must not
-#: make a stepping rank look stuck. A verdict needs 3 s without progress at
-#: the least (``stall``'s floor, ``sync_timeout_s``), so this delays no culprit.
-NORMAL_STEP_FLOOR_S = 1.0
+#: make a stepping rank look stuck. A verdict needs 3 s without progress (the
+#: shipped ``stall`` floor and ``sync_timeout_s``), so this delays no culprit.
+NORMAL_STEP_FLOOR_S = 2.0
 
 
 def summarize(
