@@ -50,13 +50,21 @@ from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, free_port, 
 __all__ = ["add_run_parser", "run_main"]
 
 LAUNCHER = "[trainprobe run]"
+DESCRIPTION = (
+    "Start a torchft lighthouse, a sidecar (unless one answers at $TRAINPROBE_TARGET or "
+    "the per-user socket) and N replica groups of K processes of the command, each "
+    "restarted alone (with a growing delay while it keeps failing) when it exits non-zero. "
+    "The script makes itself replicated with `model, opt = replicate(hook, model, opt)`. "
+    "Ctrl-C stops everything and exits 130; otherwise the status is 0 once every group "
+    "finished, else that of the first group given up. See docs/RECOVERY.md."
+)
 
 
 def add_run_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run",
         help="run a replicated (torchft) job: lighthouse, sidecar, N replica groups",
-        description=__doc__.split("\n\n")[1],
+        description=DESCRIPTION,
     )
     p.add_argument("--replicas", type=int, default=2, help="replica groups (default: %(default)s)")
     p.add_argument(
