@@ -343,3 +343,40 @@ def test_a_job_stopped_on_two_nodes_waits_for_the_second_nodes_word_then_is_paus
     _, late = _job_of_three("stopped", {0: "stopped", 1: "stopped"})
     assert _kills(early) == {} and _paused(early) == []
     assert _kills(late) == {} and "ranks [0, 1, 2]" in _paused(late)[0]
+
+
+def _ten_ranks(held: int) -> list[object]:
+    """Ranks 0-9 relayed, silent since T0+4; the first ``held`` under a debugger
+    (their node's word), the rest hung silently (their node saw them run). The
+    effects of a round at T0+6.6, patience 0; the round samples ranks 0-7."""
+    from tests.unit.test_hang_machine import machine, tick
+    from trainprobe.sidecar.core import step
+    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+
+    now = T0 + 6.6
+    state, reg = machine(), Registry()
+    ws = [connected(reg, r, T0, world=10, interval_ms=100) for r in range(10)]
+    for w in ws:
+        w.node = NODE
+        Registry.set_relay_interval(w, 500)
+        reg.apply(w, report(T0 + 4.0, step=5, step_t_s=T0 + 1), T0 + 4.0)
+    (watch,) = [e for e in tick(state, reg, T0 + 5.0) if isinstance(e, Watch)]
+    for w in ws[:held]:
+        Registry.set_held(w, ("traced", now - 0.3))
+    plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+    assert plan is not None and {w.hello.rank for w in plan.states} == set(range(8))
+    evidence = {
+        w.hello.rank: assess(w.hello.rank, relayed_samples(w, now), [], False) for w in plan.states
+    }
+    rnd = EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, evidence)
+    return [*step(state, reg.workers(), None, (rnd,), now)[1], *tick(state, reg, now)]
+
+
+def test_a_silent_rank_past_the_sampled_eight_is_not_masked_either() -> None:
+    """An episode samples at most 8 ranks (MAX_INSPECTED), culprits first; a
+    relayed rank's word costs nothing to read, so every relayed rank counts:
+    8 ranks held do not make the silent hang of ranks 8 and 9 a pause."""
+    held = _ten_ranks(8)
+    assert _paused(held) == []
+    assert _kills(held) == _kills(_ten_ranks(0)) != {}  # as without the held ranks
+    assert "ranks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in _paused(_ten_ranks(10))[0]

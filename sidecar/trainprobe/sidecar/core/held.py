@@ -26,10 +26,10 @@ here, pure:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, stale_after_s
+from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, assess, stale_after_s
 from trainprobe.sidecar.core.hangstate import ROUND_S
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 
@@ -40,6 +40,7 @@ __all__ = [
     "awaiting_word",
     "held_fresh_s",
     "held_kind",
+    "relayed_evidence",
     "relayed_samples",
 ]
 
@@ -79,6 +80,22 @@ def relayed_samples(w: WorkerState, now: float) -> list[ProcSample]:
     if how not in _LETTER or now - at > held_fresh_s(w.relay_interval_ms):
         return []
     return [ProcSample(at, _LETTER[how], frozen=how == "frozen")]
+
+
+def relayed_evidence(states: Iterable[WorkerState], now: float) -> dict[int, RankEvidence]:
+    """Each live relayed rank of ``states`` as its node's word alone says (no
+    stacks): free to read, so a pause is judged on every relayed rank of a job,
+    not only on those an evidence round samples."""
+    return {
+        w.hello.rank: assess(
+            w.hello.rank,
+            relayed_samples(w, now),
+            [],
+            now - w.last_report_at <= stale_after_s(heard_every_ms(w)),
+        )
+        for w in states
+        if w.node is not None and w.connected
+    }
 
 
 def awaiting_word(states: Sequence[WorkerState], now: float) -> list[int]:

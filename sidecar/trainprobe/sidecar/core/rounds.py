@@ -49,7 +49,7 @@ from trainprobe.sidecar.core.effects import (
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
 from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
-from trainprobe.sidecar.core.held import awaiting_word
+from trainprobe.sidecar.core.held import awaiting_word, relayed_evidence
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
@@ -96,8 +96,11 @@ def judge_round(
             out.append(Publish.of(incident))
         return out
     ranks = summaries(state, workers, ep.job_id, now)
-    awaiting = awaiting_word(rnd.states, now)
-    reason, hinges = pause_check(rnd.evidence, ranks, awaiting)
+    # Relayed ranks past the sampled ones count too: their node's word is free.
+    rest = [w for w in workers if w.hello.job_id == ep.job_id and w.hello.rank not in rnd.evidence]
+    seen = {**relayed_evidence(rest, now), **rnd.evidence}
+    awaiting = awaiting_word([*rnd.states, *rest], now)
+    reason, hinges = pause_check(seen, ranks, awaiting)
     if hinges and ep.paused_at is not None:
         out.append(_next(cfg, rnd))  # still paused until the word says otherwise
         return out
@@ -115,7 +118,7 @@ def judge_round(
     evidence = rnd.evidence
     dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
     # A replicated job: after the stacks, a waiting replica is still never a culprit.
-    diag = apply_replicas(ranks, refine(analyze_job(ranks), evidence, awaiting), dead)
+    diag = apply_replicas(ranks, refine(analyze_job(ranks), seen, awaiting), dead)
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
     patience_s, basis = patience_for(state, ep.job_id, diag, now)
