@@ -13,6 +13,7 @@ by torchft's own 30 s timeouts, which a fix that did not work would reach.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -207,10 +208,24 @@ def assert_evicted_once(job: FtJob, culprit_pid: int, survivor_pid: int) -> dict
     return ev
 
 
+def assert_no_waiter_blamed(job: FtJob) -> None:
+    """The survivor (rank 0) only waited for the faulty replica: no incident names
+    it, the end of the stall included (its long allreduce was a wait, no DEGRADED)."""
+    time.sleep(1.5)  # the survivor's reports after the stall are judged
+    blamed = [
+        (i["verdict"], i["rule"], i["culprits"], i["evidence"])
+        for i in job.records("incident")
+        if 0 in i.get("culprits", [])
+    ]
+    assert blamed == [], json.dumps(blamed)
+    assert not [i for i in job.records("incident") if i["verdict"] == "DEGRADED"]
+
+
 @pytest.mark.parametrize("job", [("sleep", 100000)], indirect=True)
 def test_a_replica_asleep_in_its_step_is_evicted_and_the_survivor_goes_on(job: FtJob) -> None:
     out = run_fault(job)
     assert_evicted_once(job, out["culprit"].pid, out["survivor"].pid)
+    assert_no_waiter_blamed(job)
     decision = next(d for d in job.records("decision") if d.get("action") == "evict")
     assert decision["rule"] == "patience"
     assert decision["patience_s"] == REPLICA_FLOOR_S  # the replicated default, not 90 s
@@ -248,6 +263,7 @@ def test_an_8s_stall_that_ends_by_itself_evicts_nothing(job: FtJob) -> None:
     time.sleep(1.0)
     resumed = [d for d in job.records("decision") if d.get("rule") == "resumed"]
     assert resumed, job.records("incident")
+    assert_no_waiter_blamed(job)
 
 
 @pytest.mark.parametrize("job", [("lock", 100000), ("gil", 100000)], indirect=True)

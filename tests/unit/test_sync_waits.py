@@ -17,6 +17,7 @@ from trainprobe.sidecar.core import (
     ReportData,
     RuleConfig,
     SyncData,
+    Verdict,
     WorkerState,
     evaluate,
 )
@@ -132,3 +133,24 @@ def test_a_wait_that_explains_only_part_of_the_sync_leaves_it_slow() -> None:
     reg.apply(r0, report(109.0, 10, finished(100.5, 108.6)), 109.0)
     reg.apply(r1, report(109.0, 10, finished(101.5, 108.6)), 109.0)
     assert slow_syncs(reg, 109.1) == [0, 1]
+
+
+def test_a_wait_the_sidecar_judged_spares_the_waiter_whatever_the_numbering() -> None:
+    """torchft's replicas number their collectives apart (one joined later): no
+    arrival comparison holds, but the sidecar saw rank 0 wait in seq 13
+    (``sync_inflight``), and that wait's end is no DEGRADED finding."""
+    reg = Registry()
+    r0, r1 = ranks(reg)
+    waits = GroupSeqData("default", 13, 12, ns(100.5), "allreduce", 13, (13,), (ns(100.5),))
+    ahead = GroupSeqData("default", 40, 40)  # the other replica's own numbering
+    for t in (101.0, 102.0, 103.0, 104.0):
+        reg.apply(r0, report(t, int(t) - 99, SyncData(groups=(waits,))), t)
+        reg.apply(r1, report(t, int(t) - 99, SyncData(groups=(ahead,))), t)
+        reg.arrivals.sweep(t)
+    reg.set_verdict(r0.key, Verdict.HUNG, "sync_inflight")  # what the engine's tick set
+    sample = CollectiveData("default", 13, "allreduce", 64, ns(100.5), ns(110.9))
+    done = SyncData(1, 10.4, 10.4, 64, 10.4, (GroupSeqData("default", 13, 13),), (sample,))
+    reg.apply(r0, report(111.0, 12, done), 111.0)
+    reg.set_verdict(r0.key, Verdict.OK, "")  # the next tick: the wait is over
+    assert slow_syncs(reg, 111.1) == []
+    assert slow_syncs(reg, 111.2) == []

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import replace
 
 from trainprobe.sidecar.core.arrival import ArrivalTracker, LagStats
+from trainprobe.sidecar.core.incidents import WAITING_RULE
 from trainprobe.sidecar.core.model import (
     GPU_RATIO_WINDOW,
     OFFSET_RISE_PER_S,
@@ -19,6 +20,7 @@ from trainprobe.sidecar.core.model import (
     ActivePhase,
     GpuMemoryData,
     ReportData,
+    SyncData,
     WorkerState,
 )
 
@@ -41,6 +43,8 @@ def fold_report(
     if state.fresh_after and sent_at >= state.fresh_after:
         state.fresh_after = 0.0
     state.last_report_at = now
+    if report.sync is not None and report.sync.count and state.verdict_rule == WAITING_RULE:
+        _note_waited(state, report.sync)
     state.last_report = report
     state.reports += 1
     if report.has_step and (not state.has_step or report.total_steps >= state.total_steps):
@@ -71,6 +75,22 @@ def fold_report(
             arrivals.observe(state, report.sync, now)
     elif state.inflight_since:
         state.inflight_since = {}
+
+
+def _note_waited(state: WorkerState, sync: SyncData) -> None:
+    """The collectives the rank was judged waiting in, as of its previous report,
+    that this report says finished (``WorkerState.waited_sync``)."""
+    prev = state.last_report.sync if state.last_report is not None else None
+    if prev is None:
+        return
+    done = {g.group: g.completed for g in sync.groups}
+    waited = tuple(
+        (g.group, g.inflight_seq)
+        for g in prev.groups
+        if g.inflight_seq and done.get(g.group, 0) >= g.inflight_seq
+    )
+    if waited:
+        state.waited_sync = waited
 
 
 def _samples(state: WorkerState, report: ReportData) -> None:

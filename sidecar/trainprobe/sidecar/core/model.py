@@ -247,6 +247,10 @@ class WorkerState:
     gpu: GpuMemoryData | None = None
     #: The last report window in which collectives finished.
     sync_window: SyncData | None = None
+    #: (group, seq) of the collectives it was seen waiting in (its verdict was
+    #: ``sync_inflight``) when a report said they finished: their long sync was
+    #: that wait, judged with the job's hang, not a slow sync of its own.
+    waited_sync: tuple[tuple[str, int], ...] = ()
     verdict: Verdict = Verdict.OK
     verdict_rule: str = ""
     #: Set when trainprobe itself killed the process: its exit is expected.

@@ -204,12 +204,21 @@ def _waited_for_peer(
     wait is the late rank's doing (a stall, which the progress rules judge),
     so it is no finding against the waiter. Only when what is left once the
     wait is taken off still exceeds the limit is its sync slow of itself.
-    The arrival tracker said how long it waited (``LagStats.waited``), for
-    a collective of this window: the slowest sampled one or, when the hook's
-    sample missed it, one of the ``count`` before it in the same group.
+
+    Two witnesses of the wait: the sidecar judged the rank waiting in that
+    very collective (``sync_inflight``, ``WorkerState.waited_sync``), which
+    holds whatever the collectives' numbering (torchft's replicas number
+    theirs apart); or the arrival tracker said how long it waited
+    (``LagStats.waited``), for a collective of this window: the slowest
+    sampled one or, when the hook's sample missed it, one of the ``count``
+    before it in the same group.
     """
+    if slowest is None:
+        return False
+    if (slowest.group, slowest.seq) in w.waited_sync:
+        return True  # the sidecar saw it wait there: sync_inflight, the hang's own incident
     waited = getattr(w.arrival, "waited", None)
-    if waited is None or slowest is None:
+    if waited is None:
         return False
     group, seq, wait_s = waited
     if group != slowest.group or not slowest.seq - sync.count < seq <= slowest.seq:
