@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tests.support import PYTHON, child_env
 from trainprobe.sidecar.cli import ctl
 from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timeline
-from trainprobe.sidecar.cli.log_stream import stream_stories
+from trainprobe.sidecar.cli.log_stream import MAX_LINE_BYTES, OPEN_STORIES, stream_stories
 from trainprobe.sidecar.cli.record_shape import shape_problem
 from trainprobe.sidecar.cli.report_page import ReportData
 from trainprobe.sidecar.cli.report_story import events, main_story, what_happened
@@ -278,3 +278,27 @@ def test_every_record_the_shape_check_passes_can_be_shown(records: list[dict[str
         events([story])
         main_story([story])
         what_happened([story])
+
+
+def test_the_window_keeps_each_story_whole_and_in_log_order() -> None:
+    """Past OPEN_STORIES incidents, stories leave the window in log order, each with
+    its later records (here written 100 incidents after it, as a slow kill would)."""
+    n, lag = OPEN_STORIES * 3, 100
+    records: list[tuple[dict[str, Any], int]] = []
+    for i in range(n + lag):
+        if i < n:
+            records.append((incident(f"w{i}"), 300))
+        if i >= lag:
+            records.append((later("action", f"w{i - lag}", action="kill"), 100))
+    got = list(stream_stories(records, warn=lambda line: pytest.fail(line)))
+    assert [s.id for s in got] == [f"w{i}" for i in range(n)]
+    assert all(len(s.later) == 1 for s in got)
+
+
+def test_a_line_past_the_bound_is_skipped_unread(tmp_path: Path) -> None:
+    log = tmp_path / "incidents.jsonl"
+    huge = json.dumps(incident("huge", text="x" * (MAX_LINE_BYTES + 10)))
+    log.write_text("\n".join([GOOD[0], huge, GOOD[3]]) + "\n")
+    code, out, err = run_ctl("incidents", "--log", str(log))
+    assert code == 0 and [x.split()[2] for x in out.splitlines()] == ["good-1", "good-2"]
+    assert warnings_in(err) == [f"trainprobe: warning: {log}:2: a line over 16 MiB: skipped"]
