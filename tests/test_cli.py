@@ -89,7 +89,7 @@ def test_diagnose_without_job_names_the_jobs_when_there_are_several() -> None:
         workers = [
             subprocess.Popen(
                 [PYTHON, str(WORKER), job, "100000"],
-                env=child_env(TRAINPROBE_TARGET=sc.target),
+                env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_JOB_NAME="twin <run>"),
                 stdout=subprocess.DEVNULL,
             )
             for job in ("job-a", "job-b")
@@ -99,7 +99,14 @@ def test_diagnose_without_job_names_the_jobs_when_there_are_several() -> None:
             r = ctl("diagnose", "--target", sc.target)
             assert r.returncode == 1
             line = one_line(r.stderr)
-            assert "serves 2 running jobs (job-a, job-b): pass --job" in line
+            assert "serves 2 running jobs (twin <run> (id job-a), twin <run> (id job-b)): " in line
+            # A name two jobs share is no job: an error listing their ids, in every command.
+            for cmd in ("status", "diagnose", "top"):
+                extra = ["--once"] if cmd == "top" else []
+                r = ctl(cmd, "--target", sc.target, "--job", "twin <run>", *extra)
+                assert r.returncode == 1, (cmd, r.stdout)
+                assert "2 jobs are named 'twin <run>': ['job-a', 'job-b']" in one_line(r.stderr)
+            assert ctl("status", "--target", sc.target, "--job", "job-a").returncode == 0
             # A finished job is not counted: diagnose serves the one still running.
             workers[1].kill()
             workers[1].wait()

@@ -53,3 +53,14 @@ def test_a_watched_rank_reads_hung_with_its_patience_and_a_killed_one_killed() -
     assert lines[2].endswith("KILLED       by stopped (incident 1a2b-3)")
     assert "vanished" not in lines[2]
     assert lines[3].endswith("OK           connected")
+
+
+def test_a_job_whose_streams_all_ended_reads_finished() -> None:
+    ended = [
+        probe_pb2.WorkerStatus(job_id="old", job_name="nightly", rank=r, state="goodbye")
+        for r in (0, 1)
+    ]
+    live = probe_pb2.WorkerStatus(job_id="new", rank=0, verdict="OK", state="connected")
+    lines = format_status(probe_pb2.StatusReply(workers=[live, *ended])).splitlines()
+    heads = [line for line in lines if line.startswith("job ")]
+    assert heads == ["job new  (1 worker)", "job nightly (id old)  (2 workers, finished)"]

@@ -164,7 +164,12 @@ def _narrow_rows(
                 if w.job_name and w.job_name != w.job_id
                 else f["job"]
             )
-            lines.append(f"job {label}  ({count} worker{'' if count == 1 else 's'})")
+            # Every stream over: the job is finished, whatever its verdicts said.
+            done = all(x.state != "connected" for x in reply.workers if x.job_id == job)
+            lines.append(
+                f"job {label}  ({count} worker{'' if count == 1 else 's'}"
+                + (", finished)" if done else ")")
+            )
             if diag := culprits_line(job, diagnoses.get(job) or {}, named=False):
                 lines.append(diag)
             lines.append(head + "STATE")
