@@ -17,11 +17,13 @@ Node A runs ranks 0 and 1 of a 3-rank job; both hang. Rank 2 is:
 Before, the upstream took the node's silence about ranks 0 and 1 for no word
 at all, and rank 2's word for the whole job: "every live rank is held ... the
 job is paused", and nothing was killed in 40 s. Now a relayed rank whose node
-had its time to speak and said nothing runs: ranks 0 and 1 are killed by the
-first action, after the patience (4 s), as in the control. ``--job-kill-grace-s
-60`` keeps the job's sweep out of the way: a kill within 40 s is that first
-action, never a sweep of ranks a made-up culprit left behind. The debugger
-stops rank 2 before ranks 0 and 1 hang, as a person looking at one rank would.
+had its time to speak and said nothing runs: ranks 0 and 1 are killed once
+their patience (4 s) is spent, as in the control: by the first action, or,
+beside the made-up stopped rank (killed at once, its order going to the liar's
+stream), by the sweep of the ranks stuck beside it. ``--job-kill-grace-s 60``
+keeps the job's ordinary sweep out of the way: a kill within 40 s is never
+that. The debugger stops rank 2 before ranks 0 and 1 hang, as a person looking
+at one rank would (ptrace needs root or Yama's ptrace_scope 0: skipped else).
 """
 
 from __future__ import annotations
@@ -173,7 +175,11 @@ def test_a_silent_hang_is_killed_with_a_held_rank_elsewhere_as_without(rank2: st
                 text=True,
             )
             stack.enter_context(_killed_after(tracer))
-            assert tracer.stdout is not None and tracer.stdout.readline().strip() == "traced"
+            assert tracer.stdout is not None
+            said = tracer.stdout.readline().strip()
+            if said.startswith("ptrace") and "not permitted" in said:
+                pytest.skip(f"this machine forbids attaching a debugger: {said}")
+            assert said == "traced", said
             time.sleep(0.5)
         trigger.touch()
         for p in hung:

@@ -3,8 +3,9 @@
 Pure: the evidence of an episode's round per rank
 (:class:`~trainprobe.sidecar.core.evidence.RankEvidence`, a relayed rank's
 from its node's word: :mod:`~trainprobe.sidecar.core.held`) and the job's
-rank summaries in, a reason out. :mod:`~trainprobe.sidecar.core.rounds`
-holds every kill of a paused job and restarts its clocks at the resume.
+rank summaries in, a reason out; :func:`judge_pause` turns it into an
+episode's round (no kill while paused, the job's clocks restarted at the
+resume), for :mod:`~trainprobe.sidecar.core.rounds`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.decision import Judgement
+from trainprobe.sidecar.core.effects import Effect, Log, Record, ResumeJob
+from trainprobe.sidecar.core.episodes import Episode
 from trainprobe.sidecar.core.evidence import RankEvidence
+from trainprobe.sidecar.core.hangstate import HangState
 from trainprobe.sidecar.core.held import held_kind
+from trainprobe.sidecar.core.records import PauseDecision
 
-__all__ = ["pause_check", "paused_line", "paused_reason"]
+__all__ = ["judge_pause", "pause_check", "paused_line", "paused_reason"]
 
 
 def paused_reason(
@@ -90,3 +96,45 @@ _HELD_HOW = {
 def paused_line(reason: str, paused_s: float) -> str:
     """``PAUSED 12 s — every live rank is held (...)`` for ``trainprobe status``."""
     return f"PAUSED {paused_s:.0f} s — {reason}; nothing is killed until it resumes"
+
+
+def judge_pause(
+    state: HangState,
+    ep: Episode,
+    incident_id: str,
+    evidence: Mapping[int, RankEvidence],
+    reason: str,
+    now: float,
+    out: list[Effect],
+) -> Judgement | None:
+    """A paused job's judgement this round (None: not paused, judge it as usual).
+
+    While paused: no kill, and no clock runs. Once it runs again (``reason``
+    empty after a pause) the episode is marked resumed (it closes at the next
+    tick) and the job's clocks restart at the resume (:class:`ResumeJob`), so
+    the time held never counts as a stall, here or by the rules.
+    """
+    if not reason and ep.paused_at is None:
+        return None
+    patience_s, basis = state.patience.patience_s(ep.job_id)
+    record: dict[str, object] = {str(r): ev.to_record() for r, ev in sorted(evidence.items())}
+    if not reason:  # it was paused and runs again
+        ep.resumed_at = now
+        out.append(ResumeJob(ep.job_id, now))
+        held_s = now - (ep.paused_at or now)
+        why = f"resumed after {held_s:.1f}s paused: nothing was killed"
+        out.append(Log.warning("job %s: %s", ep.job_id, why))
+        return Judgement(False, "resumed", why, False, patience_s, basis, now, now, record)
+    if ep.paused_at is None:
+        ep.paused_at = now
+        out.append(
+            Log.warning(
+                "job %s (incident %s): %s; nothing is killed", ep.job_id, incident_id, reason
+            )
+        )
+        out.append(Record(PauseDecision(incident_id, ep.job_id, reason, record)))
+    why = f"{reason}: nothing is killed, and no stall clock runs until it resumes"
+    j = Judgement(False, "paused", why, False, patience_s, basis, ep.paused_at, now, record)
+    ep.decision = j.to_record()
+    ep.suspect = paused_line(reason, now - ep.paused_at)
+    return j

@@ -21,7 +21,7 @@ Every outcome is an effect; nothing here writes, signals or sleeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from trainprobe.sidecar.core.actions import Action, for_replicas, is_destructive
@@ -43,19 +43,18 @@ from trainprobe.sidecar.core.effects import (
     MarkKill,
     Publish,
     Record,
-    ResumeJob,
     Watch,
 )
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
-from trainprobe.sidecar.core.evidence import RankEvidence, definitive_reason
+from trainprobe.sidecar.core.evidence import definitive_reason
 from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
 from trainprobe.sidecar.core.held import awaiting_word, relayed_evidence
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.pause import pause_check, paused_line
+from trainprobe.sidecar.core.pause import judge_pause, pause_check
 from trainprobe.sidecar.core.policy import decide
-from trainprobe.sidecar.core.records import ActDecision, PauseDecision
+from trainprobe.sidecar.core.records import ActDecision
 from trainprobe.sidecar.core.replicas import apply_replicas, culprit_onset, replica_evidence
 
 __all__ = ["judge_round", "kill_decided", "patience_for", "signals_for"]
@@ -104,7 +103,7 @@ def judge_round(
     if hinges and ep.paused_at is not None:
         out.append(_next(cfg, rnd))  # still paused until the word says otherwise
         return out
-    paused = _judge_pause(state, ep, incident.id, rnd.evidence, reason, now, out)
+    paused = judge_pause(state, ep, incident.id, rnd.evidence, reason, now, out)
     if paused is not None:
         if not ep.published:
             _fill(state, incident, ep.diagnosis, paused, rnd)
@@ -157,48 +156,6 @@ def _next(cfg: HangConfig, rnd: EvidenceRound) -> Watch:
     return Watch(
         rnd.episode, rnd.incident, rnd.round + 1, cfg.round_s, signals_for(cfg, rnd.incident)
     )
-
-
-def _judge_pause(
-    state: HangState,
-    ep: Episode,
-    incident_id: str,
-    evidence: Mapping[int, RankEvidence],
-    reason: str,
-    now: float,
-    out: list[Effect],
-) -> Judgement | None:
-    """A paused job's judgement this round (None: not paused, judge it as usual).
-
-    While paused: no kill, and no clock runs. Once it runs again (``reason``
-    empty after a pause) the episode is marked resumed (it closes at the next
-    tick) and the job's clocks restart at the resume (:class:`ResumeJob`), so
-    the time held never counts as a stall, here or by the rules.
-    """
-    if not reason and ep.paused_at is None:
-        return None
-    patience_s, basis = state.patience.patience_s(ep.job_id)
-    record: dict[str, object] = {str(r): ev.to_record() for r, ev in sorted(evidence.items())}
-    if not reason:  # it was paused and runs again
-        ep.resumed_at = now
-        out.append(ResumeJob(ep.job_id, now))
-        held_s = now - (ep.paused_at or now)
-        why = f"resumed after {held_s:.1f}s paused: nothing was killed"
-        out.append(Log.warning("job %s: %s", ep.job_id, why))
-        return Judgement(False, "resumed", why, False, patience_s, basis, now, now, record)
-    if ep.paused_at is None:
-        ep.paused_at = now
-        out.append(
-            Log.warning(
-                "job %s (incident %s): %s; nothing is killed", ep.job_id, incident_id, reason
-            )
-        )
-        out.append(Record(PauseDecision(incident_id, ep.job_id, reason, record)))
-    why = f"{reason}: nothing is killed, and no stall clock runs until it resumes"
-    j = Judgement(False, "paused", why, False, patience_s, basis, ep.paused_at, now, record)
-    ep.decision = j.to_record()
-    ep.suspect = paused_line(reason, now - ep.paused_at)
-    return j
 
 
 def patience_for(state: HangState, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
