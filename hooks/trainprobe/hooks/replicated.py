@@ -45,10 +45,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from trainprobe.hooks.replicated_optim import REPLICA_PREFIX, ReplicatedOptimizer, replica_env
 from trainprobe.hooks.torchft import RayReplicaGroup, ft_comm_hook
 
 log = logging.getLogger("trainprobe.hooks")
@@ -56,23 +57,12 @@ log = logging.getLogger("trainprobe.hooks")
 __all__ = [
     "REPLICA_PREFIX",
     "ReplicatedOptimizer",
+    "comm_hook",
     "launcher_replica_group",
+    "make_manager",
     "replica_env",
     "replicate",
 ]
-
-#: A replica group's id is this and its index (torchft's global rank reads the digits).
-REPLICA_PREFIX = "replica_"
-
-
-def replica_env() -> tuple[int, int] | None:
-    """(this replica group's index, number of groups) from the launcher's env
-    (``TORCHFT_LIGHTHOUSE`` and ``REPLICA_GROUP_ID``, as torchft's torchx sets
-    them too), or None."""
-    group = os.environ.get("REPLICA_GROUP_ID", "")
-    if not os.environ.get("TORCHFT_LIGHTHOUSE") or not group.isdigit():
-        return None
-    return int(group), max(int(group) + 1, int(os.environ.get("NUM_REPLICA_GROUPS", "1") or 1))
 
 
 def launcher_replica_group() -> RayReplicaGroup | None:
@@ -85,104 +75,6 @@ def launcher_replica_group() -> RayReplicaGroup | None:
     rank = int(os.environ.get("RANK", "0") or 0)
     size = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
     return RayReplicaGroup(f"{REPLICA_PREFIX}{env[0]}", rank, size)
-
-
-def _optimizer_base() -> type:
-    import torch
-
-    return torch.optim.Optimizer
-
-
-class _Wrapper:
-    """What :class:`ReplicatedOptimizer` adds to the script's optimizer."""
-
-    def __init__(self, optim: Any, manager: Any) -> None:
-        # Like torchft's OptimizerWrapper: no Optimizer.__init__, everything is optim's.
-        self.optim = optim
-        self.manager = manager
-        self._pending = False  # a quorum was started for the step being trained
-        self._total: int | None = None
-        self._local = 0
-
-    # -- torch.optim.Optimizer ----------------------------------------------------
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optim.param_groups  # type: ignore[no-any-return]
-
-    @property
-    def state(self) -> Any:
-        return self.optim.state
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.optim.state_dict()  # type: ignore[no-any-return]
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optim.load_state_dict(state_dict)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        self.optim.add_param_group(param_group)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.start_step()
-        self.optim.zero_grad(set_to_none)
-
-    def step(self, closure: Any = None) -> Any:
-        if self.manager is None:
-            self._local += 1
-            return self.optim.step(closure)
-        if closure is not None:
-            raise ValueError("a replicated optimizer takes no closure (torchft's rule)")
-        self.start_step()  # a loop with no zero_grad and no forward before step
-        self._pending = False
-        if self.manager.should_commit():  # False: the quorum lost a replica, step discarded
-            self.optim.step()
-        return None
-
-    # -- the replicated loop ------------------------------------------------------
-
-    def start_step(self) -> None:
-        """Start this step's quorum (once a step; not past the last step)."""
-        if self.manager is None or self._pending:
-            return
-        if self._total is not None and self.manager.current_step() >= self._total:
-            return  # the loop is over: a quorum now would wait for replicas that left
-        self.manager.start_quorum()
-        self._pending = True
-
-    def steps(self, total: int) -> Iterator[int]:
-        """The step being trained, 1-based, until ``total`` steps are committed."""
-        self._total = total
-        while (done := self.committed()) < total:
-            yield done + 1
-
-    def committed(self) -> int:
-        """Steps committed so far (after a rejoin: the survivors' count)."""
-        return self._local if self.manager is None else int(self.manager.current_step())
-
-    def sampler(self, dataset: Any, **kwargs: Any) -> Any:
-        """A ``DistributedSampler`` of ``dataset`` for this rank: one shard per rank of
-        every replica group (``shuffle``, ``seed``, ``drop_last`` as torch's)."""
-        import torch.distributed as dist
-        from torch.utils.data import DistributedSampler
-
-        group, groups = replica_env() or (0, 1)
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        size = dist.get_world_size() if dist.is_initialized() else 1
-        return DistributedSampler(
-            dataset, num_replicas=groups * size, rank=group * size + rank, **kwargs
-        )
-
-
-_CLASS: list[type] = []
-
-
-def ReplicatedOptimizer(optim: Any, manager: Any) -> Any:
-    """The script's optimizer, committing through ``manager`` (None: plain). An
-    ``isinstance`` of ``torch.optim.Optimizer``, so LR schedulers take it."""
-    if not _CLASS:
-        _CLASS.append(type("ReplicatedOptimizer", (_Wrapper, _optimizer_base()), {}))
-    return _CLASS[0](optim, manager)
 
 
 def _group_hook(state, bucket):  # type: ignore[no-untyped-def]
@@ -204,6 +96,44 @@ def _transport(timeout: timedelta) -> Any:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torchft.ProcessGroupNCCL(timeout=timeout)
     return torchft.ProcessGroupGloo(timeout=timeout)
+
+
+def make_manager(
+    state_dict: Callable[[], Any],
+    load_state_dict: Callable[[Any], None],
+    *,
+    min_replicas: int = 1,
+    timeout_s: float = 30.0,
+    quorum_timeout_s: float = 60.0,
+    replica_id: str | None = None,
+) -> Any:
+    """This replica group's torchft ``Manager`` (defaults: see the module's doc),
+    shut down at exit. Call once the replica group's process group (or store) exists."""
+    import torch.distributed as dist
+    import torchft
+
+    group, _ = replica_env() or (0, 1)
+    timeout = timedelta(seconds=timeout_s)
+    ranked = dist.is_initialized()
+    manager = torchft.Manager(
+        pg=_transport(timeout),
+        min_replica_size=min_replicas,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        replica_id=replica_id or f"{REPLICA_PREFIX}{group}",
+        rank=dist.get_rank() if ranked else int(os.environ.get("RANK", "0")),
+        world_size=dist.get_world_size() if ranked else int(os.environ.get("WORLD_SIZE", "1")),
+        timeout=timeout,
+        quorum_timeout=timedelta(seconds=quorum_timeout_s),
+    )
+    atexit.register(_shutdown, manager)
+    return manager
+
+
+def comm_hook(manager: Any, group_pg: Any, size: int) -> tuple[Any, Any]:
+    """(state, hook) for ``DistributedDataParallel.register_comm_hook``: across the
+    replica groups, after averaging inside a group of ``size`` > 1 ranks."""
+    return ((manager, group_pg, size), _group_hook) if size > 1 else (manager, ft_comm_hook)
 
 
 def replicate(
@@ -236,11 +166,10 @@ def replicate(
             hook.watch_ddp(model)
         return model, ReplicatedOptimizer(optimizer, None)
     import torch.distributed as dist
-    import torchft
 
     from trainprobe.hooks.torchft import DistributedDataParallel
 
-    group, groups = env
+    groups = env[1]
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     holder: list[Any] = []
 
@@ -251,20 +180,15 @@ def replicate(
         inner.load_state_dict(sd["model"])
         holder[0].optim.load_state_dict(sd["optim"])
 
-    timeout = timedelta(seconds=timeout_s)
-    ranked = dist.is_initialized()
-    manager = torchft.Manager(
-        pg=_transport(timeout),
-        min_replica_size=min_replicas,
-        load_state_dict=load_state_dict,
-        state_dict=state_dict,
-        replica_id=replica_id or f"{REPLICA_PREFIX}{group}",
-        rank=dist.get_rank() if ranked else int(os.environ.get("RANK", "0")),
-        world_size=dist.get_world_size() if ranked else int(os.environ.get("WORLD_SIZE", "1")),
-        timeout=timeout,
-        quorum_timeout=timedelta(seconds=quorum_timeout_s),
+    manager = make_manager(
+        state_dict,
+        load_state_dict,
+        min_replicas=min_replicas,
+        timeout_s=timeout_s,
+        quorum_timeout_s=quorum_timeout_s,
+        replica_id=replica_id,
     )
-    atexit.register(_shutdown, manager)
+    ranked = dist.is_initialized()
     opt = ReplicatedOptimizer(optimizer, manager)
     holder.append(opt)
     if hook is not None:
@@ -279,7 +203,7 @@ def replicate(
         model = nn.parallel.DistributedDataParallel(
             inner, process_group=group_pg, find_unused_parameters=True
         )
-        model.register_comm_hook((manager, group_pg, size), _group_hook)
+        model.register_comm_hook(*comm_hook(manager, group_pg, size))
     else:
         model = DistributedDataParallel(manager, inner)  # the same rule inside
     start: Callable[..., None] = lambda *_: opt.start_step()  # noqa: E731

@@ -1,0 +1,135 @@
+"""The replicated loop's optimizer, and the launcher's replica-group environment.
+
+:func:`ReplicatedOptimizer` wraps the script's optimizer (an ``isinstance`` of
+``torch.optim.Optimizer``): ``zero_grad`` (or the model's forward, through
+:meth:`start_step`) starts the step's torchft quorum, ``step`` commits it or
+discards it, ``steps(n)`` counts committed steps. Without a Manager it is the
+optimizer itself (plain DDP under torchrun). See trainprobe.hooks.replicated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env"]
+
+#: A replica group's id is this and its index (torchft's global rank reads the digits).
+REPLICA_PREFIX = "replica_"
+
+
+def replica_env() -> tuple[int, int] | None:
+    """(this replica group's index, number of groups) from the launcher's env
+    (``TORCHFT_LIGHTHOUSE`` and ``REPLICA_GROUP_ID``, as torchft's torchx sets
+    them too), or None."""
+    group = os.environ.get("REPLICA_GROUP_ID", "")
+    if not os.environ.get("TORCHFT_LIGHTHOUSE") or not group.isdigit():
+        return None
+    return int(group), max(int(group) + 1, int(os.environ.get("NUM_REPLICA_GROUPS", "1") or 1))
+
+
+@dataclass
+class _LoopState:
+    pending: bool = False  # a quorum was started for the step being trained
+    total: int | None = None  # the last step to train (steps(n), or the Trainer's max)
+    local: int = 0  # steps without a Manager
+
+
+def _optimizer_base() -> type:
+    import torch
+
+    return torch.optim.Optimizer
+
+
+class _Wrapper:
+    """What :class:`ReplicatedOptimizer` adds to the script's optimizer."""
+
+    def __init__(self, optim: Any, manager: Any) -> None:
+        # Like torchft's OptimizerWrapper: no Optimizer.__init__, everything is optim's.
+        self.optim = optim
+        self.manager = manager
+        # One object for the mutable state: Lightning's LightningOptimizer copies an
+        # optimizer's __dict__, and both copies must see the same quorum and counts.
+        self._s = _LoopState()
+
+    # -- torch.optim.Optimizer ----------------------------------------------------
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optim.param_groups  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> Any:
+        return self.optim.state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optim.state_dict()  # type: ignore[no-any-return]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optim.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optim.add_param_group(param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.start_step()
+        self.optim.zero_grad(set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        if self.manager is None:
+            self._s.local += 1
+            return self.optim.step(closure)
+        # A closure (Lightning's: forward, zero_grad, backward) runs once, before the commit.
+        loss = closure() if closure is not None else None
+        self.start_step()  # a loop with no zero_grad and no forward before step
+        self._s.pending = False
+        if self.manager.should_commit():  # False: the quorum lost a replica, step discarded
+            self.optim.step()
+        return loss
+
+    # -- the replicated loop ------------------------------------------------------
+
+    def start_step(self) -> None:
+        """Start this step's quorum (once a step; not past the last step)."""
+        if self.manager is None or self._s.pending:
+            return
+        if self._s.total is not None and self.manager.current_step() >= self._s.total:
+            return  # the loop is over: a quorum now would wait for replicas that left
+        self.manager.start_quorum()
+        self._s.pending = True
+
+    def steps(self, total: int) -> Iterator[int]:
+        """The step being trained, 1-based, until ``total`` steps are committed."""
+        self._s.total = total
+        while (done := self.committed()) < total:
+            yield done + 1
+
+    def committed(self) -> int:
+        """Steps committed so far (after a rejoin: the survivors' count)."""
+        return self._s.local if self.manager is None else int(self.manager.current_step())
+
+    def sampler(self, dataset: Any, **kwargs: Any) -> Any:
+        """A ``DistributedSampler`` of ``dataset`` for this rank: one shard per rank of
+        every replica group (``shuffle``, ``seed``, ``drop_last`` as torch's)."""
+        import torch.distributed as dist
+        from torch.utils.data import DistributedSampler
+
+        group, groups = replica_env() or (0, 1)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        size = dist.get_world_size() if dist.is_initialized() else 1
+        return DistributedSampler(
+            dataset, num_replicas=groups * size, rank=group * size + rank, **kwargs
+        )
+
+
+_CLASS: list[type] = []
+
+
+def ReplicatedOptimizer(optim: Any, manager: Any) -> Any:
+    """The script's optimizer, committing through ``manager`` (None: plain). An
+    ``isinstance`` of ``torch.optim.Optimizer``, so LR schedulers take it."""
+    if not _CLASS:
+        _CLASS.append(type("ReplicatedOptimizer", (_Wrapper, _optimizer_base()), {}))
+    return _CLASS[0](optim, manager)
