@@ -19,21 +19,27 @@ process can do: a stopped process (state ``T`` in ``/proc``) gets py-spy only,
 and one whose reporter has missed several reports (a C call holding the GIL)
 is asked in-process last, so neither case waits out the in-process timeout
 before the action.
+
+The outside readers (2 and 3) and the stack file's rules are
+``outside_stacks.py``; :func:`find_py_spy`, :func:`open_stack_file`,
+:func:`proc_uid` and :func:`remove_stack_file` are importable from here too.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
-import shutil
-import stat
-import sys
 import time
 from pathlib import Path
 
 from trainprobe.proto import probe_pb2, runtime_dir
+from trainprobe.sidecar.act.outside_stacks import (
+    find_py_spy,
+    open_stack_file,
+    proc_uid,
+    read_faulthandler,
+    read_py_spy,
+    remove_stack_file,
+)
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped, protected_pid
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.stackframes import stuck_at
@@ -52,25 +58,10 @@ __all__ = [
 MAX_STACK_CHARS = 16_000
 #: Longest Flight Recorder JSON an incident keeps per rank.
 MAX_FR_CHARS = 32_000
-#: Most bytes read from a faulthandler stack file per dump.
-MAX_STACK_FILE_BYTES = 1 << 20
 #: A reporter this many intervals (and at least SILENT_MIN_S) late is not
 #: running: the in-process request is asked last.
 SILENT_INTERVALS = 3
 SILENT_MIN_S = 1.0
-
-
-def find_py_spy(setting: str) -> str:
-    """The py-spy executable for ``setting`` (``auto``, ``off`` or a path); "" if none."""
-    if setting == "off":
-        return ""
-    if setting != "auto":
-        return setting if os.access(setting, os.X_OK) else ""
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "py-spy"  # a venv's bin, not always on PATH
-    return str(beside) if os.access(beside, os.X_OK) else ""
 
 
 def _flight_recorder(raw: str) -> object:
@@ -200,141 +191,13 @@ class StackCollector:
     async def _py_spy(
         self, state: WorkerState, attempts: list[dict[str, str]]
     ) -> tuple[str, str, str] | None:
-        if not self.py_spy:
-            why = "py_spy=off" if self.py_spy_setting == "off" else "py-spy is not installed"
-            attempts.append({"method": "py-spy", "error": why})
-            return None
-        cmd = [self.py_spy, "dump", "--pid", str(state.hello.pid), "--nonblocking"]
-        cmd.append("--full-filenames")
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-        except OSError as err:
-            attempts.append({"method": "py-spy", "error": f"cannot run {self.py_spy}: {err}"})
-            return None
-        try:
-            out, stderr = await asyncio.wait_for(proc.communicate(), self.py_spy_timeout_s)
-        except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            why = f"timed out after {self.py_spy_timeout_s:g}s"
-            attempts.append({"method": "py-spy", "error": why})
-            return None
-        text = out.decode(errors="replace")
-        if proc.returncode == 0 and text.strip():
-            return "py-spy", text, ""
-        # py-spy's error is its first line (the rest is a Rust backtrace).
-        first = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[0]
-        attempts.append({"method": "py-spy", "error": f"exit {proc.returncode}: {first}"})
-        return None
+        return await read_py_spy(
+            self.py_spy, self.py_spy_setting, state.hello.pid, self.py_spy_timeout_s, attempts
+        )
 
     async def _faulthandler(
         self, state: WorkerState, attempts: list[dict[str, str]], signals: bool
     ) -> tuple[str, str, str] | None:
-        signum, path = state.hello.stack_signal, state.hello.stack_file
-        if not signum or not path:
-            attempts.append({"method": "faulthandler", "error": "the hook armed no signal"})
-            return None
-        if not signals:
-            why = "no signal is sent when no action is allowed (dry run, or observe)"
-            attempts.append({"method": "faulthandler", "error": why})
-            return None
-        try:
-            fd = open_stack_file(path, state.uid, self.stack_dirs)
-        except OSError as err:
-            attempts.append({"method": "faulthandler", "error": f"stack_file refused: {err}"})
-            return None
-        try:
-            return await self._signal_and_read(state, fd, signum, attempts)
-        finally:
-            os.close(fd)
-
-    async def _signal_and_read(
-        self, state: WorkerState, fd: int, signum: int, attempts: list[dict[str, str]]
-    ) -> tuple[str, str, str] | None:
-        # Sizes and reads go through the descriptor checked above, never the
-        # path again: a file swapped in meanwhile is not read.
-        protected = protected_pid(state.hello.pid)
-        try:
-            if protected:
-                raise PermissionError(protected)
-            start = os.fstat(fd).st_size
-            os.kill(state.hello.pid, signum)
-        except OSError as err:
-            attempts.append({"method": "faulthandler", "error": str(err)})
-            return None
-        deadline = time.monotonic() + self.signal_wait_s
-        size = start
-        # The handler writes in bursts; wait until the file stops growing.
-        text = ""
-        with contextlib.suppress(OSError):
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-                now = os.fstat(fd).st_size
-                if now > start and now == size:
-                    break
-                size = now
-            length = min(os.fstat(fd).st_size - start, MAX_STACK_FILE_BYTES)
-            text = os.pread(fd, max(length, 0), start).decode(errors="replace")
-        if text.strip():
-            return "faulthandler", text, ""
-        attempts.append(
-            {"method": "faulthandler", "error": f"no stacks within {self.signal_wait_s:g}s"}
+        return await read_faulthandler(
+            state, attempts, signals, self.stack_dirs, self.signal_wait_s
         )
-        return None
-
-
-def open_stack_file(path: str, uid: int, dirs: list[Path]) -> int:
-    """A read-only descriptor of a worker's stack file, or OSError saying why not.
-
-    The path comes from a client: it must be a regular file (a FIFO would
-    block, a device would never end), not a symlink, owned by the worker's
-    verified uid, directly inside one of ``dirs``. Opened non-blocking, so not
-    even a FIFO swapped in between the checks can hold the event loop.
-    """
-    folder = os.path.realpath(os.path.dirname(path))
-    if not any(folder == os.path.realpath(d) for d in dirs):
-        raise PermissionError(f"{path} is not in the runtime directory")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PermissionError(f"{path} is not a regular file")
-        if st.st_uid != uid:
-            raise PermissionError(f"{path} is owned by uid {st.st_uid}, not the worker's {uid}")
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def proc_uid(pid: int) -> int | None:
-    """The uid that owns process ``pid`` (its /proc entry), or None."""
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
-def remove_stack_file(path: str, pid: int, uid: int | None) -> bool:
-    """Remove the faulthandler file of a killed process ``pid`` (the hook's own
-    cleanup at exit never ran); True if removed.
-
-    The path comes from the worker's Hello, so it is only trusted this far:
-    it must name ``stacks-<pid>.txt`` (validated at Hello), be a regular file
-    (never a link), and belong to ``uid``, the uid the process had (read from
-    /proc before the kill). A root sidecar thus deletes nothing its worker
-    could not have deleted itself.
-    """
-    if uid is None or not path.endswith(f"/stacks-{pid}.txt"):
-        return False
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-            return False
-        os.unlink(path)
-    except OSError:
-        return False
-    return True
