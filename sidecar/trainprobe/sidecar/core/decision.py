@@ -66,10 +66,10 @@ def refine(
        still on its way, ``awaiting``) is stuck on its own: a stopped rank
        explains peers that wait for it, not that. Such ranks are listed as
        ``stuck`` (:func:`stuck_sweep_s`): swept once their patience is spent,
-       as they would be killed without the stopped rank, so that a stopped
-       rank, made up by a token holder's own Relay stream or real, neither
-       leaves a real hang to wait for ``job_kill_grace_s`` nor gets it
-       killed sooner than the job's sweep would.
+       as they would be killed without the stopped rank (or after
+       ``job_kill_grace_s`` if that comes first, as the job's sweep would),
+       so a stopped rank, made up by a token holder's own Relay stream or
+       real, never makes a real hang wait longer than without it.
     2. A conclusive analysis of fresh collective data stands.
     3. Otherwise (no ``watch_ddp``, or everyone in flight) the stacks decide:
        ranks blocked in a collective are waiting; those elsewhere are the culprits.

@@ -244,7 +244,8 @@ def _act(
         phase = "stuck_beside_stopped"
         incident.action_reason += (
             f"; ranks {ep.diagnosis.evidence['stuck']} are silent beside it, neither held nor "
-            f"waiting: stuck on their own, swept in {grace_s:.0f}s (their patience, as without it)"
+            f"waiting: stuck on their own, swept in {grace_s:.0f}s (when their patience is "
+            "spent, as without it, or after job_kill_grace_s if sooner)"
         )
     state.episodes.arm_sweep(ep, sweep, now, grace_s, phase)
     evicted = incident.action == Action.EVICT
