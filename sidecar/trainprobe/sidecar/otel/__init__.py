@@ -8,6 +8,7 @@ reports it already receives. Layout:
   :mod:`.trace_builder` (step, collective and phase spans from reports) and
   :mod:`.worker_trace` (what it remembers of each worker),
   :mod:`.incident_spans` (incident, evidence and action spans),
+  :mod:`.incident_attrs` (what they say as attributes),
   :mod:`.measures` (instruments and values), :mod:`.histograms` (histograms
   folded per report, read once per collection), :mod:`.resource_attrs`,
   :mod:`.config`, :mod:`.health`;

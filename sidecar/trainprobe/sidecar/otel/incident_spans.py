@@ -12,12 +12,12 @@ that step. For each rank it names, the step that crossed the rule is traced:
   slowest collective of that window.
 
 The incident span links to all of them. Its action, once carried out, becomes
-a child span (:meth:`IncidentTracer.action_span`).
+a child span (:meth:`IncidentTracer.action_span`). What the incident and the
+action say as attributes is ``incident_attrs.py``.
 """
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -30,6 +30,12 @@ from trainprobe.sidecar.core.model import (
     sample_duration_ns,
 )
 from trainprobe.sidecar.otel.ids import span_id, step_trace_id
+from trainprobe.sidecar.otel.incident_attrs import (
+    action_attributes,
+    incident_attributes,
+    json_attribute,
+    link_why,
+)
 from trainprobe.sidecar.otel.spans import (
     AttrValue,
     LinkDesc,
@@ -42,13 +48,18 @@ from trainprobe.sidecar.otel.spans import (
 from trainprobe.sidecar.otel.trace_builder import TraceBuilder
 from trainprobe.sidecar.otel.worker_trace import WorkerTrace
 
+__all__ = [
+    "LINKED_WINDOW_STEPS",
+    "STOPPED",
+    "IncidentTracer",
+    "incident_attributes",
+    "incident_step",
+]
+
 #: Verdicts that mean the worker stopped making progress.
 STOPPED = frozenset({Verdict.HUNG, Verdict.UNRESPONSIVE, Verdict.DEAD})
-#: Ranks whose evidence is also flattened into attributes (all are in the JSON).
-FLAT_EVIDENCE_RANKS = 16
 #: Window steps linked per rank for a DEGRADED incident.
 LINKED_WINDOW_STEPS = 8
-_MAX_JSON = 16_384
 _REMEMBERED = 1024
 
 
@@ -64,17 +75,6 @@ def incident_step(incident: Incident, states: Mapping[WorkerKey, WorkerState]) -
         else:
             steps.append(st.last_step if st.has_step else 0)
     return min(steps, default=0)
-
-
-def _scalar(value: object) -> AttrValue | None:
-    if isinstance(value, (str, bool, int, float)):
-        return value
-    return None
-
-
-def _json(value: object) -> str:
-    text = json.dumps(value, default=str, separators=(",", ":"), sort_keys=True)
-    return text if len(text) <= _MAX_JSON else text[: _MAX_JSON - 3] + "..."
 
 
 class IncidentTracer:
@@ -145,31 +145,9 @@ class IncidentTracer:
         trace_id, parent = ids
         clock = WallClock(wall_minus_mono_s)
         ok = bool(record.get("ok"))
-        attrs: dict[str, AttrValue] = {
-            "trainprobe.incident.id": incident.id,
-            "trainprobe.job_id": incident.job_id,
-            "trainprobe.action": incident.action,
-            "trainprobe.action.ok": ok,
-            "trainprobe.dry_run": bool(record.get("dry_run", incident.dry_run)),
-            "trainprobe.targets": list(incident.targets),
-        }
+        attrs = action_attributes(incident, record)
         outcomes = record.get("outcomes")
-        if isinstance(outcomes, Mapping):
-            for rank, outcome in outcomes.items():
-                if isinstance(outcome, Mapping):
-                    for key, value in outcome.items():
-                        v = _scalar(value)
-                        if v is not None:
-                            attrs[f"trainprobe.outcome.{rank}.{key}"] = v
-        unanswered = record.get("unanswered")
-        if isinstance(unanswered, list):
-            attrs["trainprobe.unanswered"] = [int(r) for r in unanswered]
         evicted = record.get("evicted_replicas")
-        if isinstance(evicted, list):
-            # "replica R evicted; N replicas go on": the job was not restarted.
-            attrs["trainprobe.replicas.evicted"] = [str(r) for r in evicted]
-            attrs["trainprobe.replicas.left"] = int(record.get("replicas_left") or 0)  # type: ignore[call-overload]
-            attrs["trainprobe.action.summary"] = str(record.get("summary", ""))
         return SpanDesc(
             name=str(record["summary"])
             if isinstance(evicted, list) and record.get("summary")
@@ -180,7 +158,7 @@ class IncidentTracer:
             start_ns=clock.local_ns(incident.detected_at),
             end_ns=clock.local_ns(max(now_local, incident.detected_at)),
             attributes=attrs,
-            error=None if ok else f"{incident.action} did not complete: {_json(outcomes)}",
+            error=None if ok else f"{incident.action} did not complete: {json_attribute(outcomes)}",
         )
 
     def _builder_attrs(self, st: WorkerState | None) -> dict[str, AttrValue]:
@@ -200,7 +178,7 @@ class IncidentTracer:
         if last is not None:
             out.extend(self.builder.trace_step(wt, last, clock))
             if last.span is not None:
-                links.append(last.span.link(**_why(rank, "last")))
+                links.append(last.span.link(**link_why(rank, "last")))
         number = st.last_step + 1 if st.has_step else 0
         if wt.last_end_mono_ns is not None:
             start_ns = clock.worker_ns(wt.last_end_mono_ns)
@@ -220,7 +198,7 @@ class IncidentTracer:
             )
             wt.remember(("step", number), step)
             out.append(step)
-        links.append(step.link(**_why(rank, "unfinished")))
+        links.append(step.link(**link_why(rank, "unfinished")))
         report = st.last_report
         for g in report.sync.groups if report is not None and report.sync is not None else ():
             if not g.oldest_inflight_start_mono_ns:
@@ -240,7 +218,7 @@ class IncidentTracer:
                 )
                 wt.remember(key, span)
                 out.append(span)
-            links.append(span.link(**_why(rank, "in flight")))
+            links.append(span.link(**link_why(rank, "in flight")))
         for p in report.active_phases if report is not None else ():
             key = ("phase", (p.name, p.start_mono_ns))
             span = wt.open_spans.get(key)
@@ -257,7 +235,7 @@ class IncidentTracer:
                 )
                 wt.remember(key, span)
                 out.append(span)
-            links.append(span.link(**_why(rank, "phase")))
+            links.append(span.link(**link_why(rank, "phase")))
 
     def _degraded(
         self,
@@ -277,7 +255,7 @@ class IncidentTracer:
             out.extend(self.builder.trace_step(wt, rec, clock))
         for rec in recs[-LINKED_WINDOW_STEPS:]:
             if rec.span is not None:
-                links.append(rec.span.link(**_why(rank, "window")))
+                links.append(rec.span.link(**link_why(rank, "window")))
         samples = report.sync.samples if report.sync is not None else ()
         if samples:
             slowest = max(samples, key=sample_duration_ns)
@@ -300,47 +278,3 @@ class IncidentTracer:
             span_id("collective", h.job_id, h.rank, h.pid, c.group, c.seq),
             {"trainprobe.rank": h.rank, "trainprobe.link": "slowest collective"},
         )
-
-
-def incident_attributes(incident: Incident, step: int) -> dict[str, AttrValue]:
-    """The incident's verdict, rule, evidence and action, as span attributes."""
-    attrs: dict[str, AttrValue] = {
-        "trainprobe.incident.id": incident.id,
-        "trainprobe.job_id": incident.job_id,
-        "trainprobe.rule": incident.rule,
-        "trainprobe.verdict": incident.verdict.value,
-        "trainprobe.step": step,
-        "trainprobe.ranks": list(incident.ranks),
-        "trainprobe.culprits": incident.culprits,
-        "trainprobe.waiting": incident.waiting,
-        "trainprobe.pids": list(incident.pids),
-        "trainprobe.hosts": list(incident.hosts),
-        "trainprobe.targets": list(incident.targets),
-        "trainprobe.action": incident.action,
-        "trainprobe.action.reason": incident.action_reason,
-        "trainprobe.dry_run": incident.dry_run,
-        "trainprobe.detection_latency_s": round(incident.detection_latency_s, 6),
-        "trainprobe.evidence": _json(incident.evidence),
-    }
-    for rank in sorted(incident.evidence, key=lambda r: int(r) if r.isdigit() else 0)[
-        :FLAT_EVIDENCE_RANKS
-    ]:
-        for key, value in incident.evidence[rank].items():
-            v = _scalar(value)
-            if v is not None:
-                attrs[f"trainprobe.evidence.{rank}.{key}"] = v
-    if incident.diagnosis is not None:
-        attrs["trainprobe.diagnosis"] = _json(incident.diagnosis)
-    if incident.decision:
-        # Kill now or wait (issue 12): searchable without parsing the JSON.
-        for key in ("act", "rule", "definitive", "why", "patience_s", "patience_basis"):
-            v = _scalar(incident.decision.get(key))
-            if v is not None:
-                attrs[f"trainprobe.decision.{key}"] = v
-        attrs["trainprobe.decision"] = _json(incident.decision)
-    return attrs
-
-
-def _why(rank: int, kind: str) -> dict[str, AttrValue]:
-    """A link's attributes: which rank, and why the incident points there."""
-    return {"trainprobe.rank": rank, "trainprobe.link": kind}
