@@ -4,7 +4,9 @@ Everything that can block or fail lives here, never on the training thread:
 the gRPC channel (created inside this thread, after any fork), reconnection
 with capped exponential backoff (cut short when the sidecar's socket is new,
 see socket_watch.py), a bounded buffer of reports built while the sidecar is
-away, and the commands the sidecar pushes back.
+away, and the commands the sidecar pushes back. One session over one stream
+is ``stream_session.py``; this module keeps the thread, its loop of sessions
+with backoff between them, and the reports built while none is open.
 """
 
 from __future__ import annotations
@@ -20,20 +22,20 @@ from collections.abc import Callable
 import grpc
 
 from trainprobe.hooks.socket_watch import SOCKET_WATCH_S, SocketWatch, UnsafeTarget
+from trainprobe.hooks.stream_session import StreamSession
 from trainprobe.proto import (
-    MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
     Backoff,
     bearer_metadata,
-    fetch_ticket,
     probe_pb2,
-    probe_pb2_grpc,
 )
+
+__all__ = ["Reporter"]
 
 log = logging.getLogger("trainprobe.hooks")
 
 
-class Reporter:
+class Reporter(StreamSession):
     """Streams reports to a sidecar from a daemon thread.
 
     ``make_hello`` and ``make_report`` run in this thread. ``on_command``
@@ -220,160 +222,3 @@ class Reporter:
         assert self._wake is not None
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
-
-    async def _session(self) -> None:
-        self._watch.check_safe()
-        options = [
-            *MESSAGE_SIZE_OPTIONS,
-            ("grpc.enable_retries", 0),
-            # Each try's new channel connects afresh. With the process-wide pool,
-            # it would share the last one's subchannel and its reconnect backoff
-            # (1 s, then x1.6): "failed to connect" for seconds after a
-            # restarted sidecar is already serving.
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
-        # The kernel's word for our pid, so that the sidecar may act on this
-        # process (b"" from an older sidecar or over TCP: an unverified session).
-        # Blocking, in this thread only: a local round trip (TICKET_TIMEOUT_S at worst).
-        ticket = fetch_ticket(self.target)
-        async with grpc.aio.insecure_channel(self.target, options=options) as channel:
-            stub = probe_pb2_grpc.SidecarStub(channel)
-            call = stub.Connect(metadata=self._metadata)
-            write_timeout = max(5.0, 5 * self.interval_s)
-            self._outbox = asyncio.Queue()
-            reader = asyncio.ensure_future(self._read_commands(call))
-            try:
-                self._renewing = False  # this Hello has the newest identity
-                hello = self._make_hello()
-                hello.identity_ticket = ticket
-                hello.session_secret = self._session_secret
-                await asyncio.wait_for(
-                    call.write(probe_pb2.WorkerMessage(hello=hello)), write_timeout
-                )
-                await self._write_loop(call, reader, write_timeout)
-            except asyncio.InvalidStateError:
-                # The sidecar ended the call (it refused us, say): raise its status instead.
-                raise await _ended_error(call, stub, self._metadata, hello.job_id) from None
-            except grpc.aio.AioRpcError as err:
-                if err.code() != grpc.StatusCode.INTERNAL:
-                    raise
-                raise await _ended_error(call, stub, self._metadata, hello.job_id) from None
-            finally:
-                if not reader.done():
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                        await reader
-                elif not reader.cancelled():
-                    # Retrieved so that asyncio does not log it again at exit: the
-                    # write path has already raised (and reported) the stream's error.
-                    reader.exception()
-
-    async def _write_loop(
-        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future[None], write_timeout: float
-    ) -> None:
-        assert self._outbox is not None
-        loop = asyncio.get_running_loop()
-        self._build()  # a fresh report right after Hello registers the worker at once
-        self._next_build = loop.time() + self.interval_s
-        first = True
-        while True:
-            while self._buffer:
-                report = self._buffer[0]
-                report.dropped_reports = self._dropped
-                await asyncio.wait_for(
-                    call.write(probe_pb2.WorkerMessage(report=report)), write_timeout
-                )
-                self._buffer.popleft()
-                if first:
-                    first = False
-                    self._on_connected()
-            if reader.done():
-                reader.result()  # raises the stream's error
-                return
-            if self._closing or self._renewing:
-                await self._say_goodbye(call, reader, write_timeout)
-                return
-            wait_s = self._next_build - loop.time()
-            if wait_s <= 0:
-                self._build()
-                self._next_build = max(self._next_build + self.interval_s, loop.time())
-                continue
-            try:
-                message = await asyncio.wait_for(self._outbox.get(), wait_s)
-            except asyncio.TimeoutError:
-                continue
-            if message is not None:  # None only wakes the loop up
-                await asyncio.wait_for(call.write(message), write_timeout)
-
-    def _on_connected(self) -> None:
-        self.connected = True
-        self.sessions += 1
-        self._backoff.reset()
-        self._dropped = 0
-        if self._warned:
-            log.warning("trainprobe: connected to sidecar at %s", self.target)
-            self._warned = False
-        else:
-            log.debug("trainprobe: connected to sidecar at %s", self.target)
-        if self._on_connected_cb is not None:
-            try:
-                self._on_connected_cb()
-            except Exception:
-                log.debug("trainprobe: on_connected callback failed", exc_info=True)
-
-    async def _say_goodbye(
-        self, call: grpc.aio.StreamStreamCall, reader: asyncio.Future[None], timeout_s: float
-    ) -> None:
-        self._build()
-        while self._buffer:
-            await asyncio.wait_for(
-                call.write(probe_pb2.WorkerMessage(report=self._buffer.popleft())), timeout_s
-            )
-        bye = probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="close"))
-        await asyncio.wait_for(call.write(bye), timeout_s)
-        await call.done_writing()
-        with contextlib.suppress(asyncio.TimeoutError, grpc.aio.AioRpcError):
-            await asyncio.wait_for(asyncio.shield(reader), 1.0)
-
-    async def _read_commands(self, call: grpc.aio.StreamStreamCall) -> None:
-        assert self._outbox is not None
-        try:
-            async for command in call:
-                try:
-                    # Stack capture may take a while for many threads: off the loop.
-                    result = await asyncio.to_thread(self._on_command, command)
-                except Exception as err:  # a failing handler must not kill the stream
-                    result = probe_pb2.CommandResult(
-                        command_id=command.id, ok=False, error=str(err)
-                    )
-                if result is not None:
-                    self._outbox.put_nowait(probe_pb2.WorkerMessage(command_result=result))
-        finally:
-            self._outbox.put_nowait(None)
-
-
-async def _ended_error(
-    call: grpc.aio.StreamStreamCall,
-    stub: probe_pb2_grpc.SidecarStub,
-    metadata: tuple[tuple[str, str], ...],
-    job_id: str,
-) -> grpc.aio.AioRpcError:
-    """The reason the sidecar ended the stream, as well as it can be known.
-
-    When a write races with the sidecar ending the call (refusing the token,
-    say), grpc keeps "INTERNAL: Internal error from Core" as the call's status
-    and drops the one the sidecar sent. A unary call on the same channel with
-    the same credentials then tells the user the real reason
-    (UNAUTHENTICATED); it is made only on this failure path.
-    """
-    code = await call.code()
-    details = await call.details()
-    if code == grpc.StatusCode.INTERNAL:
-        try:
-            await stub.GetStatus(
-                probe_pb2.StatusRequest(job_id=job_id), metadata=metadata, timeout=2.0
-            )
-        except grpc.aio.AioRpcError as err:
-            if err.code() in PERMANENT_CODES:
-                code, details = err.code(), err.details()
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
