@@ -115,6 +115,11 @@ EXTRA = [
         *("--json", "bench/results/scale_overload.json"),
     ],
     ["speed_probe.py"],
+    # Issue 34: every stack (plain script, HF, Lightning) under torchrun
+    # --max-restarts comes back after the kill: 10 SIGSTOP and 10 sleeping-rank
+    # trials a stack at shipped defaults (the sleeps wait out the 90 s patience:
+    # about 70 minutes in all on a 2-core machine).
+    ["bench_restart.py", "--json", "bench/results/restart.json"],
 ]
 
 

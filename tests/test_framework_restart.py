@@ -12,7 +12,10 @@ checkpoints every 5 steps, so the restarted attempt must resume from step
 A SIGSTOPped rank is definitive evidence: the sidecar runs on its shipped
 defaults. A sleep is ambiguous, killed after ``hang_patience_s`` (90 s by
 default); these tests are about the restart, not the patience, so that case
-runs with ``--hang-patience-s 0`` (the kill at the verdict).
+runs with ``--hang-patience-s 5``. Not 0: a rank that reaches
+``init_process_group`` more than ``init_straggler_s`` (5 s) after its peer,
+as a loaded 2-core machine may make it, is named too, and must not be killed
+at once.
 
 Before the fix, the frameworks' restarted attempt often failed in
 ``init_process_group`` ("Gloo connectFullMesh failed ... Connection
@@ -72,7 +75,7 @@ def test_a_killed_hung_rank_comes_back_under_torchrun_max_restarts(stack: str, m
     progress = work / "progress.jsonl"
     args = [*stack_args(stack, work, progress), "--hang-rank", "1", "--hang-at", str(HANG_AT)]
     args += ["--hang-mode", mode]
-    flags = ("--hang-patience-s", "0") if mode == "sleep" else ()
+    flags = ("--hang-patience-s", "5") if mode == "sleep" else ()
     with sidecar(*flags) as sc:
         run = torchrun(sc.target, args)
         assert run.returncode == 0, run.stderr[-4000:]
@@ -88,12 +91,12 @@ def test_a_restarted_attempt_hung_in_its_start_up_is_killed_and_comes_back(stack
     Attempt 0: rank 1 SIGSTOPped at step 13, killed. Attempt 1: rank 1 sleeps
     60 s before the framework's init_process_group while rank 0 waits inside
     it. ``init_straggler`` is a verdict the patience waits on: ``--hang-patience-s
-    0`` (this test is about the restart). Attempt 2 resumes from step 10."""
+    5`` (this test is about the restart). Attempt 2 resumes from step 10."""
     work = short_tmpdir()
     progress = work / "progress.jsonl"
     args = [*stack_args(stack, work, progress), "--hang-rank", "1", "--hang-at", str(HANG_AT)]
     args += ["--hang-mode", "stop", "--init-sleep", "1:1:60"]
-    with sidecar("--hang-patience-s", "0") as sc:
+    with sidecar("--hang-patience-s", "5") as sc:
         run = torchrun(sc.target, args, restarts=2)
         assert run.returncode == 0, run.stderr[-4000:]
         events = read_jsonl(progress)

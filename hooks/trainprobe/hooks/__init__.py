@@ -23,6 +23,9 @@ Framework callbacks, in their own modules (imported only from there, so
   ``Trainer(callbacks=[LivenessProbeCallback()])``.
 - ``trainprobe.hooks.transformers.LivenessProbeCallback``: Hugging Face
   ``Trainer``/``Seq2SeqTrainer``, ``Trainer(..., callbacks=[LivenessProbeCallback()])``.
+- Importing either of those two, under torchrun, also prefixes the store by
+  the attempt and watches the start-up (``trainprobe.hooks.framework_startup``):
+  both frameworks make the process group before any callback exists.
 - :func:`replicate`: ``model, opt = replicate(hook, model, opt)`` makes a DDP
   loop replicated (torchft replica groups) under ``trainprobe run --replicas N``,
   and changes nothing else under plain torchrun (``trainprobe[torchft]``).
