@@ -113,7 +113,7 @@ class IncidentLog:
                     self._end_line()
                 start = os.lseek(self._fd, 0, os.SEEK_END) if self._seekable else -1
                 # A record larger than max_bytes goes alone into a file of its own.
-                if 0 < start and 0 < self.max_bytes < start + len(line) and self._rotate():
+                if start > 0 and 0 < self.max_bytes < start + len(line) and self._rotate():
                     if self._torn:  # a file that was there already
                         self._end_line()
                     start = os.lseek(self._fd, 0, os.SEEK_END)
