@@ -21,7 +21,8 @@ comparison is closed once, in O(ranks), without a call per rank; expired
 ones are swept oldest first. Each rank's lags are folded per report window
 into its worst one, so exporting costs one histogram record per report, not
 one per collective. Memory: at most :data:`MAX_OPEN` open comparisons per
-group and :data:`MAX_GROUPS_PER_JOB` groups per job.
+group and :data:`MAX_GROUPS_PER_JOB` groups per job. What each rank keeps of
+its lags is ``lag_stats.py``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,22 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from trainprobe.sidecar.core.lag_stats import BLOCKED_S, LagStats, LagSummary, note_waits
 from trainprobe.sidecar.core.model import GroupSeqData, SyncData, WorkerState, heard_every_ms
+
+__all__ = [
+    "BLOCKED_S",
+    "CLOSE_AFTER_S",
+    "COMPARED_PER_REPORT",
+    "MAX_GROUPS_PER_JOB",
+    "MAX_OPEN",
+    "MAX_PENDING_LAGS",
+    "STARTS_PER_REPORT",
+    "ArrivalTracker",
+    "LagStats",
+    "LagSummary",
+]
 
 #: How long a comparison waits for the ranks that have not reported it, at
 #: least; three report intervals of the slowest-reporting rank when longer.
@@ -42,83 +56,10 @@ MAX_OPEN = 256
 MAX_GROUPS_PER_JOB = 64
 #: Issue times of one group and report that are compared (the newest).
 STARTS_PER_REPORT = 64
-#: A rank in a collective this long is compared on it even where the group is
-#: thinned (see :meth:`ArrivalTracker._blocked`); healthy collectives take ms.
-BLOCKED_S = 0.5
 #: Comparisons per report a busy group is thinned to (see :func:`_stride`).
 COMPARED_PER_REPORT = 2
-#: Lags per rank that the status summary is computed over.
-RECENT_LAGS = 128
 #: Lags waiting for an exporter; the oldest are dropped when none reads them.
 MAX_PENDING_LAGS = 65536
-
-
-@dataclass(frozen=True)
-class LagSummary:
-    count: int = 0
-    last_s: float = 0.0
-    p50_s: float = 0.0
-    p99_s: float = 0.0
-    max_s: float = 0.0
-    missed: int = 0
-    group: str = ""
-
-
-class LagStats:
-    """One rank's arrival lags: counts since it connected, and recent windows.
-
-    Lags are folded per report window of the rank: the window's worst lag is
-    what the status summary and the exported histogram see, one value per
-    report instead of one per collective (a DDP step has tens), which keeps
-    the cost per report flat however many collectives a step issues.
-    """
-
-    __slots__ = (
-        "count",
-        "group",
-        "missed",
-        "recent",
-        "waited",
-        "win_max",
-        "win_missed",
-        "win_n",
-    )
-
-    def __init__(self) -> None:
-        #: Collectives compared, and those the rank had missed, since it connected.
-        self.count = 0
-        self.missed = 0
-        self.group = ""
-        #: The worst lag of each recent window, newest last.
-        self.recent: deque[float] = deque(maxlen=RECENT_LAGS)
-        # The open window: written by the tracker's inner loop directly.
-        self.win_max = 0.0
-        self.win_n = 0
-        self.win_missed = False
-        #: The newest collective this rank entered and then waited in for a
-        #: late peer (BLOCKED_S or more): (group, seq, wait_s), ``inf`` where a
-        #: peer had not entered it at all when the comparison closed. Its long
-        #: sync is the peer's doing, not its own (``worker_rules.degraded``).
-        self.waited: tuple[str, int, float] | None = None
-
-    def summary(self) -> LagSummary:
-        """Over the recent windows and the open one (a stopped rank never closes it)."""
-        values = list(self.recent)
-        if self.win_n:
-            values.append(self.win_max)
-        n = len(values)
-        if not n:
-            return LagSummary(self.count, missed=self.missed, group=self.group)
-        ordered = sorted(values)
-        return LagSummary(
-            self.count + self.win_n,
-            values[-1],
-            ordered[(n - 1) // 2],
-            ordered[min(n - 1, math.ceil(0.99 * n) - 1)],  # nearest rank
-            ordered[-1],
-            self.missed,
-            self.group,
-        )
 
 
 class _Open:
@@ -318,7 +259,7 @@ class ArrivalTracker:
         )
         last = math.inf if missing else max(arrivals.values())
         if last - first >= BLOCKED_S:
-            _note_waits(members, arrivals, name, seq, last, attach)
+            note_waits(members, arrivals, name, seq, last, attach)
         if len(arrivals) >= 2:
             # The hot loop (every rank of every collective): no call per rank.
             for rank, at in arrivals.items():
@@ -351,22 +292,3 @@ class ArrivalTracker:
             stats.win_missed = True
             stats.missed += 1
             stats.group = name
-
-
-def _note_waits(
-    members: dict[int, WorkerState],
-    arrivals: dict[int, float],
-    group: str,
-    seq: int,
-    last: float,
-    attach: Callable[[WorkerState], LagStats],
-) -> None:
-    """Tell each rank that entered a collective long before its last peer (or
-    before a peer that never came) how long it was kept waiting there."""
-    for rank, at in arrivals.items():
-        w = members.get(rank)
-        if w is None or last - at < BLOCKED_S:
-            continue
-        stats = w.arrival if w.arrival is not None else attach(w)
-        if stats.waited is None or stats.waited[0] != group or stats.waited[1] <= seq:
-            stats.waited = (group, seq, last - at)
