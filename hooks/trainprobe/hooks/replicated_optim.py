@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env"]
+__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env", "replica_sampler"]
 
 #: A replica group's id is this and its index (torchft's global rank reads the digits).
 REPLICA_PREFIX = "replica_"
@@ -111,17 +111,22 @@ class _Wrapper:
         return self._s.local if self.manager is None else int(self.manager.current_step())
 
     def sampler(self, dataset: Any, **kwargs: Any) -> Any:
-        """A ``DistributedSampler`` of ``dataset`` for this rank: one shard per rank of
-        every replica group (``shuffle``, ``seed``, ``drop_last`` as torch's)."""
-        import torch.distributed as dist
-        from torch.utils.data import DistributedSampler
+        """:func:`replica_sampler` of ``dataset``."""
+        return replica_sampler(dataset, **kwargs)
 
-        group, groups = replica_env() or (0, 1)
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        size = dist.get_world_size() if dist.is_initialized() else 1
-        return DistributedSampler(
-            dataset, num_replicas=groups * size, rank=group * size + rank, **kwargs
-        )
+
+def replica_sampler(dataset: Any, **kwargs: Any) -> Any:
+    """A ``DistributedSampler`` of ``dataset`` for this rank: one shard per rank of
+    every replica group (``shuffle``, ``seed``, ``drop_last`` as torch's)."""
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    group, groups = replica_env() or (0, 1)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    size = dist.get_world_size() if dist.is_initialized() else 1
+    return DistributedSampler(
+        dataset, num_replicas=groups * size, rank=group * size + rank, **kwargs
+    )
 
 
 _CLASS: list[type] = []
