@@ -75,3 +75,37 @@ def test_importing_the_callback_module_outside_torchrun_changes_nothing(framewor
         [PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.split("\n")[0] == "True False []", out.stdout + out.stderr
+
+
+SPAWNS = """
+import multiprocessing as mp
+import trainprobe.hooks.transformers
+from trainprobe.hooks import framework_startup as fs
+
+
+def child(q):
+    q.put(fs._watch is None)
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    print(fs._watch is not None, q.get(timeout=100))
+    p.join()
+"""
+
+
+def test_a_spawned_child_of_a_rank_makes_no_start_up_hook() -> None:
+    """A DataLoader worker of the spawn method imports the script again, with
+    the rank's environment: only the rank itself reports."""
+    work = short_tmpdir()
+    script = work / "spawns.py"
+    script.write_text(SPAWNS)
+    env = child_env(TORCHELASTIC_RUN_ID="spawn-test", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0")
+    env["TRAINPROBE_TARGET"] = f"unix://{work}/none.sock"
+    out = subprocess.run(
+        [PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=150, check=True
+    )
+    assert out.stdout.split("\n")[0] == "True True", out.stdout + out.stderr

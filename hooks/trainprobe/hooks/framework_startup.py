@@ -34,6 +34,7 @@ Nothing here raises.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 
@@ -53,11 +54,18 @@ _watch: LivenessProbeHook | None = None
 
 
 def _under_torchrun() -> bool:
+    """A rank torchrun started: not a process it started in turn (a DataLoader
+    worker of the spawn method imports the script again, with the same
+    environment, and must not report as the rank)."""
     env = os.environ
     try:
-        return bool(env.get("TORCHELASTIC_RUN_ID")) and int(env.get("WORLD_SIZE", "1")) > 1
+        ranks = bool(env.get("TORCHELASTIC_RUN_ID")) and int(env.get("WORLD_SIZE", "1")) > 1
     except ValueError:
         return False
+    # While a spawned child imports the script, its parent_process() is not
+    # set yet, but it already has its own name.
+    child = multiprocessing.parent_process() is not None
+    return ranks and not child and multiprocessing.current_process().name == "MainProcess"
 
 
 def prepare() -> None:
