@@ -1,0 +1,125 @@
+"""A Hugging Face Trainer fit, replicated by ReplicatedCallback, for
+tests/test_replicated_transformers.py.
+
+Run under ``trainprobe run``: each replica group is one Trainer job of one CPU
+rank; the model is a one-layer GPT-2 built from a config (nothing is
+downloaded), the data random token ids. ``--hang-at S``: the rank of replica
+group 1 sleeps in its training_step (before its backward: the peer waits in
+the replicated allreduce) at the first step from committed step S on that both
+groups train, once a job. Appends JSON lines to ``--progress``: the hang, each step (replica group,
+pid, committed count, the Trainer's step) and, at the end, the parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+from trainprobe.hooks.replicated_transformers import ReplicatedCallback
+from trainprobe.hooks.transformers import LivenessProbeCallback
+
+ARGS: argparse.Namespace
+GROUP = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+
+
+def emit(event: str, **fields: Any) -> None:
+    row = {"event": event, "rank": GROUP, "pid": os.getpid(), "t": time.time(), **fields}
+    with open(ARGS.progress, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+class RandomTokens(Dataset):  # type: ignore[type-arg]
+    def __init__(self, n: int, vocab: int = 64, length: int = 16) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, length), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Faulty(Trainer):  # type: ignore[misc]
+    replicated: ReplicatedCallback
+
+    def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        manager = self.replicated.manager
+        committed = manager.current_step()
+        both = manager.num_participants() >= 2  # not while it trains alone before its peer
+        if (
+            GROUP == 1
+            and both
+            and committed >= ARGS.hang_at >= 0
+            and not os.path.exists(ARGS.marker)
+        ):
+            open(ARGS.marker, "w").close()
+            emit("hang", committed=committed)
+            time.sleep(3600)
+        time.sleep(ARGS.step_s)
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+class Progress(LivenessProbeCallback):
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        super().on_step_end(args, state, control, **kwargs)
+        emit("step", committed=REPLICATED.manager.current_step(), step=state.global_step)
+
+
+REPLICATED = ReplicatedCallback()
+
+
+def main() -> None:
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--progress", required=True)
+    p.add_argument("--marker", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--step-s", type=float, default=0.05)
+    p.add_argument("--hang-at", type=int, default=-1)
+    ARGS = p.parse_args()
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    torch.manual_seed(GROUP)  # unlike on purpose: the first quorum syncs replica 0's
+    args = TrainingArguments(
+        output_dir=f"{ARGS.output_dir}/replica{GROUP}",
+        max_steps=ARGS.steps,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        save_strategy="no",
+        logging_steps=1000,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    Faulty.replicated = REPLICATED
+    # Progress after ReplicatedCallback: its step rows read the committed count.
+    trainer = Faulty(
+        model=GPT2LMHeadModel(config),
+        args=args,
+        train_dataset=RandomTokens(4096),
+        callbacks=[REPLICATED, Progress(interval_ms=100)],
+    )
+    trainer.train()
+    params = [float(v) for t in trainer.model.parameters() for v in t.detach().flatten()[:8]]
+    emit("done", committed=REPLICATED.manager.current_step(), params=params)
+
+
+if __name__ == "__main__":
+    main()
