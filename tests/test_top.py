@@ -2,7 +2,7 @@
 
 Three real gloo ranks train with ``--watch-ddp``; rank 1 then hangs (it sleeps
 inside a step, its peers wait in the allreduce). The sidecar watches it for a
-12 s patience, then kills it. ``trainprobe top`` runs in a tmux pane, typed
+16 s patience, then kills it. ``trainprobe top`` runs in a tmux pane, typed
 in with ``send-keys``; ``capture-pane`` must show rank 1 marked CULPRIT on a
 red background, with red cells (its arrival lag), the waiting ranks marked
 WAITING (never SUSPECT), and the decision: the patience countdown with the
@@ -54,7 +54,7 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int)
         pytest.skip("tmux is not installed (apt-get install tmux; make test does as root)")
     session = f"tp-top-{os.getpid()}-{cols}"
     with (
-        sidecar("--stall-timeout-s", "3", "--hang-patience-s", "12") as sc,
+        sidecar("--stall-timeout-s", "3", "--hang-patience-s", "16") as sc,
         Workers(
             3,
             sc.target,
@@ -95,17 +95,17 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int)
                 screen = last[0] = tmux("capture-pane", "-e", "-p", "-t", session)
                 line = rank_line(screen, 1)
                 plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)
-                countdown = re.search(r"HUNG\? \d+ s of 12 s patience", plain)
+                countdown = re.search(r"HUNG\? \d+ s of 16 s patience", plain)
                 # The culprit's file:line, even where the countdown wraps at 80 columns.
                 place = "ddp_worker.py:" in plain.replace("\n", "")
-                return (
-                    screen
-                    if "CULPRIT" in line and RED_BG.search(line) and countdown and place
-                    else ""
-                )
+                waiting = all("WAITING" in rank_line(screen, peer) for peer in (0, 2))
+                shown = "CULPRIT" in line and RED_BG.search(line) and countdown and place
+                return screen if shown and waiting else ""
 
             try:
-                screen = wait_for(culprit_shown, 20, what="rank 1 CULPRIT in red, the countdown")
+                screen = wait_for(
+                    culprit_shown, 25, what="rank 1 CULPRIT in red, the countdown, peers WAITING"
+                )
             except AssertionError:
                 raise AssertionError(f"the pane showed:\n{last[0]!r}") from None
             line = rank_line(screen, 1)
@@ -113,13 +113,16 @@ def test_top_marks_the_hanging_rank_red_in_a_real_terminal(cols: int, rows: int)
             for peer in (0, 2):
                 peer_line = rank_line(screen, peer)
                 assert "CULPRIT" not in peer_line and "SUSPECT" not in peer_line, screen
-                assert "WAITING" in peer_line, screen
             assert "incidents:" in screen
+
+            # The feed keeps its last 8 lines: the peers' changes after the kill may
+            # push the transition out before a loaded machine captures again.
+            said = [False]
 
             def killed_shown() -> str:
                 screen = last[0] = tmux("capture-pane", "-p", "-t", session)
-                killed = "KILLED" in rank_line(screen, 1) and "rank 1: HUNG -> KILLED" in screen
-                return screen if killed else ""
+                said[0] = said[0] or "rank 1: HUNG -> KILLED" in screen
+                return screen if "KILLED" in rank_line(screen, 1) and said[0] else ""
 
             try:
                 after = wait_for(killed_shown, 40, what="rank 1 KILLED, HUNG -> KILLED in the feed")
