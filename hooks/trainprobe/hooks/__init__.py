@@ -28,7 +28,8 @@ Framework callbacks, in their own modules (imported only from there, so
   both frameworks make the process group before any callback exists.
 - :func:`replicate`: ``model, opt = replicate(hook, model, opt)`` makes a DDP
   loop replicated (torchft replica groups) under ``trainprobe run --replicas N``,
-  and changes nothing else under plain torchrun (``trainprobe[torchft]``).
+  and changes nothing else under plain torchrun (``trainprobe[torchft]``);
+  ``trainprobe.hooks.replicated_lightning.ReplicatedCallback`` does it for Lightning.
 - ``trainprobe.hooks.torchft``: ``DistributedDataParallel(manager, module)``,
   torchft's wrapper with a comm hook whose error path works; the hook's
   :meth:`LivenessProbeHook.watch_torchft` reports the replica group.
