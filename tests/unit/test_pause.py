@@ -173,3 +173,66 @@ def test_resume_restarts_every_clock_of_the_job_at_the_resume() -> None:
     assert found == {0, 1}
     # Another job's clocks are its own.
     assert other.last_phase_end_at == 0.0 and other.fresh_after == 0.0
+
+
+# -- every live local rank of the job counts, not only the 8 a round samples --------
+
+
+def _ten_local(held: int, kernel: dict[int, str] | None = None) -> list[object]:
+    """Ranks 0-9 verified on this host, silent since T0+4; the first ``held``
+    stopped (SIGSTOP), the rest hung silently (a C call holding the GIL: /proc
+    shows them running). The round at T0+6.6 samples ranks 0-7 (MAX_INSPECTED);
+    ``kernel``: the engine's read of the others' /proc state letter. The
+    effects of that round and of a tick, patience 0."""
+    from tests.unit.test_hang_machine import machine, tick
+    from trainprobe.sidecar.core import step
+    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hangstate import plan_round
+
+    now = T0 + 6.6
+    state, reg = machine(), Registry()
+    ws = [connected(reg, r, T0, world=10, interval_ms=100) for r in range(10)]
+    for w in ws:
+        w.verified = w.local = True  # an identity ticket here: /proc speaks for it
+        reg.apply(w, report(T0 + 4.0, step=5, step_t_s=T0 + 1), T0 + 4.0)
+    (watch,) = [e for e in tick(state, reg, T0 + 5.0) if isinstance(e, Watch)]
+    plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+    assert plan is not None and {w.hello.rank for w in plan.states} == set(range(8))
+    letter = {r: "T" if r < held else "R" for r in range(10)}
+    evidence = {
+        w.hello.rank: assess(
+            w.hello.rank,
+            [ProcSample(now - 0.3, letter[w.hello.rank]), ProcSample(now, letter[w.hello.rank])],
+            [],
+            False,
+        )
+        for w in plan.states
+    }
+    assert [w.hello.rank for w in plan.others] == [8, 9]  # only their state is read
+    read = {r: assess(r, [ProcSample(now, how)], [], False) for r, how in (kernel or {}).items()}
+    rnd = EvidenceRound(
+        watch.episode, watch.incident, watch.round, plan.states, evidence, kernel=read
+    )
+    return [*step(state, reg.workers(), None, (rnd,), now)[1], *tick(state, reg, now)]
+
+
+def test_a_silent_local_rank_past_the_sampled_eight_is_not_masked() -> None:
+    """An episode samples at most 8 ranks (MAX_INSPECTED), culprits first: 8
+    local ranks stopped do not make the silent hang of local ranks 8 and 9 a
+    pause. The engine reads the state of every other live local rank of the
+    job (one /proc read each, no stacks); a rank it could not read runs."""
+    from tests.unit.test_held_relay import _kills, _paused
+
+    running = {8: "R", 9: "R"}
+    for held in (_ten_local(8), _ten_local(8, running)):
+        assert _paused(held) == []
+        # The stopped ranks at once; ranks 8 and 9 stuck beside them, swept when
+        # their patience (0 here) is spent, as they would be killed without them.
+        assert _kills(held) == {
+            **{r: "stopped" for r in range(8)},
+            8: "stuck_beside_stopped",
+            9: "stuck_beside_stopped",
+        }
+    # Every rank stopped, the last two read past the sample: a pause, as it is.
+    paused = _ten_local(10, {8: "T", 9: "T"})
+    assert _kills(paused) == {} and "ranks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in _paused(paused)[0]

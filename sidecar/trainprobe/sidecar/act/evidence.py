@@ -115,6 +115,27 @@ class EvidenceGatherer:
             for w in states
         }
 
+    async def kernel_states(self, states: Sequence[WorkerState]) -> dict[int, RankEvidence]:
+        """One ``/proc`` read (state, freezer) of each local rank in ``states``,
+        no stacks and no history: the ranks past the sampled ones, whose only
+        question is whether the kernel holds them (a pause, or not)."""
+        local = [w for w in states if w.local]
+        if not local:
+            return {}
+        targets = [(w.hello.pid, w.proc_start_ticks) for w in local]
+        read = await asyncio.to_thread(read_procs, targets)
+        now = self._clock()
+        return {
+            w.hello.rank: assess(
+                w.hello.rank,
+                [ProcSample(now, state, cpu, rchar, rbytes, hz, held)],
+                [],
+                reporter_alive=w.connected
+                and now - w.last_report_at <= stale_after_s(heard_every_ms(w)),
+            )
+            for w, (state, cpu, rchar, rbytes, hz, held) in zip(local, read, strict=True)
+        }
+
     async def _read(self, local: Sequence[WorkerState], delay_s: float = 0.0) -> None:
         if delay_s:
             await asyncio.sleep(delay_s)

@@ -206,6 +206,10 @@ class EvidenceRound:
     #: The latest stack record per rank, and how long the last read took.
     stacks: Mapping[int, dict[str, object]] = field(default_factory=dict)
     stacks_s: float = 0.0
+    #: The kernel's word (one /proc read: state and freezer, no stacks) on the
+    #: job's other live local ranks (``RoundPlan.others``): a pause is judged
+    #: on every rank, not only on the sampled ones.
+    kernel: Mapping[int, RankEvidence] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,9 @@ class RoundPlan:
     #: Whose stacks (None: every sampled rank's), and whose Flight Recorder.
     stack_ranks: frozenset[int] | None
     flight_recorder: frozenset[int]
+    #: The job's other live local ranks, past the sampled ones: only their
+    #: kernel state is read (cheap), so that a pause is judged on every rank.
+    others: tuple[WorkerState, ...] = ()
 
 
 def plan_round(
@@ -227,4 +230,8 @@ def plan_round(
     # The Flight Recorder of the culprits; of every rank when none is named
     # (all in flight: the collective itself is the suspect).
     fr = frozenset(diag.culprits) or frozenset(w.hello.rank for w in states)
-    return RoundPlan(states, with_stacks, only, fr)
+    sampled = {w.hello.rank for w in states}
+    others = tuple(
+        w for r, w in sorted(served.items()) if r not in sampled and w.local and not w.ended
+    )
+    return RoundPlan(states, with_stacks, only, fr, others)

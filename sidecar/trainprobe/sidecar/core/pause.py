@@ -10,18 +10,19 @@ resume), for :mod:`~trainprobe.sidecar.core.rounds`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from trainprobe.sidecar.core.culprit import RankSummary
 from trainprobe.sidecar.core.decision import Judgement
 from trainprobe.sidecar.core.effects import Effect, Log, Record, ResumeJob
 from trainprobe.sidecar.core.episodes import Episode
-from trainprobe.sidecar.core.evidence import RankEvidence
+from trainprobe.sidecar.core.evidence import RankEvidence, assess, stale_after_s
 from trainprobe.sidecar.core.hangstate import HangState
-from trainprobe.sidecar.core.held import held_kind
+from trainprobe.sidecar.core.held import held_kind, relayed_evidence
+from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.records import PauseDecision
 
-__all__ = ["judge_pause", "pause_check", "paused_line", "paused_reason"]
+__all__ = ["judge_pause", "pause_check", "paused_line", "paused_reason", "unsampled_evidence"]
 
 
 def paused_reason(
@@ -84,6 +85,28 @@ def pause_check(
     how = sorted({_HELD_HOW[held_kind(evidence[r])] for r in held})
     why = f"every live rank is held ({', '.join(how)}: ranks {held}): the job is paused, not hung"
     return why, []
+
+
+def unsampled_evidence(
+    rest: Iterable[WorkerState], kernel: Mapping[int, RankEvidence], now: float
+) -> dict[int, RankEvidence]:
+    """The job's live ranks an evidence round did not sample (``rest``), each
+    as the kernel says, so that :func:`pause_check` judges every rank of the
+    job, not only the 8 a round samples: a relayed rank by its node's word
+    (:func:`~.held.relayed_evidence`), a local one by the engine's ``/proc``
+    read of it (``kernel``: :attr:`~.effects.EvidenceRound.kernel`), and any
+    other (an unverified session, a local rank not read) with no word at all,
+    so it runs. Held ranks past the sample still make a whole-job pause."""
+    out = {
+        w.hello.rank: assess(
+            w.hello.rank, [], [], now - w.last_report_at <= stale_after_s(heard_every_ms(w))
+        )
+        for w in rest
+        if w.connected and not w.ended
+    }
+    out.update(relayed_evidence(rest, now))
+    out.update((r, ev) for r, ev in kernel.items() if r in out)
+    return out
 
 
 _HELD_HOW = {

@@ -52,7 +52,7 @@ from trainprobe.sidecar.core.held import awaiting_word, relayed_evidence
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.pause import judge_pause, pause_check
+from trainprobe.sidecar.core.pause import judge_pause, pause_check, unsampled_evidence
 from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import ActDecision
 from trainprobe.sidecar.core.replicas import apply_replicas, culprit_onset, replica_evidence
@@ -95,9 +95,13 @@ def judge_round(
             out.append(Publish.of(incident))
         return out
     ranks = summaries(state, workers, ep.job_id, now)
-    # Relayed ranks past the sampled ones count too: their node's word is free.
+    # Ranks past the sampled ones count too: a relayed one's node's word is
+    # free, a local one's state was read (rnd.kernel), any other runs.
     rest = [w for w in workers if w.hello.job_id == ep.job_id and w.hello.rank not in rnd.evidence]
-    seen = {**relayed_evidence(rest, now), **rnd.evidence}
+    sampled = {w.hello.rank for w in rnd.states}
+    beyond = [w for w in rest if w.hello.rank not in sampled]
+    seen = {**unsampled_evidence(beyond, rnd.kernel, now), **relayed_evidence(rest, now)}
+    seen.update(rnd.evidence)
     awaiting = awaiting_word([*rnd.states, *rest], now)
     reason, hinges = pause_check(seen, ranks, awaiting)
     if hinges and ep.paused_at is not None:

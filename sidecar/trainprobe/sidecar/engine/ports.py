@@ -83,6 +83,9 @@ class Gatherer(Protocol):
         culprits: Collection[int] = (),
     ) -> dict[int, RankEvidence]: ...
 
+    async def kernel_states(self, states: Sequence[WorkerState]) -> dict[int, RankEvidence]:
+        """One /proc read of each local rank, no stacks: is it held?"""
+
 
 #: A new gatherer for one episode; the flag says whether its stack reads may
 #: send the hook's stack signal.

@@ -207,8 +207,11 @@ class EffectRunner:
             if plan is None:
                 return
             try:
-                evidence = await gatherer.round(
-                    plan.states, plan.with_stacks, plan.stack_ranks, plan.flight_recorder
+                evidence, kernel = await asyncio.gather(
+                    gatherer.round(
+                        plan.states, plan.with_stacks, plan.stack_ranks, plan.flight_recorder
+                    ),
+                    gatherer.kernel_states(plan.others),
                 )
                 found = EvidenceRound(
                     ep,
@@ -218,6 +221,7 @@ class EffectRunner:
                     evidence,
                     dict(gatherer.records),
                     gatherer.stacks_s,
+                    kernel,
                 )
                 more = await self._apply_inline(self.feed(found), ep)
                 if more is None:
