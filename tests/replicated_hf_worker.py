@@ -6,8 +6,10 @@ rank; the model is a one-layer GPT-2 built from a config (nothing is
 downloaded), the data random token ids. ``--hang-at S``: the rank of replica
 group 1 sleeps in its training_step (before its backward: the peer waits in
 the replicated allreduce) at the first step from committed step S on that both
-groups train, once a job. Appends JSON lines to ``--progress``: the hang, each step (replica group,
-pid, committed count, the Trainer's step) and, at the end, the parameters.
+groups train, once a job; group 0 then steps every ``--alone-s`` while it
+trains alone, so the restarted group rejoins before the end. Appends JSON
+lines to ``--progress``: the hang, each step (replica group, pid, committed
+count, the Trainer's step) and, at the end, the parameters.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class Faulty(Trainer):  # type: ignore[misc]
             open(ARGS.marker, "w").close()
             emit("hang", committed=committed)
             time.sleep(3600)
-        time.sleep(ARGS.step_s)
+        alone = GROUP == 0 and not both and os.path.exists(ARGS.marker)
+        time.sleep(ARGS.alone_s if alone else ARGS.step_s)
         return super().training_step(model, inputs, *args, **kwargs)
 
 
@@ -85,6 +88,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument("--alone-s", type=float, default=0.5, help="group 0's step after the hang")
     ARGS = p.parse_args()
     config = GPT2Config(
         vocab_size=64,
