@@ -27,9 +27,10 @@ defaults). Where the Trainer lets it:
   the last micro-batch's backward (the group's own DDP has averaged them
   inside the group) and *before* they are clipped or their norm logged: the
   Trainer asks accelerate's ``clip_grad_norm_`` for both, which the callback
-  wraps, and ``on_pre_optimizer_step`` averages where it was not asked. One
-  flat allreduce per dtype, not overlapped with the backward (torchft's own
-  DDP wrapper overlaps it, but a Trainer builds its own DDP);
+  wraps, and ``on_pre_optimizer_step`` averages where it was not asked. Flat
+  allreduces of at most ``BUCKET_BYTES``, not overlapped with the backward
+  (a comm hook would be, but it would depend on the DDP accelerate builds:
+  its buckets, ``no_sync``, or no DDP at all);
 - ``state.global_step`` is the Manager's committed count, so logging,
   evaluation, saving and ``max_steps`` count committed steps, and a rejoining
   replica continues at its peers' step; the fit ends at ``max_steps``.
