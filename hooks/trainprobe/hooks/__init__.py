@@ -29,7 +29,9 @@ Framework callbacks, in their own modules (imported only from there, so
 - :func:`replicate`: ``model, opt = replicate(hook, model, opt)`` makes a DDP
   loop replicated (torchft replica groups) under ``trainprobe run --replicas N``,
   and changes nothing else under plain torchrun (``trainprobe[torchft]``);
-  ``trainprobe.hooks.replicated_lightning.ReplicatedCallback`` does it for Lightning.
+  ``trainprobe.hooks.replicated_lightning.ReplicatedCallback`` does it for Lightning,
+  ``trainprobe.hooks.replicated_transformers.ReplicatedCallback`` for the Hugging
+  Face ``Trainer``.
 - ``trainprobe.hooks.torchft``: ``DistributedDataParallel(manager, module)``,
   torchft's wrapper with a comm hook whose error path works; the hook's
   :meth:`LivenessProbeHook.watch_torchft` reports the replica group.
