@@ -14,7 +14,8 @@ Two sides share each :class:`GroupLedger` without a lock:
 
 Under the GIL, ``deque.append``/``popleft``, ``next(itertools.count)`` and a
 list item store are atomic, so neither side ever waits for the other. Nothing
-here imports torch.
+here imports torch. What a window says, and its report message, is
+``sync_window.py``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,29 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainprobe.proto import probe_pb2
+from trainprobe.hooks.sync_window import FinishedOp, GroupCounters, SyncWindow, sync_stats_pb
+
+__all__ = [
+    "MAX_GROUPS",
+    "MAX_INFLIGHT",
+    "MAX_PENDING",
+    "MAX_SAMPLES",
+    "MAX_STARTS",
+    "FinishedOp",
+    "GroupCounters",
+    "GroupLedger",
+    "Record",
+    "StepSource",
+    "SyncLedger",
+    "SyncWindow",
+    "finished_duration_s",
+    "group_label",
+    "sync_stats_pb",
+]
 
 #: Records a group may hold between two reports; older ones are dropped and
 #: counted as completed (a reporter that fell this far behind is not
@@ -61,57 +78,6 @@ class StepSource(Protocol):
     """Anything with ``n``, the number of completed steps (a ``StepRing``)."""
 
     n: int
-
-
-@dataclass(frozen=True)
-class GroupCounters:
-    """Issued/completed counters of one group and its oldest in-flight collective."""
-
-    name: str
-    issued: int
-    completed: int
-    oldest_start_ns: int = 0
-    oldest_op: str = ""
-    oldest_seq: int = 0
-    #: (seq, issue time) of the collectives issued since the previous window.
-    started: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class FinishedOp:
-    group: str
-    seq: int
-    op: str
-    nbytes: int
-    start_ns: int
-    duration_s: float
-    step: int
-
-
-@dataclass
-class SyncWindow:
-    """Collectives finished since the previous window, and every group's counters."""
-
-    durations_s: list[float] = field(default_factory=list)
-    nbytes: int = 0
-    groups: list[GroupCounters] = field(default_factory=list)
-    samples: list[FinishedOp] = field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        return len(self.durations_s)
-
-    @property
-    def p50_s(self) -> float:
-        return statistics.median(self.durations_s) if self.durations_s else 0.0
-
-    @property
-    def max_s(self) -> float:
-        return max(self.durations_s, default=0.0)
-
-    @property
-    def sum_s(self) -> float:
-        return sum(self.durations_s)
 
 
 class GroupLedger:
@@ -294,39 +260,3 @@ def group_label(group: Any) -> str:
         return "default"
     base = f"pg{name}" if name else "pg"
     return f"{desc}/{base}" if desc and desc != "undefined" else base
-
-
-def sync_stats_pb(window: SyncWindow) -> probe_pb2.SyncStats:
-    """The report message for one window."""
-    return probe_pb2.SyncStats(
-        count=window.count,
-        p50_s=window.p50_s,
-        max_s=window.max_s,
-        bytes=window.nbytes,
-        sum_s=window.sum_s,
-        groups=[
-            probe_pb2.GroupSeq(
-                group=g.name,
-                issued=g.issued,
-                completed=g.completed,
-                oldest_inflight_start_mono_ns=g.oldest_start_ns,
-                inflight_op=g.oldest_op,
-                inflight_seq=g.oldest_seq,
-                started_seqs=[seq for seq, _ in g.started],
-                started_mono_ns=[ns for _, ns in g.started],
-            )
-            for g in window.groups
-        ],
-        samples=[
-            probe_pb2.CollectiveSample(
-                group=f.group,
-                seq=f.seq,
-                op=f.op,
-                bytes=f.nbytes,
-                start_mono_ns=f.start_ns,
-                end_mono_ns=f.start_ns + int(f.duration_s * 1e9),
-                step=f.step,
-            )
-            for f in window.samples
-        ],
-    )
