@@ -40,11 +40,10 @@ WORLD = 10
 @contextlib.contextmanager
 def _ranks(job: str, target: str, trigger: Path) -> Iterator[list[subprocess.Popen[str]]]:
     """Ranks 0-9 of ``job``; ranks 8 and 9 hang once ``trigger`` exists."""
-    never = trigger.with_name("never")
+    hang_on = [trigger if r >= 8 else trigger.with_name("never") for r in range(WORLD)]
     procs = [
         subprocess.Popen(
-            [PYTHON, str(WORKERS / "gil_hang.py"), job, str(r), str(WORLD)]
-            + [str(trigger if r >= 8 else never)],
+            [PYTHON, str(WORKERS / "gil_hang.py"), job, str(r), str(WORLD), str(hang_on[r])],
             stdout=subprocess.PIPE,
             text=True,
             env=child_env(TRAINPROBE_TARGET=target),
