@@ -14,7 +14,10 @@ Sections (``--sections``, in this order; each trial is written out as it ends):
   checkpoint; an eval on every replica: evictions and kills (goal: 0).
 - ``ray``: Ray Train + TorchftConfig (bench/ft_ray.py): the same, plus the
   replacement's parameters against the survivor's and how often each worker
-  started (a single-group replacement).
+  started (a single-group replacement), and where the survivor's time goes
+  (onset to incident, the kill, culprit gone to the survivor's commit).
+  ``--ray-lighthouse``: ``trainprobe`` (``trainprobe.hooks.ray_train.torchft_config``)
+  and/or ``ray`` (Ray's own example, torchft's lighthouse defaults).
 - ``restart``: no replicas, shipped defaults: a rank sleeps in its step; the
   sidecar kills, Ray Train (``examples/ray_train_job.py``) or torchrun
   ``--max-restarts`` (``examples/torchrun_train.py``) restarts every rank
@@ -54,12 +57,27 @@ FAULTS = ("sleep", "lock", "gil", "stop", "kill9")
 DEFINITIVE = ("stop", "kill9")
 SECTIONS = ("faults", "healthy", "ray", "restart")
 MEASURES = ("survivor_resumed_s", "culprit_gone_s", "replacement_stepping_s")
-RAY_MEASURES = (*MEASURES, "replacement_begin_s", "replacement_start_s")
+RAY_MEASURES = (
+    *MEASURES,
+    "replacement_begin_s",
+    "replacement_start_s",
+    "incident_s",
+    "kill_s",
+    "survivor_after_gone_s",
+)
+#: The survivors' goals (issue 35): definitive faults, ambiguous ones.
+RAY_SURVIVOR_GOAL_S = {"stop": 3.0, "sleep": 12.0}
 
 
 def median(xs: list[Any]) -> float | None:
     vals = [float(x) for x in xs if isinstance(x, (int, float))]
     return round(statistics.median(vals), 2) if vals else None
+
+
+def _ray_key(r: dict[str, Any]) -> str:
+    """``sleep`` under trainprobe's lighthouse settings; ``sleep/ray`` under Ray's example's."""
+    lighthouse = r.get("lighthouse", "trainprobe")
+    return r["fault"] if lighthouse == "trainprobe" else f"{r['fault']}/{lighthouse}"
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
@@ -88,9 +106,9 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             "finished": all(r.get("finished") and r.get("same_pids") for r in rs),
             "stall_s": median([s for r in rs for s in r.get("stalls_seen_s") or []]),
         }
-    for fault in {r["fault"] for r in t["ray"]}:
-        rs = [r for r in t["ray"] if r["fault"] == fault]
-        out["ray"][fault] = {
+    for key in {_ray_key(r) for r in t["ray"]}:
+        rs = [r for r in t["ray"] if _ray_key(r) == key]
+        out["ray"][key] = {
             "trials": len(rs),
             **{m: median([r.get(m) for r in rs]) for m in RAY_MEASURES},
             "survivor_same_pid": all(r.get("survivor_same_pid") for r in rs),
@@ -98,6 +116,11 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             "single_group_replacement": all(r.get("single_group_replacement") for r in rs),
             "evictions": sum(r.get("evictions", 0) for r in rs),
             "other_kills": sum(r.get("other_kills", 0) for r in rs),
+            "survivor_resumed_max_s": max(
+                (r["survivor_resumed_s"] for r in rs if r.get("survivor_resumed_s") is not None),
+                default=None,
+            ),
+            "survivor_goal_s": RAY_SURVIVOR_GOAL_S.get(key.split("/")[0]),
             "goal_s": 20.0,
         }
     for orch in {r["orchestrator"] for r in t["restart"]}:
@@ -118,6 +141,7 @@ def main() -> None:
     p.add_argument("--modes", default="trainprobe,alone")
     p.add_argument("--healthy", default=",".join(HEALTHY))
     p.add_argument("--ray-faults", default="sleep")
+    p.add_argument("--ray-lighthouse", default="trainprobe", help="trainprobe,ray")
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--launcher", choices=("torchrun", "plain"), default="torchrun")
     p.add_argument("--fault-at", type=int, default=15)
@@ -181,7 +205,9 @@ def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], star
             for _ in range(args.trials):
                 if "ray" in sections:
                     for fault in args.ray_faults.split(","):
-                        add("ray", session.ft_trial(fault, args.ray_steps, args.limit_s))
+                        for lh in args.ray_lighthouse.split(","):
+                            trial = session.ft_trial(fault, args.ray_steps, args.limit_s, lh)
+                            add("ray", trial)
                 if "restart" in sections:
                     add("restart", session.restart_trial())
         finally:

@@ -8,7 +8,12 @@
   hook and Manager made, and its first committed step; and, at the end,
   whether the two replicas hold equal parameters, how many times each worker
   started (a single-group replacement starts worker 1 twice and worker 0
-  once), and the evictions.
+  once), and the evictions. Where the survivor's time goes: onset to the
+  incident (``incident_s``), the kill's own time (``kill_s``), and the culprit
+  gone to the survivor's next commit (``survivor_after_gone_s``: the
+  lighthouse's heartbeat timeout, when the culprit heartbeated until its kill).
+  ``lighthouse``: ``trainprobe`` (``trainprobe.hooks.ray_train.torchft_config``)
+  or ``ray`` (Ray's own example: ``{"min_replicas": 1}``, torchft's defaults).
 - ``ray_restart_trial``: ``examples/ray_train_job.py`` (DDP, no replicas),
   rank 1 sleeps; the sidecar with its shipped defaults kills, Ray Train
   restarts the whole group from the last checkpoint
@@ -25,7 +30,10 @@ from typing import Any
 
 from tests.support import read_jsonl
 
-__all__ = ["RaySession"]
+__all__ = ["RAY_EXAMPLE_LIGHTHOUSE", "RaySession"]
+
+#: Ray's own torchft example (torchft_linear_example.py): torchft's lighthouse defaults.
+RAY_EXAMPLE_LIGHTHOUSE: dict[str, Any] = {"min_replicas": 1}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -75,15 +83,24 @@ class RaySession:
     def records(self, job: str) -> list[dict[str, Any]]:
         return [r for r in read_jsonl(Path(self.node.incident_log)) if r.get("job_id") == job]
 
-    def ft_trial(self, fault: str, steps: int, limit_s: float) -> dict[str, Any]:
+    def ft_trial(
+        self, fault: str, steps: int, limit_s: float, lighthouse: str = "trainprobe"
+    ) -> dict[str, Any]:
         import ray_torchft_job
 
         self.n += 1
         name = f"ft{self.n}"
         progress = self.workdir / f"{name}.jsonl"
-        out: dict[str, Any] = {"fault": fault, "load": round(os.getloadavg()[0], 2)}
+        out: dict[str, Any] = {
+            "fault": fault,
+            "lighthouse": lighthouse,
+            "load": round(os.getloadavg()[0], 2),
+        }
         cfg = {"fault": fault, "fault_rank": 1, "steps": steps, "progress": str(progress)}
-        trainer = ray_torchft_job.make_trainer(cfg, str(self.workdir / "storage"), name)
+        kwargs = None if lighthouse == "trainprobe" else RAY_EXAMPLE_LIGHTHOUSE
+        trainer = ray_torchft_job.make_trainer(
+            cfg, str(self.workdir / "storage"), name, lighthouse=kwargs
+        )
         res: dict[str, Any] = {}
         runner = threading.Thread(target=lambda: res.setdefault("r", trainer.fit()), daemon=True)
         runner.start()
@@ -120,8 +137,20 @@ class RaySession:
         recs = self.records(name)
         acts = [r for r in recs if r.get("type") == "action" and r.get("action")]
         result = res.get("r")
+        incident = _first(recs, lambda r: r.get("type") == "incident" and r["action"] == "evict")
+        evict = _first(acts, lambda r: r["action"] == "evict")
+        kill = ((evict or {}).get("outcomes") or {}).get("1") or {}
+        resumed = after("step", 0)
         out.update(
-            survivor_resumed_s=after("step", 0),
+            incident_s=round(float(incident["time"]) - onset, 2) if incident else None,
+            kill_s=kill.get("seconds"),
+            kill_signalled=kill.get("signalled_first"),
+            survivor_after_gone_s=(
+                round(resumed - (gone_at - onset), 2) if resumed is not None and gone_at else None
+            ),
+        )
+        out.update(
+            survivor_resumed_s=resumed,
             survivor_same_pid=len(survivor) == 1,
             culprit_gone_s=round(gone_at - onset, 2) if gone_at else None,
             replacement_begin_s=after("begin", 1, new=True),

@@ -108,24 +108,31 @@ def train_func(config: dict[str, Any]) -> None:
     manager.shutdown(wait=False)
 
 
-def make_trainer(config: dict[str, Any], storage_path: str, name: str, workers: int = 2) -> Any:
+def make_trainer(
+    config: dict[str, Any],
+    storage_path: str,
+    name: str,
+    workers: int = 2,
+    lighthouse: dict[str, Any] | None = None,
+) -> Any:
+    """``lighthouse``: the lighthouse's settings as they are (``{"min_replicas": 1}``
+    is Ray's own example); by default trainprobe's (``torchft_config``)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.torch.torchft_config import TorchftConfig
+
+    from trainprobe.hooks.ray_train import torchft_config
 
     return TorchTrainer(
         train_func,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
-        # heartbeat_timeout_ms: the survivors' next quorum forms once the evicted
-        # replica's heartbeats are this old (torchft's default is 5 s).
-        torch_config=TorchftConfig(
-            lighthouse_kwargs={
-                "min_replicas": 1,
-                "join_timeout_ms": 10000,
-                "heartbeat_timeout_ms": 1000,
-            },
-            backend="gloo",
+        # trainprobe's lighthouse settings: the survivors' next quorum forms 1 s
+        # after the evicted replica's last heartbeat (torchft's default is 5 s).
+        torch_config=(
+            torchft_config(backend="gloo")
+            if lighthouse is None
+            else TorchftConfig(lighthouse_kwargs=lighthouse, backend="gloo")
         ),
         run_config=RunConfig(
             name=name, storage_path=storage_path, failure_config=FailureConfig(max_failures=3)

@@ -1,4 +1,5 @@
-"""Ray Train helpers: report a checkpoint inside a declared phase.
+"""Ray Train helpers: report a checkpoint inside a declared phase; a TorchftConfig
+whose lighthouse lets survivors go on at once.
 
 Saving and reporting a checkpoint can take far longer than a step, and
 ``ray.train.report`` also waits for every rank. Inside ``hook.phase("checkpoint")``
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.hooks.liveness import LivenessProbeHook
+
+__all__ = ["CHECKPOINT_PHASE", "LIGHTHOUSE_DEFAULTS", "report_checkpoint", "torchft_config"]
 
 #: The phase name the helpers declare.
 CHECKPOINT_PHASE = "checkpoint"
@@ -51,3 +54,33 @@ def report_checkpoint(
         yield ckpt_dir
         checkpoint = ray.train.Checkpoint.from_directory(tmp) if any(ckpt_dir.iterdir()) else None
         ray.train.report(dict(metrics), checkpoint=checkpoint)
+
+
+#: The lighthouse settings :func:`torchft_config` starts from (``trainprobe run
+#: --replicas`` uses the same). torchft 0.2.0's lighthouse has no call that drops
+#: a replica: the survivors' next quorum forms only once the evicted replica's
+#: heartbeats are ``heartbeat_timeout_ms`` old (torchft's default 5,000 ms), and
+#: a replica whose heartbeats only pause is not lost by that (it rejoins at its
+#: next quorum and heals). trainprobe judges hangs itself, so 1,000 ms (10 of the
+#: Manager's 100 ms heartbeats) costs no eviction. ``join_timeout_ms``: how long a
+#: quorum waits for a replica that heartbeats but has not joined (torchft's default
+#: 60,000 ms holds up 3 or more replicas while a replacement starts).
+LIGHTHOUSE_DEFAULTS: dict[str, int] = {
+    "min_replicas": 1,
+    "join_timeout_ms": 10_000,
+    "heartbeat_timeout_ms": 1_000,
+}
+
+
+def torchft_config(lighthouse_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Ray Train's ``TorchftConfig`` with :data:`LIGHTHOUSE_DEFAULTS` under ``lighthouse_kwargs``.
+
+    ``kwargs`` go to ``TorchftConfig`` as they are (``backend="gloo"``, ...)::
+
+        TorchTrainer(train_func, torch_config=torchft_config(backend="gloo"), ...)
+    """
+    from ray.train.v2.torch.torchft_config import TorchftConfig
+
+    return TorchftConfig(
+        lighthouse_kwargs={**LIGHTHOUSE_DEFAULTS, **(lighthouse_kwargs or {})}, **kwargs
+    )
