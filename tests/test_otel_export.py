@@ -397,6 +397,9 @@ def test_the_first_scrape_already_serves_every_metric_family() -> None:
             "trainprobe_sidecar_overloaded": "gauge",
             "trainprobe_sidecar_reports_shed": "gauge",
             "trainprobe_sidecar_ingest_lag_seconds": "gauge",
+            "trainprobe_sidecar_behind": "gauge",
+            "trainprobe_sidecar_own_lag_seconds": "gauge",
+            "trainprobe_sidecar_verdicts_deferred": "gauge",
         }
         assert len(want) == len(INSTRUMENTS)  # a new instrument belongs in this list
         # target_info is the exporter's resource family, written once any data is in

@@ -433,18 +433,26 @@ class StatusReply(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ..., ingest: _Optional[_Union[IngestStatus, _Mapping]] = ...) -> None: ...
 
 class IngestStatus(_message.Message):
-    __slots__ = ("overloaded", "applied", "shed", "max_lag_s", "shed_per_s")
+    __slots__ = ("overloaded", "applied", "shed", "max_lag_s", "shed_per_s", "behind", "own_lag_s", "deferred_now", "deferred")
     OVERLOADED_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     SHED_FIELD_NUMBER: _ClassVar[int]
     MAX_LAG_S_FIELD_NUMBER: _ClassVar[int]
     SHED_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BEHIND_FIELD_NUMBER: _ClassVar[int]
+    OWN_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_NOW_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_FIELD_NUMBER: _ClassVar[int]
     overloaded: bool
     applied: int
     shed: int
     max_lag_s: float
     shed_per_s: float
-    def __init__(self, overloaded: bool = ..., applied: _Optional[int] = ..., shed: _Optional[int] = ..., max_lag_s: _Optional[float] = ..., shed_per_s: _Optional[float] = ...) -> None: ...
+    behind: bool
+    own_lag_s: float
+    deferred_now: int
+    deferred: int
+    def __init__(self, overloaded: bool = ..., applied: _Optional[int] = ..., shed: _Optional[int] = ..., max_lag_s: _Optional[float] = ..., shed_per_s: _Optional[float] = ..., behind: bool = ..., own_lag_s: _Optional[float] = ..., deferred_now: _Optional[int] = ..., deferred: _Optional[int] = ...) -> None: ...
 
 class RayWatchStatus(_message.Message):
     __slots__ = ("snapshots", "last_snapshot_age_s", "truncated", "errors", "findings", "cpu_s")

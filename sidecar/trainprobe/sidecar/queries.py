@@ -112,6 +112,10 @@ class Queries:
                 shed=load.shed,
                 max_lag_s=load.max_lag_s,
                 shed_per_s=load.shed_per_s,
+                behind=load.behind,
+                own_lag_s=load.own_lag_s,
+                deferred_now=load.deferred_now,
+                deferred=load.deferred,
             )
         )
         responder = self.ray_responder()

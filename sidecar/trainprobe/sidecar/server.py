@@ -126,6 +126,7 @@ class Sidecar:
             tickets=self.tickets,
             diagnose_ray=self.diagnose_ray,
         )
+        self.servicer.shedder.pace = self.engine.pace  # reports' lags, and status reads it
         self.queries = Queries(
             self.registry,
             self.engine,
@@ -138,7 +139,7 @@ class Sidecar:
         self.health = Health(
             checks.ticking,
             checks.workers_ok,
-            lambda: not self.servicer.shedder.load(clock()).overloaded,
+            lambda: not ((load := self.servicer.shedder.load(clock())).overloaded or load.behind),
         )
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer, clock)

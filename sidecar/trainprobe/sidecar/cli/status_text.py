@@ -111,6 +111,15 @@ def format_status(
             f"{ing.shed_per_s:.0f} shed/s, ingest lag up to {ing.max_lag_s:.1f}s lately"
         )
         lines += [line] if wide else _wrap(line, width)
+    if reply.HasField("ingest") and (reply.ingest.behind or reply.ingest.deferred):
+        ing = reply.ingest
+        line = (
+            f"sidecar BEHIND its reports by {ing.own_lag_s:.1f}s: verdicts judged that much "
+            f"later, {ing.deferred_now} deferred now"
+            if ing.behind
+            else "sidecar was behind its reports"
+        ) + f"; {ing.deferred} verdicts deferred since start"
+        lines += [line] if wide else _wrap(line, width)
     if reply.HasField("ray_watch"):
         ray = format_ray_watch(reply.ray_watch)
         lines += ray if wide else [wrapped for line in ray for wrapped in _wrap(line, width)]

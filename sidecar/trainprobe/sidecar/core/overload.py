@@ -20,12 +20,15 @@ Nothing else changes: ages are still judged as of each report's send
 
 Pure: the servicer calls :meth:`Shedder.is_late` and :meth:`Shedder.note`
 with its clock; status, the health service and the metrics read
-:meth:`Shedder.load`.
+:meth:`Shedder.load`, which also says whether the sidecar is behind and what
+it deferred (its :class:`~trainprobe.sidecar.core.pace.Pace`, when given).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from trainprobe.sidecar.core.pace import Pace
 
 __all__ = ["SHED_LAG_S", "IngestLoad", "Shedder"]
 
@@ -48,6 +51,13 @@ class IngestLoad:
     max_lag_s: float
     #: Reports shed per second over the last window or two.
     shed_per_s: float
+    #: The sidecar is behind its reports (core/pace.py): its own lateness, by
+    #: which the rules judge earlier, and the verdicts that deferred (now, and
+    #: distinct ones since start).
+    behind: bool = False
+    own_lag_s: float = 0.0
+    deferred_now: int = 0
+    deferred: int = 0
 
 
 class Shedder:
@@ -64,6 +74,8 @@ class Shedder:
         self._win_start = 0.0
         self._cur = [0.0, 0]
         self._prev = [0.0, 0]
+        #: The sidecar's pace, which load() reports too (the engine's).
+        self.pace: Pace | None = None
 
     def late_after(self, interval_s: float) -> float:
         return max(self.late_after_s, 2.0 * interval_s)
@@ -99,10 +111,15 @@ class Shedder:
         self._roll(now)
         span = max(now - self._win_start + (self.window_s if self._prev[1] else 0.0), 1e-9)
         shed_recent = self._cur[1] + self._prev[1]
+        pace = self.pace.view(now) if self.pace is not None else None
         return IngestLoad(
             overloaded=self.last_shed_at is not None and now - self.last_shed_at <= self.window_s,
             applied=self.applied,
             shed=self.shed,
             max_lag_s=max(self._cur[0], self._prev[0]),
             shed_per_s=shed_recent / span if shed_recent else 0.0,
+            behind=pace is not None and pace.behind,
+            own_lag_s=pace.own_lag_s if pace is not None else 0.0,
+            deferred_now=pace.deferred_now if pace is not None else 0,
+            deferred=pace.deferred if pace is not None else 0,
         )

@@ -19,7 +19,9 @@
 The sidecar's own clock is suspect too: ages are judged as of each worker's
 last send (``ingest_lag_s``), not its arrival, and after the sidecar's loop
 froze a worker is judged only once a report sent after the freeze arrives
-(``fresh_after``; its silence counts from the resume).
+(``fresh_after``; its silence counts from the resume). While the sidecar is
+behind its reports, every age is judged ``allowance_s`` (its own lateness,
+core/pace.py) earlier, so what it has not read yet ages nobody.
 """
 
 from __future__ import annotations
@@ -117,8 +119,11 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     return out
 
 
-def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> list[Finding]:
-    """Every finding for every worker at time ``now``.
+def evaluate(
+    workers: Iterable[WorkerState], cfg: RuleConfig, now: float, allowance_s: float = 0.0
+) -> list[Finding]:
+    """Every finding for every worker at time ``now``, ages judged ``allowance_s``
+    earlier (the sidecar's own lateness: :func:`evaluate_worker`).
 
     The common worker (connected, stepping, no phase, nothing in flight, no
     slow sync window or GPU data, its job holding no phase, its report and step
@@ -137,10 +142,11 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
         for job, ctx in contexts.items()
     }
     out: list[Finding] = []
+    heard_by = now - allowance_s
     for w in workers:
         if (
             w.has_step
-            and now - w.last_report_at <= heartbeat_s
+            and heard_by - w.last_report_at <= heartbeat_s
             and w.connected
             and not w.active_phases
             and not w.inflight_since
@@ -155,10 +161,10 @@ def evaluate(workers: Iterable[WorkerState], cfg: RuleConfig, now: float) -> lis
                 or sync.max_s <= sync_latency_s
             )
             and (lag := w.ingest_lag_s) <= heartbeat_s
-            and now - lag - max(w.last_step_at, job_fast[1]) <= job_fast[0]
+            and now - max(lag, allowance_s) - max(w.last_step_at, job_fast[1]) <= job_fast[0]
         ):
             continue
-        found = evaluate_worker(w, cfg, contexts[w.hello.job_id], now)
+        found = evaluate_worker(w, cfg, contexts[w.hello.job_id], now, allowance_s)
         if found:
             out.extend(found)
     return out
@@ -170,8 +176,16 @@ def heartbeat_limit_s(w: WorkerState, cfg: RuleConfig) -> float:
     return max(cfg.heartbeat_timeout_s, 3 * heard_every_ms(w) / 1000.0)
 
 
-def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> list[Finding]:
-    """Findings for one worker; at most one HUNG/UNRESPONSIVE among them."""
+def evaluate_worker(
+    w: WorkerState, cfg: RuleConfig, job: JobContext, now: float, allowance_s: float = 0.0
+) -> list[Finding]:
+    """Findings for one worker; at most one HUNG/UNRESPONSIVE among them.
+
+    ``allowance_s``: how late the sidecar itself is (core/pace.py). Silence is
+    judged that much earlier, and every other age as of the worker's last send
+    or that much earlier, whichever is earlier: the per-worker shift is bounded
+    (no client's clock hides its hang), the sidecar's own lateness is not a
+    client's word."""
     if w.killed_by_us or w.ended == "goodbye":
         return []
     out: list[Finding] = []
@@ -192,7 +206,7 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
         if not w.pid_alive_at_end:
             return out
     # After a freeze of the sidecar's own loop, silence counts from the resume.
-    report_age = now - max(w.last_report_at, w.fresh_after)
+    report_age = now - allowance_s - max(w.last_report_at, w.fresh_after)
     limit = heartbeat_limit_s(w, cfg)
     if report_age > limit:
         silent = finding(
@@ -202,8 +216,8 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
             report_age_s=round(report_age, 3),
             timeout_s=limit,
         )
-        if not w.fresh_after:
-            _as_of(silent, w.ingest_lag_s)  # its last report was sent that much earlier
+        # Its last report was sent that much earlier than it came.
+        _as_of(silent, allowance_s + (0.0 if w.fresh_after else w.ingest_lag_s))
         out.append(silent)
         return out  # every other rule needs fresh reports
     if not w.connected or w.fresh_after:
@@ -211,7 +225,7 @@ def evaluate_worker(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float
     # Ages as of the last report's send: what reached us late (the sidecar lagged)
     # is not the worker's fault, nor is a relaying node's wait for its next batch
     # (no report can come sooner). Bounded, so no clock a client sends hides a hang.
-    shift = min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit)
+    shift = max(allowance_s, min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit))
     now -= shift
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(degraded(w, cfg))

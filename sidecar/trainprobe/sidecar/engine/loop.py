@@ -31,10 +31,12 @@ from trainprobe.sidecar.core.hangstate import (
 )
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView
+from trainprobe.sidecar.core.model import Finding, WorkerState
+from trainprobe.sidecar.core.pace import BEHIND_S, Pace, defer
 from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy
 from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.rules import RuleConfig, evaluate, job_contexts
+from trainprobe.sidecar.core.rules import RuleConfig, evaluate, evaluate_worker, job_contexts
 from trainprobe.sidecar.engine.ports import (
     ActionRunner,
     GathererFactory,
@@ -113,6 +115,13 @@ class Engine:
         self.freeze_after_s = FREEZE_MIN_S
         self.freezes = 0
         self._last_tick_at: float | None = None
+        #: The sidecar's own lateness (core/pace.py): the servicer notes each
+        #: report's ingest lag into it, the loop each tick's lag.
+        self.pace = Pace()
+        #: The tick interval once run() ticks (tick lag means nothing before).
+        self.interval_s: float | None = None
+        self._behind = False
+        self._count_deferred_at = 0.0
 
     def tick(self) -> list[Incident]:
         """One evaluation pass; returns the incidents it opened."""
@@ -124,7 +133,7 @@ class Engine:
         workers = self.registry.workers()
         if gone:
             self.state.forget_jobs(gone, workers)
-        findings = evaluate(workers, self.rules, now)
+        findings = self._judge(workers, now)
         _, effects = step(self.state, workers, findings, (), now, self._wall())
         self.runner.apply(effects)
         return [e.incident for e in effects if isinstance(e, Opened)]
@@ -138,8 +147,49 @@ class Engine:
     def _plan(self, episode: Episode, round_no: int) -> RoundPlan | None:
         return plan_round(self.state, episode, self.registry.workers(), round_no)
 
+    def _judge(self, workers: list[WorkerState], now: float) -> list[Finding]:
+        """The rules' findings, judged as of the sidecar's own lateness ago while it
+        is behind (core/pace.py): its lateness ages nobody."""
+        allowance = self.pace.allowance(now)
+        behind = allowance >= BEHIND_S
+        if behind != self._behind:
+            self._behind = behind
+            if behind:
+                log.warning(
+                    "sidecar is behind its own reports by %.1fs: verdicts that are ages "
+                    "are judged that much later until it catches up",
+                    allowance,
+                )
+            else:
+                log.warning("sidecar caught up with its reports: verdicts judged at once")
+                self.pace.note_deferred(())
+        if not behind:
+            return evaluate(workers, self.rules, now)
+        judged = evaluate(workers, self.rules, now, allowance)
+        flagged = self.state.flagged
+        count = now >= self._count_deferred_at
+        if count:  # judged at now in full once a second, to count what is deferred
+            self._count_deferred_at = now + 1.0
+            at_now = evaluate(workers, self.rules, now)
+        elif flagged:  # otherwise only the workers whose verdict stands
+            ctx = job_contexts(workers, self.rules.stall)
+            at_now = [
+                f
+                for w in workers
+                if w.key in flagged
+                for f in evaluate_worker(w, self.rules, ctx[w.hello.job_id], now)
+            ]
+        else:
+            return judged
+        findings, deferred = defer(judged, at_now, flagged)
+        if count:
+            self.pace.note_deferred(deferred)
+        return findings
+
     def _watch_own_clock(self, now: float) -> None:
         last, self._last_tick_at = self._last_tick_at, now
+        if last is not None and self.interval_s is not None:
+            self.pace.note_tick(now, now - last, self.interval_s)
         if last is None or now - last <= self.freeze_after_s:
             return
         # Every report we hold predates the gap, and those sent during it are
@@ -198,6 +248,7 @@ class Engine:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), settle_s)
         self.freeze_after_s = max(FREEZE_MIN_S, FREEZE_TICKS * interval_s)
+        self.interval_s = interval_s
         while not stop.is_set():
             try:
                 self.tick()

@@ -110,6 +110,26 @@ INGEST_LAG = InstrumentSpec(
     "s",
     "The largest lag from a report's send to the sidecar applying it, over the last 10-20 s",
 )
+#: The sidecar's own lateness (core/pace.py): the rules judge that much earlier.
+BEHIND = InstrumentSpec(
+    "trainprobe.sidecar.behind",
+    "gauge",
+    "1",
+    "1 while the sidecar is behind its reports (its own lag >= 0.5 s lately), else 0",
+)
+OWN_LAG = InstrumentSpec(
+    "trainprobe.sidecar.own_lag",
+    "gauge",
+    "s",
+    "The sidecar's own lateness (tick lag, ingest-lag floor) over the last 10 s: "
+    "verdicts that are ages are judged that much later",
+)
+VERDICTS_DEFERRED = InstrumentSpec(
+    "trainprobe.sidecar.verdicts.deferred",
+    "gauge",
+    "{verdict}",
+    "Verdicts the sidecar's own lateness deferred since it started",
+)
 
 INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     STEP_DURATION,
@@ -126,6 +146,9 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     OVERLOADED,
     REPORTS_SHED,
     INGEST_LAG,
+    BEHIND,
+    OWN_LAG,
+    VERDICTS_DEFERRED,
 )
 
 Point = tuple[float, Mapping[str, AttrValue]]
@@ -198,6 +221,9 @@ def gauge_snapshot(
         snap.add(OVERLOADED, 1.0 if ingest.overloaded else 0.0, {})
         snap.add(REPORTS_SHED, float(ingest.shed), {})
         snap.add(INGEST_LAG, ingest.max_lag_s, {})
+        snap.add(BEHIND, 1.0 if ingest.behind else 0.0, {})
+        snap.add(OWN_LAG, ingest.own_lag_s, {})
+        snap.add(VERDICTS_DEFERRED, float(ingest.deferred), {})
     counts: dict[tuple[str, str, str], int] = {}
     for w in workers:
         state = "connected" if w.connected else (w.ended or "disconnected")

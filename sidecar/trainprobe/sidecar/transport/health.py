@@ -20,9 +20,12 @@ Two services:
   then has the kubelet restart it, without Ray.
 
 - ``trainprobe.ingest``: NOT_SERVING while the sidecar sheds load (a report
-  reached it too late to apply in full in the last 10 s, core/overload.py),
+  reached it too late to apply in full in the last 10 s, core/overload.py)
+  or is behind its reports (its own lateness reached 0.5 s in the last 10 s,
+  core/pace.py: it then defers verdicts that its lateness would make),
   SERVING otherwise. For readiness probes and alerts: an overloaded sidecar
   still judges every worker, so nothing should be restarted for it.
+  ``trainprobe status`` gives the detail (``StatusReply.ingest``).
 
 A relay node (``--relay-to``) serves the same service: ``""`` while its relay
 loop runs, ``trainprobe.workers`` from an upstream kill order for a process

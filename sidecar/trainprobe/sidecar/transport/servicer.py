@@ -306,6 +306,9 @@ class SidecarServicer:
             except ValidationError as err:
                 return "rejected", (grpc.StatusCode.INVALID_ARGUMENT, f"bad report: {err}")
             self.shedder.note(now, state.ingest_lag_s, late)
+            if (pace := self.shedder.pace) is not None:
+                # A relaying node's wait for its next batch is not our lateness.
+                pace.note_report(now, state.ingest_lag_s - state.relay_interval_ms / 1000.0)
             if not late:
                 for listener in self.report_listeners:
                     try:

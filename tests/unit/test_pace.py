@@ -1,0 +1,169 @@
+"""A starved sidecar stays honest (core/pace.py), with a fake clock.
+
+The sidecar's own lateness (tick lag, the floor of its reports' ingest lags)
+holds back every verdict that is an age, so a backlog of its own ages no
+stepping worker; a real hang inside the backlog is still judged, that much
+later, with its latency counted from the onset the reports show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.core_builders import connected, report
+from trainprobe.sidecar.act.incident_log import IncidentLog
+from trainprobe.sidecar.core import Registry, RuleConfig, evaluate
+from trainprobe.sidecar.core.incidents import group_incidents
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey
+from trainprobe.sidecar.core.pace import BEHIND_S, MAX_ALLOWANCE_S, Pace, defer
+from trainprobe.sidecar.core.policy import ActionPolicy
+from trainprobe.sidecar.engine.loop import Engine
+
+T0 = 100.0
+RANKS = 20
+LAG = 12.5  # the backlog measured on a starved 2-core machine: 11.7 s
+
+
+class NoActions:
+    async def execute(self, incident: object) -> None:
+        raise AssertionError("no incident expected")
+
+    async def sweep(self, *args: object, **kw: object) -> None:
+        raise AssertionError("no sweep expected")
+
+
+def test_the_floor_is_the_sidecars_backlog_not_one_late_worker() -> None:
+    pace = Pace()
+    t = T0
+    for _ in range(20):  # 2 s: nine workers on time, one 40 s "late" (or lying)
+        t += 0.1
+        for rank in range(10):
+            pace.note_report(t, 40.0 if rank == 0 else 0.02)
+    assert pace.own_lag(t) <= 0.05 and not pace.view(t).behind
+    for _ in range(20):  # every report 12 s late: the sidecar is behind
+        t += 0.1
+        for _rank in range(10):
+            pace.note_report(t, 12.0)
+    view = pace.view(t)
+    assert view.behind and 12.0 <= view.own_lag_s <= 1.1 * 12.0  # never understated
+    for _ in range(100):  # on time again: behind until the window has passed
+        t += 0.1
+        for _rank in range(10):
+            pace.note_report(t, 0.02)
+        if t < T0 + 4 + 9:
+            assert pace.view(t).behind
+    assert not pace.view(t + 0.5).behind and pace.own_lag(t + 0.5) <= 0.05
+
+
+def test_tick_lag_counts_and_the_allowance_is_bounded() -> None:
+    pace = Pace()
+    pace.note_tick(T0, 0.9, 0.1)
+    assert pace.own_lag(T0 + 1) == pytest.approx(0.8)
+    assert pace.view(T0 + 1).behind
+    assert not Pace().view(T0).behind
+    pace.note_report(T0 + 2, 500.0)
+    assert pace.allowance(T0 + 2) == MAX_ALLOWANCE_S
+
+
+def backlogged(reg: Registry, engine: Engine, until: float, hung: int = -1, hung_at: float = 0):
+    """Every rank steps every 0.1 s until ``until`` (worker time); the sidecar reads
+    each report LAG s late (as the servicer does: applied for liveness only, its
+    lag noted). Rank ``hung`` stops stepping at ``hung_at``. Yields the read times."""
+    t = T0 + 3.0
+    while t < until - 1e-9:
+        t += 0.1
+        step = round((t - T0) * 10)
+        for w in reg:
+            if w.hello.rank == hung and t >= hung_at:
+                rep = report(t, step=round((hung_at - T0) * 10), step_t_s=hung_at, seq=step)
+            else:
+                rep = report(t, step=step, seq=step)
+            reg.apply(w, rep, t + LAG, sampled=False)
+            engine.pace.note_report(t + LAG, w.ingest_lag_s)
+        yield t + LAG
+
+
+def test_a_sidecar_far_behind_its_reports_judges_no_stepping_worker(tmp_path: Path) -> None:
+    now = [T0]
+    reg = Registry()
+    cfg = RuleConfig()  # shipped: heartbeat 10 s, stall threshold 3 s at this pace
+    workers = [connected(reg, r, T0, interval_ms=100, world=RANKS) for r in range(RANKS)]
+    for i in range(1, 31):  # on time, past the stall warm-up
+        for w in workers:
+            reg.apply(w, report(T0 + i * 0.1, step=i, seq=i, durations=(0.1,)), T0 + i * 0.1)
+    engine = Engine(reg, cfg, ActionPolicy(), IncidentLog(tmp_path / "i.jsonl"), NoActions())
+    engine._clock = lambda: now[0]
+    for now[0] in backlogged(reg, engine, T0 + 30):
+        assert engine.tick() == []
+    # Why the rule alone fails: the shift for the backlog is bounded per worker
+    # (by the 10 s heartbeat limit, so no client clock hides a hang), so a 12.5 s
+    # backlog makes every stepping rank look stalled for 2.5 s and more.
+    later = now[0] + 0.6  # a reading hiccup: no report read for 0.6 s
+    assert {f.rule for f in evaluate(reg, cfg, later)} == {"stall"}
+    now[0] = later
+    assert engine.tick() == []
+    view = engine.pace.view(later)
+    assert view.behind and view.own_lag_s >= LAG
+    assert view.deferred_now == RANKS and view.deferred == RANKS
+
+
+def test_a_hang_inside_the_backlog_is_still_judged_from_its_onset(tmp_path: Path) -> None:
+    reg = Registry()
+    cfg = RuleConfig()
+    workers = [connected(reg, r, T0, interval_ms=100) for r in range(4)]
+    for i in range(1, 31):
+        for w in workers:
+            reg.apply(w, report(T0 + i * 0.1, step=i, seq=i, durations=(0.1,)), T0 + i * 0.1)
+    engine = Engine(reg, cfg, ActionPolicy(), IncidentLog(tmp_path / "i.jsonl"), NoActions())
+    hung_at = T0 + 20.0
+    found: list[Finding] = []
+    for now in backlogged(reg, engine, T0 + 60, hung=2, hung_at=hung_at):
+        found = evaluate(reg, cfg, now, engine.pace.allowance(now))
+        if found:
+            break
+    assert [(f.key.rank, f.rule) for f in found] == [(2, "stall")]
+    # The stall threshold (3 s) past the onset, read LAG s late, judged as of the
+    # sidecar's own lateness (its floor, LAG and at most a bucket's 10 % more)
+    # earlier: no sooner than the worker's own clock allows, and no later than
+    # the bucket's width beyond it.
+    assert hung_at + 3.0 + LAG <= now <= hung_at + 3.0 + 1.1 * LAG + 0.2
+    (incident,) = group_incidents(found, {w.key: w for w in reg}, now, 0.0)
+    assert incident.onset_at == pytest.approx(hung_at, abs=0.15)
+    assert incident.detection_latency_s == pytest.approx(now - hung_at, abs=0.15)
+
+
+def test_silence_is_deferred_by_the_sidecars_lateness_only() -> None:
+    reg = Registry()
+    cfg = RuleConfig()
+    w = connected(reg, 0, T0, interval_ms=100)
+    reg.apply(w, report(T0 + 0.1, step=1, seq=1), T0 + 0.1)
+    assert {f.rule for f in evaluate(reg, cfg, T0 + 10.2)} == {"heartbeat"}
+    assert evaluate(reg, cfg, T0 + 10.2, allowance_s=5.0) == []
+    (late,) = evaluate(reg, cfg, T0 + 15.2, allowance_s=5.0)
+    assert late.rule == "heartbeat" and late.evidence["as_of_lag_s"] == pytest.approx(5.0)
+
+
+def key(rank: int) -> WorkerKey:
+    return WorkerKey("job", rank)
+
+
+def hung(rank: int, rule: str = "stall", verdict: Verdict = Verdict.HUNG) -> Finding:
+    return Finding(key(rank), rule, verdict, {})
+
+
+def test_defer_keeps_standing_verdicts_and_what_is_no_age() -> None:
+    judged = [hung(0)]
+    at_now = [hung(0), hung(1), hung(2), hung(3, "exit", Verdict.DEAD)]
+    findings, deferred = defer(judged, at_now, flagged={key(2)})
+    # Rank 1's stall is deferred; rank 2's verdict was given before the sidecar
+    # fell behind and stands; an ended stream is no age.
+    assert [(f.key.rank, f.rule) for f in findings] == [(0, "stall"), (2, "stall"), (3, "exit")]
+    assert deferred == {(key(1), "stall")}
+    pace = Pace()
+    pace.note_report(T0, 2 * BEHIND_S)
+    pace.note_deferred(deferred)
+    pace.note_deferred(deferred | {(key(3), "stall")})
+    view = pace.view(T0)
+    assert view.deferred_now == 2 and view.deferred == 2  # each counted once
