@@ -2,8 +2,9 @@
 
 Run under ``trainprobe run``: each replica group is one Lightning job of one
 CPU rank. ``--stop-file``: once it holds a step count, every fit ends there.
-``--stop-at S``: the rank of replica group 1 SIGSTOPs itself, once a job, at
-the first training step from committed step S on that both replicas train.
+``--stop-at S``: the rank of replica group 1 SIGSTOPs itself (``--fault
+sleep``: sleeps in its training_step), once a job, at the first training step
+from committed step S on that both replicas train.
 Appends JSON lines to ``--progress``: each step (job-wide rank, pid,
 committed count) and, at the end, the parameters.
 """
@@ -54,6 +55,8 @@ class Tiny(pl.LightningModule):
         if due and not Path(ARGS.marker).exists():
             open(ARGS.marker, "w").close()
             emit("fault", committed=committed)
+            if ARGS.fault == "sleep":
+                time.sleep(3600)
             os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(ARGS.step_s)
         x, y = batch
@@ -75,6 +78,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--stop-at", type=int, default=-1)
+    p.add_argument("--fault", choices=("stop", "sleep"), default="stop")
     ARGS = p.parse_args()
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(4096, 8, generator=g), torch.randn(4096, 1, generator=g))

@@ -2,7 +2,8 @@
 (tests/replicated_lightning_worker.py), 2 replica groups of one CPU rank, the real
 sidecar with its shipped defaults.
 
-A SIGSTOPped replica: the survivor's fit goes on in the same process, the stopped
+A SIGSTOPped replica, or one that sleeps in its training_step (which only the
+sidecar sees, and evicts): the survivor's fit goes on in the same process, the stopped
 group is ended and restarted by the launcher, heals from the survivor, and both
 fits end at the same committed step with equal parameters.
 """
@@ -23,12 +24,13 @@ WORKER = REPO / "tests" / "replicated_lightning_worker.py"
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_a_stopped_lightning_replica_is_replaced_and_the_other_fit_goes_on() -> None:
+@pytest.mark.parametrize("fault", ["stop", "sleep"])
+def test_a_stopped_lightning_replica_is_replaced_and_the_other_fit_goes_on(fault: str) -> None:
     work: Path = short_tmpdir("tplt-")
     with SidecarProcess(work) as sc:
         script = [PYTHON, str(WORKER), "--progress", str(work / "progress.jsonl")]
         script += ["--marker", str(work / "fault.done"), "--steps", "100000", "--stop-at", "10"]
-        script += ["--stop-file", str(work / "stop.at")]
+        script += ["--stop-file", str(work / "stop.at"), "--fault", fault]
         with launched(work, sc.target, "--replicas", "2", script=script) as run:
             fault = wait_for(lambda: run.rows("fault"), 150, 0.1, "the fault")[0]
             survivor = run.rows("step", 0)[0]["pid"]
@@ -54,3 +56,7 @@ def test_a_stopped_lightning_replica_is_replaced_and_the_other_fit_goes_on() -> 
     assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
     pids = [o.get("pid") for a in actions for o in (a.get("outcomes") or {}).values()]
     assert pids == [fault["pid"]], actions  # the survivor was never signalled
+    if fault == "sleep":  # only the sidecar sees a sleeping replica: it evicts it
+        assert [(a["action"], a["evicted_replicas"]) for a in actions] == [
+            ("evict", ["replica_1"])
+        ], actions
