@@ -13,7 +13,6 @@ machine's verdicts and kill decisions through the named methods here
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 
 from trainprobe.sidecar.core.arrival import ArrivalTracker
@@ -26,8 +25,8 @@ from trainprobe.sidecar.core.model import (
     VerifiedProcess,
     WorkerKey,
     WorkerState,
-    heard_every_ms,
 )
+from trainprobe.sidecar.core.session_rule import held_by, same_process, takes_over
 from trainprobe.sidecar.core.validate import validate_hello, validate_report
 
 #: Protocol versions this sidecar accepts.
@@ -97,19 +96,8 @@ class Registry:
 
         ``verified`` is the process the kernel named for this Hello (its
         identity ticket, here or on the relay ``node`` that vouched for it),
-        or None. The session rule (docs/SECURITY.md):
-
-        - A Hello resumes a session only as the same process: both verified
-          with the same pid and start time (and, while the session is live,
-          through the same relay stream), or both unverified with the same
-          pid, host and non-empty session secret. A pid and a host are public.
-        - A live verified session is never taken: its silence is a verdict
-          to reach (UNRESPONSIVE, then its kill), not a vacancy.
-        - A live unverified one goes to a verified newcomer at once, and to an
-          unverified one once it has been silent for a heartbeat.
-        - Anything else is refused with ALREADY_EXISTS. An ended session a
-          newcomer does not resume is replaced by a fresh one: no history of
-          another process carries over.
+        or None. Who resumes, takes or is refused is the session rule
+        (``core/session_rule.py``, docs/SECURITY.md).
 
         Raises :class:`RegistryError` for an unsupported protocol, a bad
         identity, or a rank another live process of the job holds.
@@ -122,7 +110,7 @@ class Registry:
         if verified is not None and verified.pid != hello.pid:
             raise ValueError("verified process does not match the Hello's pid")
         old = self._workers.get(hello.key)
-        if old is not None and _same_process(old, hello, verified, node):
+        if old is not None and same_process(old, hello, verified, node):
             # The same process reconnecting (a blip, or its old stream is not yet
             # seen closed): keep its history; the old stream's close is ignored.
             old.hello, old.node = hello, node if verified is not None else None
@@ -131,18 +119,8 @@ class Registry:
             self._ended.pop(old.key, None)
             return old
         if old is not None and old.connected:
-            silent_s = now - old.last_report_at
-            takes = not old.verified and (verified is not None or silent_s > self._holds(old))
-            if not takes:
-                raise RegistryError(
-                    "ALREADY_EXISTS",
-                    f"rank {hello.rank} of job {hello.job_id!r} is already reported by "
-                    f"{'verified ' if old.verified else ''}pid {old.hello.pid} on "
-                    f"{old.hello.host}"
-                    f"{' through another relay stream' if old.node not in (None, node) else ''}"
-                    "; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
-                    "LivenessProbeHook",
-                )
+            if not takes_over(old, verified, now, self.takeover_after_s):
+                raise RegistryError("ALREADY_EXISTS", held_by(old, hello, node))
             # Evicted: its stream sees the session closed and ends.
             old.connected, old.ended, old.ended_at = False, "rejected", now
         if old is not None:  # replaced: its stream sees the session closed and ends
@@ -159,10 +137,6 @@ class Registry:
             state.generation = old.generation + 1  # the old stream's close is ignored
         self._workers[hello.key] = state
         return state
-
-    def _holds(self, w: WorkerState) -> float:
-        """How long a silent holder keeps its rank: its heartbeat limit."""
-        return max(self.takeover_after_s, 3 * heard_every_ms(w) / 1000.0)
 
     def _make_room(self, hello: HelloData) -> None:
         """Keep within ``max_sessions``: evict the oldest ended session, or refuse."""
@@ -296,30 +270,3 @@ class Registry:
             del self._workers[w.key]
             self._ended.pop(w.key, None)
         return gone
-
-
-def _same_process(
-    old: WorkerState, hello: HelloData, verified: VerifiedProcess | None, node: object | None
-) -> bool:
-    """Whether a Hello comes from the process that holds ``old``.
-
-    Verified on either side: only the kernel's word counts (pid and start
-    time), and a live session's relay stream owns it. Neither verified: the
-    same pid and host and the session secret that only that hook has sent
-    (an older hook sends none: its reconnect is a new session).
-    """
-    if verified is not None or old.verified:
-        return (
-            verified is not None
-            and old.verified
-            and verified.pid == old.hello.pid
-            and verified.start_ticks == old.proc_start_ticks
-            and (old.node is node or not old.connected)
-        )
-    secret = hello.session_secret
-    return (
-        bool(secret)
-        and hmac.compare_digest(secret, old.hello.session_secret)
-        and old.hello.pid == hello.pid
-        and old.hello.host == hello.host
-    )
