@@ -51,6 +51,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     # The demo's faults name a job-wide rank (a replica group's ranks start at 0).
     rank = int(os.environ.get("REPLICA_GROUP_ID", 0)) * dist.get_world_size() + dist.get_rank()
+    torch.manual_seed(rank)  # each rank its own batches, as a DistributedSampler gives them
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     )

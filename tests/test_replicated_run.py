@@ -176,6 +176,22 @@ def test_an_8s_stall_evicts_nothing_and_both_groups_end_alike(
     assert "[replica0:0]" in run.text() and "[replica1:0]" in run.text()  # prefixed logs
 
 
+def test_groups_of_two_ranks_average_inside_and_across_groups(
+    work: Path, sidecar: SidecarProcess
+) -> None:
+    # --nproc-per-replica 2: DDP inside each group, torchft across the groups.
+    script = example(work / "progress.jsonl", 30)
+    flags = ("--replicas", "2", "--nproc-per-replica", "2")
+    with launched(work, sidecar.target, *flags, script=script) as run:
+        assert run.proc.wait(180) == 0
+    done = {r["rank"]: r for r in run.rows("done")}
+    assert sorted(done) == [0, 1, 2, 3]  # job-wide ranks: group x 2 + rank in the group
+    for rank in (1, 2, 3):
+        assert done[rank]["params"] == pytest.approx(done[0]["params"], abs=1e-6)
+    assert destructive(sidecar) == []
+    assert "[replica1:1]" in run.text()
+
+
 def test_ctrl_c_stops_every_group_the_lighthouse_and_its_own_sidecar(work: Path) -> None:
     # No sidecar serves at this target: the launcher starts one, and stops it too.
     target = f"unix://{work / 'own.sock'}"
