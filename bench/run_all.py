@@ -120,6 +120,10 @@ EXTRA = [
     # trials a stack at shipped defaults (the sleeps wait out the 90 s patience:
     # about 70 minutes in all on a 2-core machine).
     ["bench_restart.py", "--json", "bench/results/restart.json"],
+    # Issue 35: the one-line replicated loop under trainprobe run: survivors and
+    # the evicted group after a SIGSTOP and a sleep, and step time replicated vs
+    # plain DDP at 1 s and 100 ms steps (about 6 minutes a trial).
+    ["bench_replicated.py", "--trials", "3", "--json", "bench/results/replicated.json"],
 ]
 
 
