@@ -9,7 +9,9 @@ the replicated allreduce) at the first step from committed step S on that both
 groups train, once a job; group 0 then steps every ``--alone-s`` while it
 trains alone, so the restarted group rejoins before the end. Appends JSON
 lines to ``--progress``: the hang, each step (replica group, pid, committed
-count, the Trainer's step) and, at the end, the parameters.
+count, the Trainer's step), each evaluation and, at the end, the parameters.
+``--eval-every``/``--save-every`` evaluate and save (each group in its own
+``--output-dir/replica<group>``) every that many steps.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ class Faulty(Trainer):  # type: ignore[misc]
         time.sleep(ARGS.alone_s if alone else ARGS.step_s)
         return super().training_step(model, inputs, *args, **kwargs)
 
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().evaluate(*args, **kwargs)
+        emit("evaluation", step=self.state.global_step, loss=out.get("eval_loss"))
+        return out
+
 
 class Progress(LivenessProbeCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -89,6 +96,8 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--hang-at", type=int, default=-1)
     p.add_argument("--alone-s", type=float, default=0.5, help="group 0's step after the hang")
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=0)
     ARGS = p.parse_args()
     config = GPT2Config(
         vocab_size=64,
@@ -99,13 +108,16 @@ def main() -> None:
         bos_token_id=0,
         eos_token_id=0,
     )
-    torch.manual_seed(GROUP)  # unlike on purpose: the first quorum syncs replica 0's
+    torch.manual_seed(GROUP)  # unlike on purpose: a joining replica fetches its peer's
     args = TrainingArguments(
         output_dir=f"{ARGS.output_dir}/replica{GROUP}",
         max_steps=ARGS.steps,
         per_device_train_batch_size=4,
         learning_rate=1e-3,
-        save_strategy="no",
+        eval_strategy="steps" if ARGS.eval_every else "no",
+        eval_steps=ARGS.eval_every or None,
+        save_strategy="steps" if ARGS.save_every else "no",
+        save_steps=ARGS.save_every or 500,
         logging_steps=1000,
         report_to="none",
         use_cpu=True,
@@ -118,6 +130,7 @@ def main() -> None:
         model=GPT2LMHeadModel(config),
         args=args,
         train_dataset=RandomTokens(4096),
+        eval_dataset=RandomTokens(16) if ARGS.eval_every else None,
         callbacks=[REPLICATED, Progress(interval_ms=100)],
     )
     trainer.train()

@@ -6,7 +6,10 @@ sidecar with its shipped defaults.
 A replica that sleeps in its training_step: the sidecar evicts its group, the
 survivor's fit goes on in the same process, the launcher restarts the evicted
 group, which fetches the survivor's state and trains on at its step; both fits
-end at the same committed step with equal parameters.
+end at the same committed step with equal parameters. Healthy: evaluations and
+checkpoints on every replica evict nothing, and both are counted in committed
+steps (a checkpoint is named by the committed count, even in the group that
+joined late).
 """
 
 from __future__ import annotations
@@ -60,3 +63,24 @@ def test_a_sleeping_trainer_replica_is_evicted_and_rejoins_the_other_goes_on() -
     pids = [o.get("pid") for o in (actions[0].get("outcomes") or {}).values()]
     assert pids == [hang["pid"]], actions  # the waiting replica was never signalled
     print(f"survivor committed again {resumed['t'] - hang['t']:.1f} s after onset")
+
+
+def test_evaluations_and_checkpoints_on_every_replica_evict_nothing() -> None:
+    work: Path = short_tmpdir("tphf-")
+    with SidecarProcess(work) as sc:
+        script = [PYTHON, str(WORKER), "--progress", str(work / "progress.jsonl")]
+        script += ["--marker", str(work / "hang.done"), "--output-dir", str(work / "out")]
+        script += ["--steps", "40", "--eval-every", "10", "--save-every", "20"]
+        with launched(work, sc.target, "--replicas", "2", script=script) as run:
+            assert run.proc.wait(180) == 0, run.text()[-3000:]
+        actions = destructive(sc)
+    assert actions == []
+    done = {r["rank"]: r for r in run.rows("done")}
+    assert done[0]["committed"] == done[1]["committed"] == 40
+    assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
+    for group in (0, 1):
+        assert {r["pid"] for r in run.rows("step", group)} == {done[group]["pid"]}  # no restart
+        evaluated = [r["step"] for r in run.rows("evaluation", group)]
+        assert evaluated and all(s % 10 == 0 for s in evaluated), evaluated
+        assert 40 in evaluated
+        assert (work / "out" / f"replica{group}" / "checkpoint-40").is_dir()
