@@ -1,8 +1,13 @@
 """Ray Train with TorchftConfig: a real local Ray, the per-node sidecar with its
 shipped defaults, 2 workers that are each their own torchft replica group
-(examples/ray_torchft_job.py). One worker sleeps inside its step: the sidecar
-evicts it through Ray, Ray Train replaces that replica group alone, the other
-worker never restarts, and both end with equal parameters.
+(examples/ray_torchft_job.py, trainprobe's lighthouse settings). One worker
+sleeps inside its step (ambiguous: evicted after the replicated patience) or
+is SIGSTOPped there (definitive: evicted at once, SIGKILLed before ``ray.kill``,
+which a stopped process cannot answer): the sidecar evicts it through Ray, Ray
+Train replaces that replica group alone, the other worker never restarts (one
+``train_func``, one pid, its committed steps never go back), and both end with
+equal parameters. How fast the survivor goes on is measured by
+bench/bench_torchft.py --sections ray, not here.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ pytest.importorskip("torchft")
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_an_evicted_replica_group_is_replaced_alone() -> None:
+@pytest.mark.parametrize("fault", ["sleep", "stop"])
+def test_an_evicted_replica_group_is_replaced_alone(fault: str) -> None:
     with ray_environment() as workdir:
         ray = init_local_ray(num_cpus=2)
         from trainprobe.sidecar import load_settings
@@ -36,29 +42,33 @@ def test_an_evicted_replica_group_is_replaced_alone() -> None:
 
             progress = workdir / "progress.jsonl"
             trainer = ray_torchft_job.make_trainer(
-                {"fault": "sleep", "fault_rank": 1, "steps": 200, "progress": str(progress)},
+                {"fault": fault, "fault_rank": 1, "steps": 200, "progress": str(progress)},
                 str(workdir / "storage"),
-                "ft-evict",
+                f"ft-evict-{fault}",
             )
             trainer.fit()
             rows = read_jsonl(progress)
             starts = [r for r in rows if r["event"] == "start"]
             done = {r["rank"]: r for r in rows if r["event"] == "done"}
-            fault = next(r for r in rows if r["event"] == "fault")
+            onset = next(r for r in rows if r["event"] == "fault")
             assert [r["rank"] for r in starts].count(0) == 1, starts  # never restarted
+            begins = [r["rank"] for r in rows if r["event"] == "begin"]
+            assert begins.count(0) == 1, begins  # Ray Train entered its train_func once
             assert [r["rank"] for r in starts].count(1) == 2, starts  # replaced once
             assert done[0]["pid"] == next(r["pid"] for r in starts if r["rank"] == 0)
-            assert done[1]["pid"] != fault["pid"]
+            assert done[1]["pid"] != onset["pid"]
             assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
             survivor_steps = [r for r in rows if r["event"] == "step" and r["rank"] == 0]
             assert {r["pid"] for r in survivor_steps} == {done[0]["pid"]}
-            resumed = next(r for r in survivor_steps if r["t"] > fault["t"] + 0.2)
+            steps = [r["step"] for r in survivor_steps]
+            assert steps == sorted(set(steps)), steps  # no step taken twice: no reload
+            resumed = next(r for r in survivor_steps if r["t"] > onset["t"] + 0.2)
             replaced = next(
-                r for r in rows if r["event"] == "step" and r["rank"] == 1 and r["t"] > fault["t"]
+                r for r in rows if r["event"] == "step" and r["rank"] == 1 and r["t"] > onset["t"]
             )
             print(
-                f"ray torchft sleep: survivor {resumed['t'] - fault['t']:.1f}s, "
-                f"replacement stepping {replaced['t'] - fault['t']:.1f}s after onset"
+                f"ray torchft {fault}: survivor {resumed['t'] - onset['t']:.1f}s, "
+                f"replacement stepping {replaced['t'] - onset['t']:.1f}s after onset"
             )
             records = read_jsonl(Path(placed.incident_log))
             evicts = [r for r in records if r.get("type") == "action" and r["action"] == "evict"]
@@ -66,6 +76,9 @@ def test_an_evicted_replica_group_is_replaced_alone() -> None:
             assert evicts[0]["evicted_replicas"] == ["train_1"]
             assert set(evicts[0]["outcomes"]) == {"1"}
             assert evicts[0]["outcomes"]["1"]["method"] == "ray.kill"
+            # A stopped worker cannot exit through Ray: it is SIGKILLed first.
+            first = evicts[0]["outcomes"]["1"].get("signalled_first")
+            assert first == ("SIGKILL" if fault == "stop" else None), evicts[0]
             kills = [r for r in records if r.get("type") == "action" and r["action"] != "evict"]
             assert kills == []
         finally:

@@ -9,6 +9,13 @@ What the action record of one rank holds after a kill through Ray:
   (``escalated`` lists the signals);
 - ``actor_state``, ``death_cause``, ``actor_pid``: what Ray's State API says
   afterwards (for example ``DEAD`` / ``RAY_KILL: ...``);
+- ``signalled_first``: ``SIGKILL`` when the verified local worker was stopped
+  (SIGSTOP, a tracer): such a process cannot answer the exit request that
+  ``ray.kill`` sends it, and Ray's raylet SIGKILLs it only after its own
+  timeout (5.3 s measured with Ray 2.60's defaults; ``kill_worker_timeout_milliseconds``,
+  an internal raylet setting). Killed at once, its sockets close, so the
+  replicas waiting for it in an allreduce go on; ``ray.kill`` follows for
+  Ray's record (the actor ends as ``no_restart``);
 - ``children``: the worker's descendants (a verified local pid only), found
   and stopped before ``ray.kill`` (act/tree.py). Ray ends a worker's direct
   children when it exits (``RAY_kill_child_processes_on_worker_exit``, on by
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +40,13 @@ from typing import Any
 
 from trainprobe.sidecar.act.killers import Killer
 from trainprobe.sidecar.act.pidproc import Proc, open_proc
-from trainprobe.sidecar.act.procs import pid_alive, protected_pid, terminate, wait_gone
+from trainprobe.sidecar.act.procs import (
+    pid_alive,
+    proc_stopped,
+    protected_pid,
+    terminate,
+    wait_gone,
+)
 from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.ray_kill import (
@@ -72,13 +86,26 @@ class RayKiller:
             return routed
         t0 = time.monotonic()
         kids: dict[int, Proc] = {}
+        first = ""
         try:
+            if state.local and proc_stopped(state.hello.pid):
+                # Before anything waits on Ray, which a stopped worker cannot answer.
+                # Its tree first: a SIGKILLed worker's children are re-parented.
+                kids = await self._tree(state)
+                first = await self._sigkill_stopped(state)
             await self._call(self.link.wait_ready, self.timeout_s)
-            kids = await self._tree(state)
+            if not first:
+                kids = await self._tree(state)
             await self._call(self.link.kill, plan.actor_id, plan.no_restart)
         except Exception as err:
-            _close(kids)  # the fallback's own kill finds (and ends) them again
-            return await self._fall_back(state, grace_s, restart, plan, err)
+            ended: dict[str, object] = {}
+            if first:  # the worker is gone: the fallback can no longer find its tree
+                ended["signalled_first"] = first
+                await end_procs(kids.values(), min(grace_s, 0.5))
+                ended["children"], ended["skipped"] = tree_records(kids)
+            _close(kids)  # otherwise the fallback's own kill finds (and ends) them again
+            routed = await self._fall_back(state, grace_s, restart, plan, err)
+            return {**routed, **ended}
         record: dict[str, object] = {
             "pid": state.hello.pid,
             "method": "ray.kill",
@@ -87,6 +114,8 @@ class RayKiller:
             "signals": [],
             "error": "",
         }
+        if first:
+            record["signalled_first"] = first
         try:
             record.update(await self._verify(state, plan, grace_s))
         finally:
@@ -108,6 +137,29 @@ class RayKiller:
             return {}
         try:
             return await asyncio.to_thread(stop_descendants, root, None, protected_pid, False)
+        finally:
+            root.close()
+
+    async def _sigkill_stopped(self, state: WorkerState) -> str:
+        """SIGKILL the verified local worker if it is (still) stopped; the signal's
+        name if sent.
+
+        Ray's exit request needs the worker to run: a stopped one leaves its
+        peers (the replicas waiting for it in an allreduce) blocked until Ray's
+        raylet gives up on it (about 5 s). Nor may it be resumed to exit by
+        itself (the fallback's SIGTERM and SIGCONT): an evicted replica would
+        finish, and commit, the step its peers discard.
+        """
+        pid = state.hello.pid
+        if protected_pid(pid):
+            return ""
+        root = await asyncio.to_thread(open_proc, pid, state.proc_start_ticks)
+        if root is None:  # gone, or the pid is another process's by now
+            return ""
+        try:
+            if not proc_stopped(pid):
+                return ""
+            return signal.SIGKILL.name if root.signal(signal.SIGKILL) else ""
         finally:
             root.close()
 
