@@ -4,9 +4,12 @@ at, and killed alone; a healthy run with checkpoint phases finishes untouched.""
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
-from tests.support import REPO, Workers, short_tmpdir, sidecar
+from tests.support import PYTHON, REPO, Workers, child_env, short_tmpdir, sidecar
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +51,28 @@ def test_a_healthy_run_of_the_example_finishes_with_no_incident() -> None:
     ):
         assert w.wait(180) == [0, 0], (w.log_text(0), w.log_text(1))
         assert [r for r in sc.incidents() if r.get("job_id") == "example-ok"] == []
+
+
+@pytest.mark.timeout(420)
+def test_make_demo_tells_the_replicated_story() -> None:
+    """What `make demo` runs (the Makefile's demo target), as a new user sees it:
+    exit 0 only when every moment of the story happened (the hang, the
+    eviction, the survivor's next step in the same process, the rejoin) and
+    both replicas end with equal parameters."""
+    make = (REPO / "Makefile").read_text()
+    target = make[make.index("\ndemo:") :].split("\n\n", 1)[0]
+    assert "examples/replicated_demo.py" in target, target
+    r = subprocess.run(
+        [PYTHON, str(REPO / "examples" / "replicated_demo.py")],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    named = r"the sidecar names the culprit: .*\brank 1\b.* stuck at ddp_replicated\.py:"
+    assert re.search(named, out), out
+    assert "same pid" in out and "never restarted" in out, out
+    assert "fetched parameters and optimizer state from replica 0" in out, out
+    assert "with equal parameters" in out, out
