@@ -22,10 +22,12 @@ the same (``--max-restarts``, ``--run-id``, ``--master-addr``, ``--log-dir``).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,7 +35,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import grpc
 
@@ -212,11 +214,12 @@ def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> 
     if not found:
         raise _LaunchError("no torchft_lighthouse: pip install 'trainprobe[torchft]'")
     port = free_port(args.master_addr)
-    with open(log_dir / "lighthouse.log", "wb") as log:
+    with _own_log(log_dir / "lighthouse.log") as log:
         proc = subprocess.Popen(
             [
                 found,
-                *("--bind", f"[::]:{port}", "--min_replicas", "1"),
+                # Never every interface: its dashboard has a route that kills a replica.
+                *("--bind", _bind_address(args.master_addr, port), "--min_replicas", "1"),
                 *("--join_timeout_ms", str(args.join_timeout_ms)),
                 *("--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)),
             ],
@@ -235,6 +238,33 @@ def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> 
         except OSError:
             time.sleep(0.05)
     raise _LaunchError(f"the lighthouse did not listen within 30 s: see {log_dir}")
+
+
+def _bind_address(host: str, port: int) -> str:
+    """``ip:port`` (``[ip]:port`` for IPv6) of ``host``, as the lighthouse's --bind reads it."""
+    try:
+        ip = str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+    except OSError as err:
+        raise _LaunchError(f"--master-addr {host}: {err}") from None
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _own_log(path: Path) -> IO[bytes]:
+    """``path`` opened to be written afresh, never through a link someone placed there
+    (a --log-dir that another user can write), and only if it is a file of ours."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as err:
+        why = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise _LaunchError(f"cannot write the log {path}: {why}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise _LaunchError(f"cannot write the log {path}: not a file of ours alone")
+    os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "wb")
 
 
 def _serving(target: str, timeout_s: float) -> bool:
