@@ -167,3 +167,32 @@ def test_defer_keeps_standing_verdicts_and_what_is_no_age() -> None:
     pace.note_deferred(deferred | {(key(3), "stall")})
     view = pace.view(T0)
     assert view.deferred_now == 2 and view.deferred == 2  # each counted once
+
+
+def test_streams_read_unevenly_age_no_stepping_worker() -> None:
+    """Under load the sidecar reads some streams seconds behind the others (one
+    load generator's streams were 13 s late, the other's less): the shift to a
+    worker's send may pass the heartbeat limit by the sidecar's own lateness."""
+    reg = Registry()
+    cfg = RuleConfig()
+    workers = [connected(reg, r, T0, interval_ms=100, world=10) for r in range(10)]
+    for i in range(1, 31):
+        for w in workers:
+            reg.apply(w, report(T0 + i * 0.1, step=i, seq=i, durations=(0.1,)), T0 + i * 0.1)
+    pace = Pace()
+    horizon = T0 + 30.0
+    reads = sorted(  # ranks 0-4 read 4 s after each send, ranks 5-9 13 s after
+        (T0 + i * 0.1 + (4.0 if w.hello.rank < 5 else 13.0), i, w.hello.rank)
+        for i in range(31, 300)
+        for w in workers
+    )
+    for read_at, i, rank in reads:
+        if read_at > horizon:
+            break
+        w = workers[rank]
+        reg.apply(w, report(T0 + i * 0.1, step=i, seq=i), read_at, sampled=False)
+        pace.note_report(read_at, w.ingest_lag_s)
+    now = horizon + 0.15
+    assert {f.key.rank for f in evaluate(reg, cfg, now)} == set(range(5, 10))  # without
+    assert 4.0 <= pace.allowance(now) <= 4.4
+    assert evaluate(reg, cfg, now, pace.allowance(now)) == []

@@ -183,9 +183,11 @@ def evaluate_worker(
 
     ``allowance_s``: how late the sidecar itself is (core/pace.py). Silence is
     judged that much earlier, and every other age as of the worker's last send
-    or that much earlier, whichever is earlier: the per-worker shift is bounded
-    (no client's clock hides its hang), the sidecar's own lateness is not a
-    client's word."""
+    or that much earlier, whichever is earlier. The shift to the worker's send
+    is bounded by the heartbeat limit plus that lateness: streams are not all
+    read alike (under load some lag the others by seconds), and no client's
+    clock hides its hang longer than the limit and what the sidecar measured
+    of its own lateness, which is no client's word."""
     if w.killed_by_us or w.ended == "goodbye":
         return []
     out: list[Finding] = []
@@ -225,7 +227,8 @@ def evaluate_worker(
     # Ages as of the last report's send: what reached us late (the sidecar lagged)
     # is not the worker's fault, nor is a relaying node's wait for its next batch
     # (no report can come sooner). Bounded, so no clock a client sends hides a hang.
-    shift = max(allowance_s, min(max(w.ingest_lag_s, w.relay_interval_ms / 1000.0), limit))
+    lag = max(w.ingest_lag_s, w.relay_interval_ms / 1000.0)
+    shift = max(allowance_s, min(lag, limit + allowance_s))
     now -= shift
     if w.gpu_ratios or (w.last_report is not None and w.last_report.sync is not None):
         out.extend(degraded(w, cfg))
