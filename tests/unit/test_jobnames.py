@@ -1,4 +1,4 @@
-"""``--job`` takes a job's id or its name: an exact id wins, a shared name is an error."""
+"""``--job`` takes a job's id or its name: one that is several jobs' is an error."""
 
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ def test_an_id_is_itself_and_a_unique_name_its_id() -> None:
     assert resolve_job("lit_hang.py 2026-12-06 05:58:44", JOBS) == "a1b2"
 
 
-def test_an_exact_id_wins_over_a_name() -> None:
-    assert resolve_job("a1b2", JOBS) == "a1b2"
+def test_an_id_that_another_job_has_for_its_name_is_an_error_and_id_prefix_picks_it() -> None:
+    # Both are a client's word: a job named with another's id never hides it, nor
+    # stands in for it; the operator is asked, and id:J means the id alone.
+    with pytest.raises(AmbiguousJob, match=r"'a1b2' is a job's id .*\['a1b2', 'twin-id'\]"):
+        resolve_job("a1b2", JOBS)
+    assert resolve_job("id:a1b2", JOBS) == "a1b2"
+    assert resolve_job("id:twin", JOBS) == "twin"  # no such id: the caller says so
 
 
 def test_a_shared_name_is_an_error_that_lists_the_ids() -> None:

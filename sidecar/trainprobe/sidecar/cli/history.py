@@ -37,7 +37,9 @@ def add_incidents_parser(sub: Any) -> None:
         "or TRAINPROBE_STATE_DIR)",
     )
     p.add_argument("--config", metavar="FILE", help="the sidecar's TOML settings file")
-    p.add_argument("--job", default="", help="only this job's incidents (its id or name)")
+    p.add_argument(
+        "--job", default="", help="only this job's incidents (its id or name; id:J: the id J alone)"
+    )
     p.add_argument("--since", help="only incidents since: 90s, 30m, 2h, 1d or an ISO time")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -62,8 +64,8 @@ def incidents_main(args: argparse.Namespace) -> int:
         return 2
     try:
         files = log_files(path)
-        # A name stands for its job; an exact id wins (core/jobnames.py).
-        job = resolve_job(args.job, job_names(files, args.job)) if args.job else ""
+        # A name stands for its job; an id that is another's name is asked (core/jobnames.py).
+        job = resolve_job(args.job, job_names(files)) if args.job else ""
     except FileNotFoundError:
         print(
             f"trainprobe: error: no incident log at {path}: no incident yet, or pass --log "

@@ -155,7 +155,7 @@ def stories(records: Iterable[dict[str, Any]]) -> list[IncidentStory]:
 
 def of_job(found: list[IncidentStory], ref: str) -> list[IncidentStory]:
     """The stories of the job ``ref`` names, by id or by name (``core/jobnames.py``:
-    an exact id wins; a name that several jobs have raises AmbiguousJob)."""
+    an id or a name that several jobs have raises AmbiguousJob)."""
     names = names_of(
         (str(s.incident.get("job_id")), str(s.incident.get("job_name") or "")) for s in found
     )

@@ -151,11 +151,11 @@ def _close(entry: list[Any], warn: Warn) -> IncidentStory:
     return story
 
 
-def job_names(files: Iterable[Path], stop_at: str = "") -> dict[str, str]:
+def job_names(files: Iterable[Path]) -> dict[str, str]:
     """id -> name of the jobs the incidents of ``files`` name (the first non-empty
     name of each, as :func:`~trainprobe.sidecar.core.jobnames.names_of` says), read
-    quietly (the pass that shows the records warns); at an incident of the job
-    ``stop_at`` it stops, since an exact id is all ``--job`` then needs."""
+    quietly (the pass that shows the records warns). Read to the end even past
+    an id that ``--job`` gave: a job later in the log may have it for its name."""
     names: dict[str, str] = {}
     for rec, _ in read_records(files, lambda _: None):
         if rec["type"] != "incident":
@@ -167,8 +167,6 @@ def job_names(files: Iterable[Path], stop_at: str = "") -> dict[str, str]:
             names[job] = name
         else:
             names.setdefault(job, "")
-        if stop_at and job == stop_at:
-            break
     return names
 
 

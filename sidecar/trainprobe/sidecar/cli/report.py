@@ -92,8 +92,7 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     if job:
         # A name stands for its job, as the sidecar (status) or the log knows it.
         try:
-            known = {} if any(job == j for j, _ in live) else job_names(files, job)
-            job = resolve_job(job, names_of(live + list(known.items())))
+            job = resolve_job(job, names_of(live + list(job_names(files).items())))
         except LookupError as err:
             print(f"trainprobe: error: {err}", file=sys.stderr)
             return 1

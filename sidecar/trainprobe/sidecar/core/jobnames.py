@@ -1,11 +1,15 @@
 """What ``--job`` names: a job's id, or its human name (``Hello.job_name``).
 
 Every command that takes ``--job`` resolves it here, over the jobs it knows
-(the sidecar's sessions, or the incident log's records): an exact id wins;
-else the one job of that name; a name that several jobs share is an error
-that lists their ids, since acting on the wrong job's incidents would be
-worse than asking. Names and ids come from clients: every one in a message
-is escaped. Pure: plain mappings in, an id or a LookupError out.
+(the sidecar's sessions, or the incident log's records): an id that no other
+job has for its name; else the one job of that name. Ids and names alike are
+a client's word, so one that is several jobs' (a name two jobs share, or one
+job's id that is another's name) is an error that lists their ids, since
+showing the wrong job's incidents would be worse than asking: a client that
+takes a real job's name for its id, or its id for its name, never stands in
+for it. ``id:J`` means the id ``J`` alone, whatever names say. Every name
+and id in a message is escaped. Pure: plain mappings in, an id or a
+LookupError out.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from collections.abc import Iterable, Mapping
 
 from trainprobe.sidecar.core.text import printable, short_list
 
-__all__ = ["AmbiguousJob", "job_label", "names_of", "resolve_job"]
+__all__ = ["ID_PREFIX", "AmbiguousJob", "job_label", "names_of", "resolve_job"]
+
+#: ``--job id:J``: the job whose id is ``J``, never a job named so.
+ID_PREFIX = "id:"
 
 
 class AmbiguousJob(LookupError):
@@ -24,12 +31,23 @@ class AmbiguousJob(LookupError):
 def resolve_job(ref: str, jobs: Mapping[str, str]) -> str:
     """The id ``ref`` stands for among ``jobs`` (id -> name, '' where unnamed).
 
-    ``ref`` itself when it is an id, when no job has that name, or when it is
-    empty (callers then say that no such job is known, or mean every job).
+    ``ref`` itself when it is an id no other job is named, when no job has
+    that name, or when it is empty (callers then say that no such job is
+    known, or mean every job); ``J`` for ``id:J``.
     """
-    if not ref or ref in jobs:
+    if ref.startswith(ID_PREFIX):
+        return ref[len(ID_PREFIX) :]
+    if not ref:
         return ref
-    named = sorted(job for job, name in jobs.items() if name == ref)
+    named = sorted(job for job, name in jobs.items() if name == ref and job != ref)
+    if ref in jobs and named:
+        ids = short_list([printable(j) for j in [ref, *named]], 8)
+        raise AmbiguousJob(
+            f"{printable(ref)!r} is a job's id and the name of {len(named)} other: {ids}; "
+            f"pass --job {ID_PREFIX}{printable(ref)} for the job of that id, or another id"
+        )
+    if ref in jobs:
+        return ref
     if len(named) == 1:
         return named[0]
     if named:
