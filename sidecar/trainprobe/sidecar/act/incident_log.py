@@ -146,7 +146,7 @@ class IncidentLog:
                 if (older := rotated(self.path, n)).exists():
                     os.replace(older, rotated(self.path, n + 1))
             os.replace(self.path, rotated(self.path, 1))
-            fd, self._seekable = _open_for_append(self.path)
+            fd, self._seekable = _open_for_append(self.path, fresh=True)
         except OSError as err:
             if not self._failed:
                 log.error("cannot rotate incident log %s: %s; still appending", self.path, err)
@@ -222,13 +222,19 @@ class IncidentLog:
                 self._fd = -1
 
 
-def _open_for_append(path: Path) -> tuple[int, bool]:
+def _open_for_append(path: Path, fresh: bool = False) -> tuple[int, bool]:
     """An append descriptor, and whether its end can be read back (a regular
-    file opened for reading too) to tell whether it ends in a cut line."""
+    file opened for reading too) to tell whether it ends in a cut line.
+
+    ``fresh``: a new file the rotation just made room for, created here or
+    not at all: whoever can write the directory could have put a link at
+    the name between the rename and this open (a root sidecar would append
+    to the file it points to)."""
+    flags = os.O_APPEND | os.O_CREAT | (os.O_EXCL | os.O_NOFOLLOW if fresh else 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        fd = os.open(path, os.O_RDWR | flags, 0o640)
     except PermissionError:  # a log we may append to but not read
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640), False
+        return os.open(path, os.O_WRONLY | flags, 0o640), False
     return fd, stat.S_ISREG(os.fstat(fd).st_mode)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -70,7 +71,15 @@ def log_files(path: Path) -> list[Path]:
 
 
 def _lines(path: Path, warn: Warn) -> Iterator[tuple[int, bytes]]:
-    with open(path, "rb") as f:
+    # Whoever can write the log's directory can put anything in its rotated set:
+    # a FIFO would block the open, a link to /dev/zero feed one endless line.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        warn(f"{path}: not a regular file: skipped")
+        return
+    os.set_blocking(fd, True)
+    with open(fd, "rb") as f:
         n = 0
         while True:
             raw = f.readline(MAX_LINE_BYTES + 1)
