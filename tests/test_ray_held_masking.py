@@ -8,14 +8,17 @@ is silent, its kernel shows it sleeping, not held). Rank 0 is:
 
 - ``running``: the control; it steps on;
 - ``stopped``: SIGSTOPped 0.5 s before rank 1 hangs, as a person stopping a
-  rank to look at it would.
+  rank to look at it would;
+- ``both``: the whole job stopped instead (rank 1 does not hang): a pause.
 
-Sidecar A sees rank 1 only by B's summaries through the job's coordinator
-actor, so with rank 0 held it may judge the job paused; that withholds only
-its own kills. Rank 1 is B's: B reads its ``/proc`` (running), so B never
-judges the job paused, and a follower acts only on a leader that acted (a
-paused leader acts on nothing). Rank 1 is killed by B when its patience (4 s)
-is spent, as fast with rank 0 held as without.
+Each sidecar sees the other node's rank only by its summary through the
+job's coordinator actor; a silent rank's summary carries the kernel's word
+its own sidecar read (``RankSummary.kernel``). So B kills rank 1 when its
+patience (4 s) is spent, as fast with rank 0 held as without; A hears that
+rank 1 runs, so it calls nothing paused and kills its stopped rank 0 at once,
+as relay mode does (before, A called the job paused: rank 1 counted by its
+reports alone); and a job stopped on both nodes is a pause on both, nothing
+killed.
 """
 
 from __future__ import annotations
@@ -119,8 +122,11 @@ def test_a_silent_hang_on_one_ray_node_is_killed_with_a_held_rank_on_another_as_
         got = ray.get(side[node].incidents.remote())
         return [r for r in got if r.get("type") == kind and r.get("job_id") == job]
 
+    def paused(node: str, job: str) -> list[dict[str, Any]]:
+        return [d for d in records(node, job, "decision") if d["rule"] == "paused"]
+
     took: dict[str, float] = {}
-    for rank0 in ("running", "stopped"):
+    for rank0 in ("running", "stopped", "both"):
         job = f"ray-held-{rank0}"
         trigger = workdir / f"hang-{rank0}"
         actors = [
@@ -139,6 +145,17 @@ def test_a_silent_hang_on_one_ray_node_is_killed_with_a_held_rank_on_another_as_
                 return all(any(r["step"] > 5 for r in rs) for rs in rows)
 
             wait_for(stepping, 90, 0.2, "both ranks stepping on their own node's sidecar")
+            if rank0 == "both":
+                # The whole job stopped, one rank on each node: a pause on both
+                # sidecars, each on its own kernel's word and the other's.
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                for node in (head_id, other_id):
+                    wait_for(lambda n=node, j=job: paused(n, j), 30, 0.2, "a pause on each node")
+                time.sleep(3.0)  # patience 4 s from the silence: a kill would come now
+                assert all(pid_running(p) for p in pids), "a rank of the paused job was killed"
+                assert all("ranks [0, 1]" in paused(n, job)[0]["why"] for n in (head_id, other_id))
+                continue
             if rank0 == "stopped":
                 os.kill(pids[0], signal.SIGSTOP)
                 time.sleep(0.5)
@@ -146,15 +163,21 @@ def test_a_silent_hang_on_one_ray_node_is_killed_with_a_held_rank_on_another_as_
             onset = time.monotonic()
             wait_for(lambda p=pids[1]: not pid_running(p), 40, 0.1, f"rank 1 killed ({rank0})")
             took[rank0] = time.monotonic() - onset
-            assert [d for d in records(other_id, job, "decision") if d["rule"] == "paused"] == []
+            assert paused(other_id, job) == []
             wait_for(
                 lambda j=job: [k for k in records(other_id, j, "action") if "1" in k["outcomes"]],
                 20,
                 0.2,
                 "B's action record of rank 1",
             )
-            seen_by_a = [(d["rule"], d["why"][:160]) for d in records(head_id, job, "decision")]
-            print(f"rank 0 {rank0}: rank 1 killed {took[rank0]:.1f}s after it hung; A: {seen_by_a}")
+            if rank0 == "stopped":
+                # Node A hears B's word (rank 1 runs): no pause; rank 0 is its
+                # definitive culprit, killed at once, as in relay mode.
+                assert paused(head_id, job) == [], paused(head_id, job)
+                wait_for(lambda p=pids[0]: not pid_running(p), 20, 0.1, "rank 0 killed by A")
+                (act,) = [d for d in records(head_id, job, "decision") if d["act"]]
+                assert act["rule"] == "stopped", act
+            print(f"rank 0 {rank0}: rank 1 killed {took[rank0]:.1f}s after it hung")
         finally:
             for a in actors:
                 with contextlib.suppress(Exception):

@@ -36,6 +36,11 @@ def test_a_summary_ages_on_the_receivers_clock_and_stops_counting_as_reporting()
     assert later.groups[0].inflight_age_s == 3.0 and later.reporting
     assert not aged(s, 9.6, heartbeat_limit_s=10.0).reporting  # unheard of for 10.1 s
     assert aged(s, 0.0, 10.0) is s
+    # The kernel's word on a silent rank ages as its report does: its freshness
+    # is judged on the receiver's clock too.
+    held = rank(2, reporting=False, kernel="stopped", kernel_age_s=0.3)
+    assert aged(held, 2.0, 10.0).kernel_age_s == 2.3
+    assert aged(s, 2.0, 10.0).kernel == "" and aged(s, 2.0, 10.0).kernel_age_s == 0.0
 
 
 def test_this_sidecars_own_rank_wins_over_hearsay() -> None:

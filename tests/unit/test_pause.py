@@ -236,3 +236,81 @@ def test_a_silent_local_rank_past_the_sampled_eight_is_not_masked() -> None:
     # Every rank stopped, the last two read past the sample: a pause, as it is.
     paused = _ten_local(10, {8: "T", 9: "T"})
     assert _kills(paused) == {} and "ranks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in _paused(paused)[0]
+
+
+# -- another Ray node's ranks count by that node's kernel's word -----------------------
+
+
+def _two_nodes(word: str, now: float, age_s: float = 0.4) -> list[object]:
+    """Rank 0 here (verified, SIGSTOPped: silent since T0+4); rank 1 served by
+    another sidecar (Ray's per-node sidecars), silent since T0+4 too, known
+    only by its summary through the job's coordinator, with its sidecar's
+    ``word`` on it ("" unread), read ``age_s`` ago. The effects of one evidence round at ``now``
+    (and a tick), patience 0, heartbeat limit 2 s."""
+    from tests.unit.test_hang_machine import tick
+    from trainprobe.sidecar.core import (
+        ActionPolicy,
+        CulpritPolicy,
+        HangConfig,
+        HangState,
+        JobView,
+        PatienceBook,
+        SyncReply,
+        step,
+    )
+    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hangstate import plan_round
+
+    rules = RuleConfig(stall=StallPolicy(timeout_s=3.0), heartbeat_timeout_s=2.0)
+    view = JobView()
+    config = HangConfig(rules, ActionPolicy(), CulpritPolicy("kill_stalled", 60.0), "node-a")
+    state, reg = HangState.new(config, PatienceBook(setting_s=0.0), view), Registry()
+    w = connected(reg, 0, T0, world=2, interval_ms=100)
+    w.verified = w.local = True
+    reg.apply(w, report(T0 + 4.0, step=5, step_t_s=T0 + 1), T0 + 4.0)
+    extra = {"kernel": word, "kernel_age_s": age_s} if word else {}
+    theirs = RankSummary(
+        rank=1,
+        world_size=2,
+        reporting=False,
+        report_age_s=round(now - T0 - 4.0, 3),
+        has_step=True,
+        step=5,
+        step_age_s=round(now - T0 - 1.0, 3),
+        verified=True,
+        **extra,  # type: ignore[arg-type]
+    )
+    view.update("job", SyncReply(((theirs, 0.0),), None), now)
+    (watch,) = [e for e in tick(state, reg, T0 + 4.2) if isinstance(e, Watch)]
+    plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+    assert plan is not None and [s.hello.rank for s in plan.states] == [0]
+    stopped = assess(0, [ProcSample(now - 0.3, "T"), ProcSample(now, "T")], [], False)
+    rnd = EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, {0: stopped})
+    return [*step(state, reg.workers(), None, (rnd,), now)[1], *tick(state, reg, now)]
+
+
+def test_a_held_rank_here_never_makes_another_ray_nodes_silent_rank_a_pause() -> None:
+    """Ray's per-node sidecars: the sidecar of rank 1 reads it once it is silent
+    and its summary carries the kernel's word (RankSummary.kernel). Rank 0 here
+    is stopped; rank 1 on the other node hangs silently (its kernel: running).
+    A pause needs every rank held on a kernel's word: a silent rank of another
+    node with no word runs once its sidecar had its time to speak (2 s
+    heartbeat + 2 s), so the stopped rank is killed at once, as in relay mode.
+    Before, rank 1 counted by its reports alone (silent: neither way) and the
+    job was 'paused'."""
+    from tests.unit.test_held_relay import _kills, _paused
+
+    late = _two_nodes("", T0 + 8.5)  # no word 4.5 s after its last report
+    assert _paused(late) == [] and _kills(late) == {0: "stopped"}
+    ran = _two_nodes("running", T0 + 5.0)  # its sidecar read it running
+    assert _paused(ran) == [] and _kills(ran) == {0: "stopped"}
+    # Its word may still be on its way: neither a pause nor a kill yet.
+    early = _two_nodes("", T0 + 5.0)
+    assert _paused(early) == [] and _kills(early) == {}
+    # Held on both nodes, each on its kernel's word: a pause.
+    for how in ("stopped", "traced", "frozen"):
+        both = _two_nodes(how, T0 + 5.0)
+        assert _kills(both) == {} and "ranks [0, 1]" in _paused(both)[0], how
+    # A word too old to mean anything now is no word (its sidecar went quiet).
+    stale = _two_nodes("stopped", T0 + 8.5, age_s=4.5)
+    assert _paused(stale) == [] and _kills(stale) == {0: "stopped"}

@@ -83,6 +83,12 @@ class RankSummary:
     #: How long a step of it normally takes, as the sidecar sees steps (its p99
     #: step time, twice, plus the interval its reports come at); 0 when unknown.
     normal_step_s: float = 0.0
+    #: The kernel's word on a silent rank, as the sidecar that serves it read
+    #: it after its last report: "running", "stopped", "traced" or "frozen";
+    #: "" when unread. Another node's sidecar judges a pause on it.
+    kernel: str = ""
+    #: How long ago that read was (aged in transit, as every age).
+    kernel_age_s: float = 0.0
 
     def group(self, name: str) -> GroupProgress | None:
         return next((g for g in self.groups if g.group == name), None)

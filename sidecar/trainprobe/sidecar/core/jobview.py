@@ -78,6 +78,7 @@ def aged(s: RankSummary, dt_s: float, heartbeat_limit_s: float) -> RankSummary:
         step_age_s=round(s.step_age_s + dt_s, 3) if s.has_step else s.step_age_s,
         groups=groups,
         reporting=s.reporting and report_age <= heartbeat_limit_s,
+        kernel_age_s=round(s.kernel_age_s + dt_s, 3) if s.kernel else 0.0,
     )
 
 

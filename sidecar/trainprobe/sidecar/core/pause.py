@@ -14,15 +14,31 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from trainprobe.sidecar.core.culprit import RankSummary
 from trainprobe.sidecar.core.decision import Judgement
-from trainprobe.sidecar.core.effects import Effect, Log, Record, ResumeJob
+from trainprobe.sidecar.core.effects import Effect, EvidenceRound, Log, Record, ResumeJob
 from trainprobe.sidecar.core.episodes import Episode
-from trainprobe.sidecar.core.evidence import RankEvidence, assess, stale_after_s
+from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, assess, stale_after_s
 from trainprobe.sidecar.core.hangstate import HangState
-from trainprobe.sidecar.core.held import held_kind, relayed_evidence
+from trainprobe.sidecar.core.held import awaiting_word, held_kind, relayed_evidence
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.records import PauseDecision
 
-__all__ = ["judge_pause", "pause_check", "paused_line", "paused_reason", "unsampled_evidence"]
+__all__ = [
+    "REMOTE_WORD_MARGIN_S",
+    "every_rank",
+    "judge_pause",
+    "pause_check",
+    "paused_line",
+    "paused_reason",
+    "remote_evidence",
+    "unsampled_evidence",
+]
+
+#: How long past its heartbeat limit a silent rank of another sidecar is
+#: waited for when its word is not in yet: two job syncs at their default
+#: interval (its sidecar's, then ours) and a read wait, with room to spare.
+REMOTE_WORD_MARGIN_S = 2.0
+#: Another sidecar's word, as the /proc state letter it reads as here.
+_WORD = {"running": "R", "stopped": "T", "traced": "t", "frozen": "S"}
 
 
 def paused_reason(
@@ -107,6 +123,53 @@ def unsampled_evidence(
     out.update(relayed_evidence(rest, now))
     out.update((r, ev) for r, ev in kernel.items() if r in out)
     return out
+
+
+def every_rank(
+    rnd: EvidenceRound,
+    workers: Sequence[WorkerState],
+    ranks: Sequence[RankSummary],
+    now: float,
+    wait_s: float,
+) -> tuple[dict[int, RankEvidence], list[int]]:
+    """The kernel's word on every rank of ``rnd``'s job, and the ranks whose word
+    may still be on its way: the round's sampled ranks (at most 8), the local
+    ones past them (:func:`unsampled_evidence`), the relayed ones (their node's
+    word) and another sidecar's (:func:`remote_evidence`, from the job's
+    summaries ``ranks``)."""
+    job = [w for w in workers if w.hello.job_id == rnd.episode.job_id]
+    rest = [w for w in job if w.hello.rank not in rnd.evidence]
+    sampled = {w.hello.rank for w in rnd.states}
+    beyond = [w for w in rest if w.hello.rank not in sampled]
+    mine = {w.hello.rank for w in job}
+    seen, remote = remote_evidence([s for s in ranks if s.rank not in mine], now, wait_s)
+    seen.update({**unsampled_evidence(beyond, rnd.kernel, now), **relayed_evidence(rest, now)})
+    seen.update(rnd.evidence)
+    return seen, sorted({*awaiting_word([*rnd.states, *rest], now), *remote})
+
+
+def remote_evidence(
+    remote: Iterable[RankSummary], now: float, wait_s: float
+) -> tuple[dict[int, RankEvidence], list[int]]:
+    """Another sidecar's ranks (Ray's per-node sidecars) as the kernel of
+    their node says (:attr:`RankSummary.kernel`: read by the sidecar that
+    serves the rank once it was silent, sent through the job's coordinator),
+    and the silent ones whose word may still be on its way (silent at most
+    ``wait_s``). Past that, a silent rank with no word runs, as a relayed one
+    does: a held rank here never makes a silent hang on another node a
+    pause, and a pause needs every rank of the job held on a kernel's word."""
+    evidence: dict[int, RankEvidence] = {}
+    awaiting: list[int] = []
+    for s in remote:
+        if s.ended:
+            continue
+        word = s.kernel if s.kernel in _WORD and s.kernel_age_s <= wait_s else ""
+        at = now - s.kernel_age_s
+        samples = [ProcSample(at, _WORD[word], frozen=word == "frozen")] if word else []
+        evidence[s.rank] = assess(s.rank, samples, [], s.reporting)
+        if not word and not s.reporting and s.report_age_s <= wait_s:
+            awaiting.append(s.rank)
+    return evidence, sorted(awaiting)
 
 
 _HELD_HOW = {

@@ -48,11 +48,10 @@ from trainprobe.sidecar.core.effects import (
 from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.evidence import definitive_reason
 from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
-from trainprobe.sidecar.core.held import awaiting_word, relayed_evidence
 from trainprobe.sidecar.core.incidents import Incident
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.pause import judge_pause, pause_check, unsampled_evidence
+from trainprobe.sidecar.core.pause import REMOTE_WORD_MARGIN_S, every_rank, judge_pause, pause_check
 from trainprobe.sidecar.core.policy import decide
 from trainprobe.sidecar.core.records import ActDecision
 from trainprobe.sidecar.core.replicas import apply_replicas, culprit_onset, replica_evidence
@@ -95,14 +94,8 @@ def judge_round(
             out.append(Publish.of(incident))
         return out
     ranks = summaries(state, workers, ep.job_id, now)
-    # Ranks past the sampled ones count too: a relayed one's node's word is
-    # free, a local one's state was read (rnd.kernel), any other runs.
-    rest = [w for w in workers if w.hello.job_id == ep.job_id and w.hello.rank not in rnd.evidence]
-    sampled = {w.hello.rank for w in rnd.states}
-    beyond = [w for w in rest if w.hello.rank not in sampled]
-    seen = {**unsampled_evidence(beyond, rnd.kernel, now), **relayed_evidence(rest, now)}
-    seen.update(rnd.evidence)
-    awaiting = awaiting_word([*rnd.states, *rest], now)
+    wait_s = cfg.rules.heartbeat_timeout_s + REMOTE_WORD_MARGIN_S
+    seen, awaiting = every_rank(rnd, workers, ranks, now, wait_s)
     reason, hinges = pause_check(seen, ranks, awaiting)
     if hinges and ep.paused_at is not None:
         out.append(_next(cfg, rnd))  # still paused until the word says otherwise

@@ -7,6 +7,13 @@ engine's :class:`~trainprobe.sidecar.core.jobview.JobView`. Summaries are
 computed on the sidecar's loop (no lock on the registry); the Ray calls block
 and run on a thread of their own, bounded by ``timeout_s``. A coordinator
 that cannot be reached only means the analysis sees this sidecar's ranks.
+
+A silent rank's summary carries the kernel's word on it
+(:attr:`~trainprobe.sidecar.core.diagnosis.RankSummary.kernel`): this node's
+verified workers that stopped reporting are read from ``/proc`` and the
+freezer, as a relay node reads them (:func:`~.act.evidence.read_procs`), at
+most once a second each and never for longer than a read wait per sync, so
+that another node's sidecar judges a pause on every rank of the job.
 """
 
 from __future__ import annotations
@@ -17,10 +24,15 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
+from trainprobe.sidecar.act.evidence import read_procs
 from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.evidence import ProcSample, assess, stale_after_s
+from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, READ_EVERY_S, held_kind
 from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
+from trainprobe.sidecar.core.model import WorkerKey, WorkerState, heard_every_ms
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.ray.coordinator import coordinator
 from trainprobe.sidecar.ray.link import RayLink
@@ -53,11 +65,15 @@ class JobSync:
         self._warned: set[str] = set()
         #: Completed rounds (tests and status read it).
         self.rounds = 0
+        #: The kernel's word on each silent verified worker: (how, read at).
+        self._words: dict[WorkerKey, tuple[str, float]] = {}
+        self._reading: asyncio.Future[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sync every ``interval_s`` until ``stop`` is set."""
         loop = asyncio.get_running_loop()
         while not stop.is_set():
+            await self._read_silent()
             payload = self._payload()
             if payload and self.link.ready:
                 try:
@@ -84,7 +100,63 @@ class JobSync:
         for ended in self._handles.keys() - set(jobs):  # bounded by the jobs served now
             del self._handles[ended]
             self._warned.discard(ended)
-        return {job: (engine.local_summaries(job, now), engine.note(job)) for job in jobs}
+        workers = {w.key: w for w in engine.registry}
+        for key in self._words.keys() - workers.keys():
+            del self._words[key]
+        return {
+            job: (
+                [self._with_word(job, s, workers, now) for s in engine.local_summaries(job, now)],
+                engine.note(job),
+            )
+            for job in jobs
+        }
+
+    def _with_word(
+        self, job: str, s: RankSummary, workers: dict[WorkerKey, WorkerState], now: float
+    ) -> RankSummary:
+        """``s`` with the kernel's word on it, if read since its last report."""
+        key = WorkerKey(job, s.rank)
+        w, word = workers.get(key), self._words.get(key)
+        if w is None or word is None or word[1] < w.last_report_at:
+            return s  # unread, or it reported since: its report is the newer word
+        return replace(s, kernel=word[0], kernel_age_s=round(max(0.0, now - word[1]), 3))
+
+    async def _read_silent(self) -> None:
+        """Read this node's silent verified workers that are due (one read a
+        second each), waiting at most a read wait: a stuck /proc read (a hung
+        NFS mount) costs a thread and a later sync, never the sync loop."""
+        if self._reading is None or self._reading.done():
+            now = self._clock()
+            due = [
+                w
+                for w in self.engine.registry
+                if w.local
+                and w.connected
+                and not w.ended
+                and now - w.last_report_at > stale_after_s(heard_every_ms(w))
+                and now - self._words.get(w.key, ("", float("-inf")))[1] >= READ_EVERY_S
+            ]
+            if not due:
+                return
+            self._reading = asyncio.ensure_future(self._read(due, now))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._reading), NODE_READ_WAIT_S)
+
+    async def _read(self, due: list[WorkerState], at: float) -> None:
+        try:
+            targets = [(w.hello.pid, w.proc_start_ticks) for w in due]
+            read = await asyncio.to_thread(read_procs, targets)
+        except Exception:  # never the sync loop's end: the next sync reads again
+            log.exception("reading silent workers from /proc failed")
+            return
+        for w, (state, cpu, rchar, rbytes, hz, frozen) in zip(due, read, strict=True):
+            ev = assess(0, [ProcSample(at, state, cpu, rchar, rbytes, hz, frozen)], [], False)
+            alive = ev.state not in ("", "zombie", "gone", "exiting")
+            how = held_kind(ev) or ("running" if alive else "")
+            if how:
+                self._words[w.key] = (how, at)
+            else:
+                self._words.pop(w.key, None)
 
     def _sync(self, payload: Payload) -> dict[str, SyncReply]:
         """Blocking: one ``sync`` call per job, all in flight at once."""
