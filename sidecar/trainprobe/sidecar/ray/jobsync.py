@@ -188,4 +188,6 @@ class JobSync:
             log.warning("job %s: cannot sync with its coordinator on Ray: %s", job_id, reason)
 
     def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
