@@ -22,6 +22,7 @@ import grpc
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.act.procs import KillOutcome
 from trainprobe.sidecar.act.tree import MAX_TREE
+from trainprobe.sidecar.core.limits import MAX_DURATION_S
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
@@ -78,9 +79,12 @@ class NodeStream:
         if result is None:
             out.error = f"relay stream from {self.peer} ended before the kill's outcome came"
             return out.to_record()
-        out.signals, out.exited = list(result.signals), result.exited
-        out.seconds, out.error = result.seconds, result.error
-        out.skipped = [  # the node's word, bounded as any input is
+        # The node's word, bounded as any input is (a token holder's own stream
+        # answers its own ranks' kill orders): a few signal names, one error line.
+        out.signals = [s[:16] for s in result.signals[:16]]
+        out.exited, out.error = result.exited, result.error[:1024]
+        out.seconds = result.seconds if 0 <= result.seconds <= MAX_DURATION_S else 0.0
+        out.skipped = [
             {"pid": c.pid, "ppid": c.ppid, "name": c.name[:64], "reason": c.reason[:1024]}
             for c in result.skipped[:MAX_TREE]
         ]
