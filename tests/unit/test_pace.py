@@ -155,18 +155,19 @@ def hung(rank: int, rule: str = "stall", verdict: Verdict = Verdict.HUNG) -> Fin
 
 def test_defer_keeps_standing_verdicts_and_what_is_no_age() -> None:
     judged = [hung(0)]
-    at_now = [hung(0), hung(1), hung(2), hung(3, "exit", Verdict.DEAD)]
-    findings, deferred = defer(judged, at_now, flagged={key(2)})
-    # Rank 1's stall is deferred; rank 2's verdict was given before the sidecar
-    # fell behind and stands; an ended stream is no age.
+    at_now = [hung(0), hung(1), hung(2), hung(3, "exit", Verdict.DEAD), hung(4)]
+    findings, deferred = defer(judged, at_now, standing={key(2): "stall", key(4): "heartbeat"})
+    # Rank 1's stall is deferred; rank 2's was given before the sidecar fell
+    # behind and stands; an ended stream is no age; rank 4's standing verdict
+    # (silence) makes no other one stand (its stall is deferred too).
     assert [(f.key.rank, f.rule) for f in findings] == [(0, "stall"), (2, "stall"), (3, "exit")]
-    assert deferred == {(key(1), "stall")}
+    assert deferred == {(key(1), "stall"), (key(4), "stall")}
     pace = Pace()
     pace.note_report(T0, 2 * BEHIND_S)
     pace.note_deferred(deferred)
-    pace.note_deferred(deferred | {(key(3), "stall")})
+    pace.note_deferred(deferred | {(key(5), "stall")})
     view = pace.view(T0)
-    assert view.deferred_now == 2 and view.deferred == 2  # each counted once
+    assert view.deferred_now == 3 and view.deferred == 3  # each counted once
 
 
 def test_streams_read_unevenly_age_no_stepping_worker() -> None:

@@ -34,7 +34,7 @@ their clocks.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.model import Finding, Verdict
@@ -181,17 +181,17 @@ AGE_VERDICTS = (Verdict.HUNG, Verdict.UNRESPONSIVE)
 def defer(
     judged: Sequence[Finding],
     at_now: Sequence[Finding],
-    flagged: Collection[Hashable],
+    standing: Mapping[Hashable, str],
 ) -> tuple[list[Finding], set[tuple[Hashable, str]]]:
     """Findings judged ``allowance`` earlier (``judged``), and those judged at now
     (``at_now``; all of them, or only the flagged workers'): the findings to act
     on, and the (worker, rule) verdicts deferred.
 
-    A worker already flagged keeps what judging at now finds: its verdict was
-    given before the sidecar fell behind, and a lateness that grew since must
-    not end it (that would read as a hang that ended by itself). Everything
-    else the allowance holds back is deferred, except findings that are no
-    age (an ended stream): those stand at once.
+    ``standing``: the rule of each worker's verdict that stands (flagged). Judged
+    at now it is kept: it was given before the sidecar fell behind, and a
+    lateness that grew since must not end it (that would read as a hang that
+    ended by itself). Any other finding the allowance holds back is deferred,
+    except findings that are no age (an ended stream): those stand at once.
     """
     seen = {(f.key, f.rule) for f in judged}
     out = list(judged)
@@ -200,7 +200,7 @@ def defer(
         k = (f.key, f.rule)
         if k in seen:
             continue
-        if f.key in flagged or f.verdict not in AGE_VERDICTS:
+        if standing.get(f.key) == f.rule or f.verdict not in AGE_VERDICTS:
             out.append(f)
             seen.add(k)
         else:

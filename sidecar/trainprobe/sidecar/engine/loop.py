@@ -167,6 +167,7 @@ class Engine:
             return evaluate(workers, self.rules, now)
         judged = evaluate(workers, self.rules, now, allowance)
         flagged = self.state.flagged
+        standing = {w.key: w.verdict_rule for w in workers if w.key in flagged} if flagged else {}
         count = now >= self._count_deferred_at
         if count:  # judged at now in full once a second, to count what is deferred
             self._count_deferred_at = now + 1.0
@@ -181,7 +182,7 @@ class Engine:
             ]
         else:
             return judged
-        findings, deferred = defer(judged, at_now, flagged)
+        findings, deferred = defer(judged, at_now, standing)
         if count:
             self.pace.note_deferred(deferred)
         return findings
