@@ -31,10 +31,12 @@ from trainprobe.hooks.transformers import LivenessProbeCallback
 
 ARGS: argparse.Namespace
 GROUP = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+RANK = int(os.environ.get("RANK", "0"))  # in the group
 
 
 def emit(event: str, **fields: Any) -> None:
     row = {"event": event, "rank": GROUP, "pid": os.getpid(), "t": time.time(), **fields}
+    row["group_rank"] = RANK
     with open(ARGS.progress, "a") as fh:
         fh.write(json.dumps(row) + "\n")
 
@@ -80,10 +82,7 @@ class Faulty(Trainer):  # type: ignore[misc]
 class Progress(LivenessProbeCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         super().on_step_end(args, state, control, **kwargs)
-        emit("step", committed=REPLICATED.manager.current_step(), step=state.global_step)
-
-
-REPLICATED = ReplicatedCallback()
+        emit("step", committed=Faulty.replicated.manager.current_step(), step=state.global_step)
 
 
 def main() -> None:
@@ -98,6 +97,8 @@ def main() -> None:
     p.add_argument("--alone-s", type=float, default=0.5, help="group 0's step after the hang")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--accumulate", type=int, default=1, help="gradient_accumulation_steps")
+    p.add_argument("--min-replicas", type=int, default=1, help="2: both groups train from step 0")
     ARGS = p.parse_args()
     config = GPT2Config(
         vocab_size=64,
@@ -113,6 +114,7 @@ def main() -> None:
         output_dir=f"{ARGS.output_dir}/replica{GROUP}",
         max_steps=ARGS.steps,
         per_device_train_batch_size=4,
+        gradient_accumulation_steps=ARGS.accumulate,
         learning_rate=1e-3,
         eval_strategy="steps" if ARGS.eval_every else "no",
         eval_steps=ARGS.eval_every or None,
@@ -124,18 +126,18 @@ def main() -> None:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    Faulty.replicated = REPLICATED
+    Faulty.replicated = replicated = ReplicatedCallback(min_replicas=ARGS.min_replicas)
     # Progress after ReplicatedCallback: its step rows read the committed count.
     trainer = Faulty(
         model=GPT2LMHeadModel(config),
         args=args,
         train_dataset=RandomTokens(4096),
         eval_dataset=RandomTokens(16) if ARGS.eval_every else None,
-        callbacks=[REPLICATED, Progress(interval_ms=100)],
+        callbacks=[replicated, Progress(interval_ms=100)],
     )
     trainer.train()
     params = [float(v) for t in trainer.model.parameters() for v in t.detach().flatten()[:8]]
-    emit("done", committed=REPLICATED.manager.current_step(), params=params)
+    emit("done", committed=replicated.manager.current_step(), params=params)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ sidecar with its shipped defaults.
 A replica that sleeps in its training_step: the sidecar evicts its group, the
 survivor's fit goes on in the same process, the launcher restarts the evicted
 group, which fetches the survivor's state and trains on at its step; both fits
-end at the same committed step with equal parameters. Healthy: evaluations and
-checkpoints on every replica evict nothing, and both are counted in committed
+end at the same committed step with equal parameters. Healthy, in groups of 2
+ranks with 2 micro-batches a step: evaluations and checkpoints on every
+replica evict nothing, every rank ends with the same parameters, and both are counted in committed
 steps (a checkpoint is named by the committed count, even in the group that
 joined late).
 """
@@ -66,20 +67,26 @@ def test_a_sleeping_trainer_replica_is_evicted_and_rejoins_the_other_goes_on() -
 
 
 def test_evaluations_and_checkpoints_on_every_replica_evict_nothing() -> None:
+    # Groups of 2 ranks (accelerate's DDP inside each), 2 micro-batches a step.
     work: Path = short_tmpdir("tphf-")
     with SidecarProcess(work) as sc:
         script = [PYTHON, str(WORKER), "--progress", str(work / "progress.jsonl")]
         script += ["--marker", str(work / "hang.done"), "--output-dir", str(work / "out")]
-        script += ["--steps", "40", "--eval-every", "10", "--save-every", "20"]
-        with launched(work, sc.target, "--replicas", "2", script=script) as run:
+        script += ["--steps", "40", "--eval-every", "10", "--save-every", "20", "--accumulate", "2"]
+        script += ["--min-replicas", "2"]  # both groups in step 0's quorum: torchft syncs them
+        flags = ("--replicas", "2", "--nproc-per-replica", "2")
+        with launched(work, sc.target, *flags, script=script) as run:
             assert run.proc.wait(180) == 0, run.text()[-3000:]
         actions = destructive(sc)
     assert actions == []
-    done = {r["rank"]: r for r in run.rows("done")}
-    assert done[0]["committed"] == done[1]["committed"] == 40
-    assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
+    done = run.rows("done")
+    assert sorted((r["rank"], r["group_rank"]) for r in done) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {r["committed"] for r in done} == {40}
+    for r in done[1:]:
+        assert r["params"] == pytest.approx(done[0]["params"], abs=1e-6)
     for group in (0, 1):
-        assert {r["pid"] for r in run.rows("step", group)} == {done[group]["pid"]}  # no restart
+        pids = {r["pid"] for r in done if r["rank"] == group}
+        assert {r["pid"] for r in run.rows("step", group)} == pids  # no restart
         evaluated = [r["step"] for r in run.rows("evaluation", group)]
         assert evaluated and all(s % 10 == 0 for s in evaluated), evaluated
         assert 40 in evaluated
