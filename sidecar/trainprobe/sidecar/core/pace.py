@@ -37,7 +37,7 @@ from bisect import bisect_right
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import Finding, Verdict
+from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey
 
 __all__ = [
     "AGE_VERDICTS",
@@ -181,8 +181,8 @@ AGE_VERDICTS = (Verdict.HUNG, Verdict.UNRESPONSIVE)
 def defer(
     judged: Sequence[Finding],
     at_now: Sequence[Finding],
-    standing: Mapping[Hashable, str],
-) -> tuple[list[Finding], set[tuple[Hashable, str]]]:
+    standing: Mapping[WorkerKey, str],
+) -> tuple[list[Finding], set[tuple[WorkerKey, str]]]:
     """Findings judged ``allowance`` earlier (``judged``), and those judged at now
     (``at_now``; all of them, or only the flagged workers'): the findings to act
     on, and the (worker, rule) verdicts deferred.
@@ -195,7 +195,7 @@ def defer(
     """
     seen = {(f.key, f.rule) for f in judged}
     out = list(judged)
-    deferred: set[tuple[Hashable, str]] = set()
+    deferred: set[tuple[WorkerKey, str]] = set()
     for f in at_now:
         k = (f.key, f.rule)
         if k in seen:
