@@ -1,9 +1,11 @@
-"""``pip install trainprobe`` in a clean venv: a sidecar with neither torch nor Ray.
+"""The README's install from a wheel, in a clean venv: a sidecar with neither
+torch nor Ray.
 
-Real install from PyPI (network needed: the test skips without it) of this
-checkout's wheel into a fresh venv, with no PYTHONPATH to the checkout. Its
-``trainprobe-sidecar`` then judges and kills a hung worker, whose hook runs
-from the test's own venv (as a training container's would).
+A real install of this checkout's wheel, its dependencies from PyPI (network
+needed: the test skips without it), into a fresh venv, with no PYTHONPATH to
+the checkout. Its ``trainprobe-sidecar`` then judges and kills a hung worker,
+whose hook runs from the test's own venv (as a training container's would),
+and the commands that need an extra it lacks say how to install it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import pytest
 
 from tests.support import PYTHON, REPO, child_env, short_tmpdir, wait_for
 from trainprobe.sidecar.act.incident_log import read_incident_log
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 #: What the wheel is built from (the same list as deploy/sidecar.Dockerfile).
@@ -136,6 +143,26 @@ def test_sidecar_only_install_judges_a_worker_without_torch_or_ray() -> None:
             env=clean_env(),
         )
         assert status.returncode == 0 and "clean-venv" in status.stdout
+        # A missing extra is named with a command that works: there is no
+        # trainprobe on PyPI, so `pip install 'trainprobe[report]'` would fail.
+        extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"
+        ]
+        for argv, extra in (
+            (["report", "--job", "x", "--watch-s", "0"], "report"),
+            (["run", "--", "true"], "torchft"),
+        ):
+            r = subprocess.run(
+                [str(venv / "bin" / "trainprobe"), *argv],
+                capture_output=True,
+                text=True,
+                env=clean_env(),
+                cwd=work,
+                timeout=60,
+            )
+            assert r.returncode != 0, r.stdout
+            assert f"pip install '{extras[extra][0]}'" in r.stderr, r.stderr
+            assert "trainprobe[" not in r.stderr, r.stderr
     finally:
         if worker is not None:
             worker.kill()

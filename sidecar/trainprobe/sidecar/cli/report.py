@@ -40,9 +40,11 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
+        from trainprobe.sidecar.cli.extras import install_hint
+
         print(
-            "trainprobe: error: `trainprobe report` draws with matplotlib: "
-            "pip install 'trainprobe[report]'",
+            "trainprobe: error: `trainprobe report` draws with matplotlib, which is not "
+            f"installed: {install_hint('report')}",
             file=sys.stderr,
         )
         return 2

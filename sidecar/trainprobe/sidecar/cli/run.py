@@ -47,6 +47,7 @@ from trainprobe.proto import (
     probe_pb2,
     probe_pb2_grpc,
 )
+from trainprobe.sidecar.cli.extras import install_hint
 from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, free_port, pump, say
 
 __all__ = ["add_run_parser", "run_main"]
@@ -212,7 +213,7 @@ def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> 
     binary = Path(sys.executable).with_name("torchft_lighthouse")
     found = str(binary) if binary.exists() else shutil.which("torchft_lighthouse")
     if not found:
-        raise _LaunchError("no torchft_lighthouse: pip install 'trainprobe[torchft]'")
+        raise _LaunchError(f"no torchft_lighthouse: {install_hint('torchft')}")
     port = free_port(args.master_addr)
     with _own_log(log_dir / "lighthouse.log") as log:
         proc = subprocess.Popen(
