@@ -195,7 +195,7 @@ def assert_evicted_once(job: FtJob, culprit_pid: int, survivor_pid: int) -> dict
     ev = evicts[0]
     assert ev["evicted_replicas"] == ["train_1"]
     assert ev["replicas_left"] == 1
-    assert ev["summary"] == "replica train_1 evicted; 1 replicas go on"
+    assert ev["summary"] == "replica train_1 evicted; 1 replica goes on"
     # 0 kills of the waiting replica: no action record names its pid.
     for a in actions:
         for outcome in (a.get("outcomes") or {}).values():

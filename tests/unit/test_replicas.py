@@ -160,6 +160,7 @@ def test_evict_is_named_once_and_replaces_kills_on_replicated_jobs_only() -> Non
     assert for_replicas(Action.EVICT, False) == Action.KILL
     assert for_replicas(Action.KILL, False) == Action.KILL
     assert eviction_line(["train_1"], 2) == "replica train_1 evicted; 2 replicas go on"
+    assert eviction_line(["train_1"], 1) == "replica train_1 evicted; 1 replica goes on"
 
 
 def test_replicated_patience_acts_before_torchft_timeouts_and_backs_off() -> None:

@@ -49,9 +49,10 @@ class KillNotice:
         why = f"{verdict} ({rule})" if rule else verdict
         text = f"trainprobe killed {which} {ranks} of job {self.job_id}: {why}"
         if evicted_replica:
+            left = "replica goes" if replicas_left == 1 else "replicas go"
             text = (
                 f"trainprobe evicted replica {evicted_replica[:128]} ({which} {ranks}) of job "
-                f"{self.job_id}; {replicas_left} replicas go on: {why}"
+                f"{self.job_id}; {replicas_left} {left} on: {why}"
             )
         if reason:
             text += f": {reason}"

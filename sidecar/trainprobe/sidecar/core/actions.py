@@ -57,7 +57,8 @@ def eviction_line(replicas: list[str], replicas_left: int) -> str:
     """``replica R evicted; N replicas go on`` (incident, status, span, log)."""
     which = ", ".join(replicas) or "?"
     noun = "replica" if len(replicas) <= 1 else "replicas"
-    return f"{noun} {which} evicted; {replicas_left} replicas go on"
+    left = "replica goes" if replicas_left == 1 else "replicas go"
+    return f"{noun} {which} evicted; {replicas_left} {left} on"
 
 
 def action_record(
