@@ -8,15 +8,24 @@ for incidents and report.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from tests.support import PYTHON, REPO, child_env, sidecar, wait_for
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
+CONNECT = "/trainprobe.v1.Sidecar/Connect"
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -90,3 +99,67 @@ def test_a_live_job_id_that_is_another_jobs_name_is_not_that_job() -> None:
             for w in workers:
                 w.kill()
                 w.wait()
+
+
+def _unverified(target: str, job: str, rank: int, name: str, stop: threading.Event) -> None:
+    """A raw client with no identity ticket: a Hello naming ``job``, then a step a report."""
+
+    def messages() -> Iterator[probe_pb2.WorkerMessage]:
+        yield probe_pb2.WorkerMessage(
+            hello=probe_pb2.Hello(
+                protocol_version=PROTOCOL_VERSION, hook_version="x", job_id=job,
+                job_name=name, rank=rank, world_size=8, host="h", pid=os.getpid(),
+                interval_ms=100, session_secret=os.urandom(16),
+            )
+        )  # fmt: skip
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            now = time.monotonic_ns()
+            yield probe_pb2.WorkerMessage(
+                report=probe_pb2.Report(
+                    seq=seq, mono_ns=now, has_step=True, last_step=seq,
+                    last_step_mono_ns=now, total_steps=seq,
+                )
+            )  # fmt: skip
+            stop.wait(0.1)
+
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(
+            CONNECT,
+            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
+            response_deserializer=probe_pb2.Command.FromString,
+        )
+        with contextlib.suppress(grpc.RpcError):
+            for _ in call(messages()):
+                pass
+
+
+def test_an_unverified_session_cannot_rename_a_verified_job() -> None:
+    # First in, before the real job starts: a session in the real job's id that
+    # calls it otherwise, and a job whose id is the real job's name. Before, the
+    # first name won, so the real job lost its name and --job train was the fake.
+    with sidecar() as sc:
+        stop = threading.Event()
+        clients = [
+            threading.Thread(target=_unverified, args=(sc.target, *a, stop), daemon=True)
+            for a in (("job-real", 7, "renamed"), ("train", 0, ""))
+        ]
+        for c in clients:
+            c.start()
+        wait_for(lambda: ctl("status", "--target", sc.target).stdout.count("job ") == 2, 30)
+        real = subprocess.Popen(
+            [PYTHON, str(WORKER), "job-real", "100000"],
+            env=child_env(TRAINPROBE_TARGET=sc.target, TRAINPROBE_JOB_NAME="train"),
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: f"{real.pid}" in ctl("status", "--target", sc.target).stdout, 30)
+            r = ctl("status", "--target", sc.target, "--job", "train")
+            assert r.returncode == 1 and "'train', 'job-real'" in r.stderr, (r.stdout, r.stderr)
+            r = ctl("status", "--target", sc.target, "--job", "renamed")
+            assert "job-real" not in r.stdout, r.stdout
+        finally:
+            stop.set()
+            real.kill()
+            real.wait()

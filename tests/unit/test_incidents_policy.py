@@ -95,3 +95,24 @@ def test_p99_and_threshold_merging() -> None:
     thr = stall_threshold(policy, [25, 30], [0.5, 4.0])
     assert (thr.seconds, thr.basis, thr.p99_s) == (40.0, "auto", 4.0)
     assert stall_threshold(StallPolicy(timeout_s=7), [], []).seconds == 7
+
+
+def test_an_incidents_job_name_is_its_verified_sessions_not_an_unverified_culprits() -> None:
+    # The unverified session (first in, and the one that stalls) calls the job
+    # otherwise; the record carries the name the verified rank gave it.
+    from dataclasses import replace
+
+    from tests.core_builders import hello
+    from trainprobe.sidecar.core.model import VerifiedProcess
+
+    reg = Registry()
+    liar = reg.open(replace(hello(rank=1), job_name="renamed"), T0)
+    h0 = replace(hello(rank=0), job_name="train")
+    real = reg.open(h0, T0, VerifiedProcess(h0.pid, 1000, 1))
+    reg.apply(liar, report(T0 + 1, step=5), T0 + 1)
+    reg.apply(real, report(T0 + 4, step=9), T0 + 4)
+    cfg = RuleConfig(stall=StallPolicy(timeout_s=3), heartbeat_timeout_s=1e6)
+    fresh = FindingEdges().new_findings(evaluate(reg, cfg, T0 + 4.5))
+    assert [f.key.rank for f in fresh] == [1]
+    [inc] = group_incidents(fresh, {w.key: w for w in reg}, T0 + 4.5, wall_now=1.7e9)
+    assert inc.to_record()["job_name"] == "train"

@@ -124,8 +124,11 @@ class Queries:
         return reply
 
     def job_names(self) -> dict[str, str]:
-        """id -> name of every job with a session here ('' where unnamed)."""
-        return names_of((w.hello.job_id, w.hello.job_name) for w in self.registry)
+        """id -> name of every job with a session here ('' where unnamed): its
+        verified sessions' name first, so that a client without a ticket in the
+        job cannot rename it (and free its name for a job of its own)."""
+        sessions = sorted(self.registry, key=lambda w: not w.verified)  # stable
+        return names_of((w.hello.job_id, w.hello.job_name) for w in sessions)
 
     async def diagnose_ray(self, dot: bool) -> probe_pb2.DiagnoseReply:
         """``diagnose --ray``: the Ray watcher's last wait graph (rendered off the loop)."""

@@ -161,6 +161,16 @@ def onset_of(finding: Finding, state: WorkerState | None, now: float) -> float:
     return now
 
 
+def _job_name(fs: list[Finding], states: dict[WorkerKey, WorkerState]) -> str:
+    """The job's name as its verified sessions give it, else as any of its sessions
+    does: a client without a ticket in the job cannot rename it in the log."""
+    job = fs[0].key.job_id
+    sessions = sorted(
+        (w for w in states.values() if w.key.job_id == job), key=lambda w: not w.verified
+    )
+    return next((w.hello.job_name for w in sessions if w.hello.job_name), "")
+
+
 def _lag_of(f: Finding) -> float:
     lag = f.evidence.get("as_of_lag_s", 0.0)
     return float(lag) if isinstance(lag, (int, float)) else 0.0
@@ -197,9 +207,7 @@ def group_incidents(
                 onset_at=min(onset_of(f, states.get(f.key), now) for f in fs),
                 targets=[f.key.rank for f in fs],
                 ingest_lag_s=max(_lag_of(f) for f in fs),
-                job_name=next(
-                    (n for f in fs if f.key in states and (n := states[f.key].hello.job_name)), ""
-                ),
+                job_name=_job_name(fs, states),
             )
         )
     incidents.sort(key=lambda i: -i.verdict.severity)
