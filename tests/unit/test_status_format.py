@@ -64,3 +64,16 @@ def test_a_job_whose_streams_all_ended_reads_finished() -> None:
     lines = format_status(probe_pb2.StatusReply(workers=[live, *ended])).splitlines()
     heads = [line for line in lines if line.startswith("job ")]
     assert heads == ["job new  (1 worker)", "job nightly (id old)  (2 workers, finished)"]
+
+
+def test_a_jobs_heading_takes_its_name_from_a_verified_rank() -> None:
+    # An unverified session holding the lowest rank here (its real rank 0 runs on
+    # another node) calls the job otherwise; the heading keeps the verified name.
+    rows = [
+        probe_pb2.WorkerStatus(job_id="j", job_name="renamed", rank=0, state="connected"),
+        probe_pb2.WorkerStatus(
+            job_id="j", job_name="train", rank=3, state="connected", verified=True
+        ),
+    ]
+    text = format_status(probe_pb2.StatusReply(workers=rows))
+    assert "job train (id j)" in text and "renamed" not in text, text

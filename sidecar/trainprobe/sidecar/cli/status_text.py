@@ -166,13 +166,14 @@ def _narrow_rows(
     for w, f in zip(reply.workers, fields, strict=True):
         if w.job_id != job:
             job = w.job_id
-            count = sum(1 for x in reply.workers if x.job_id == job)
-            # The name people read, then the id that `diagnose --job` and logs carry.
-            label = (
-                f"{printable(w.job_name)} (id {f['job']})"
-                if w.job_name and w.job_name != w.job_id
-                else f["job"]
+            rows = [x for x in reply.workers if x.job_id == job]
+            count = len(rows)
+            # The name people read (a verified rank's first: a client without a
+            # ticket does not rename the job), then the id `diagnose --job` takes.
+            name = next(
+                (x.job_name for x in sorted(rows, key=lambda x: not x.verified) if x.job_name), ""
             )
+            label = f"{printable(name)} (id {f['job']})" if name and name != job else f["job"]
             # Every stream over: the job is finished, whatever its verdicts said.
             done = all(x.state != "connected" for x in reply.workers if x.job_id == job)
             lines.append(

@@ -207,9 +207,11 @@ def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, job: str | N
 
 
 def _job_names(model: TopModel) -> dict[str, str]:
-    """Each job's human name, where its hooks sent one (once a frame, not a row)."""
+    """Each job's human name, where its hooks sent one (once a frame, not a row):
+    a verified rank's first, as status heads the job."""
     names: dict[str, str] = {}
-    for (job, _), row in model.rows.items():
+    rows = sorted(model.rows.items(), key=lambda kv: not kv[1].status.verified)
+    for (job, _), row in rows:
         if row.status.job_name and job not in names:
             names[job] = row.status.job_name
     return names
