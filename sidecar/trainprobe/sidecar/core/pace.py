@@ -18,14 +18,17 @@ So the sidecar measures its own lateness, from what it sees itself:
   and one that claims early sends can only lower it, back to today's rule.
 
 Its lateness is the largest of these over the last :data:`PACE_WINDOW_S`
-(bounded by :data:`MAX_ALLOWANCE_S`). Every verdict that is an age
-(heartbeat, stall, phases, start-up, collectives in flight) is judged that
-much earlier (:meth:`Pace.allowance`): a verdict the sidecar's own lateness
-would make is *deferred* until the worker's silence outlasts it too, and a
-real hang is still judged, that much later. Kernel evidence (a stopped or
-vanished process, an ended stream) is no age and is never deferred. At
-:data:`BEHIND_S` or more the sidecar says it is *behind* (status, the
-``trainprobe.ingest`` health service, metrics) and counts what it deferred.
+(bounded by :data:`MAX_ALLOWANCE_S`). From :data:`BEHIND_S` the sidecar is
+*behind*: every verdict that is an age (heartbeat, stall, phases, start-up,
+collectives in flight) is judged that much earlier (:meth:`Pace.allowance`,
+``rules.evaluate(..., allowance_s)``), and a worker's shift to its send may
+pass the heartbeat limit by as much (streams are not read alike: under load
+some lag the others by seconds). A verdict the sidecar's own lateness would
+make is *deferred* until the worker's silence outlasts it too, and a real
+hang is still judged, that much later. Kernel evidence (a stopped or
+vanished process, an ended stream) is no age and is never deferred. The
+sidecar says it is behind (status, the ``trainprobe.ingest`` health service,
+metrics) and counts what it deferred (:func:`defer`).
 
 Pure: the servicer notes each report's lag and the engine each tick's, with
 their clocks.
