@@ -197,3 +197,19 @@ def test_streams_read_unevenly_age_no_stepping_worker() -> None:
     assert {f.key.rank for f in evaluate(reg, cfg, now)} == set(range(5, 10))  # without
     assert 4.0 <= pace.allowance(now) <= 4.4
     assert evaluate(reg, cfg, now, pace.allowance(now)) == []
+
+
+def test_status_says_the_sidecar_is_behind() -> None:
+    from trainprobe.proto import probe_pb2
+    from trainprobe.sidecar.cli.ctl import format_status
+
+    reply = probe_pb2.StatusReply()
+    reply.ingest.CopyFrom(
+        probe_pb2.IngestStatus(behind=True, own_lag_s=11.7, deferred_now=1800, deferred=1800)
+    )
+    text = format_status(reply)
+    assert "sidecar BEHIND its reports by 11.7s" in text and "1800 deferred now" in text
+    reply.ingest.behind = False
+    assert "sidecar was behind its reports; 1800 verdicts deferred since start" in (
+        format_status(reply).replace("\n", " ")
+    )
