@@ -27,6 +27,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
+# What the demos need and no more (torch, torchft, the package): a fraction of
+# the test extras' install (Ray, Lightning, transformers, the linters). A venv
+# that `make test` already filled has it all.
+$(VENV)/.demo-installed: pyproject.toml
+	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	set -ex; \
+	[ -x $(VPY) ] || $(PY) -m venv $(VENV); \
+	$(VPY) -m pip install -q --upgrade pip; \
+	$(VPY) -m pip install -q $(TORCH_PIN); \
+	$(VPY) -m pip install -q -e '.[torchft]'; \
+	touch $@
+
 $(PROTOGEN)/.installed:
 	$(PY) -m venv $(PROTOGEN)
 	$(PROTOGEN)/bin/python -m pip install -q $(GRPC_TOOLS_PIN)
@@ -35,7 +47,7 @@ $(PROTOGEN)/.installed:
 # The replicated story (trainprobe run, 2 replica groups, CPU/gloo): a rank
 # hangs, its replica is evicted, the other goes on in seconds without a
 # restart, the evicted one rejoins from its live peer (about a minute).
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo-installed
 	$(VPY) examples/replicated_demo.py
 
 # The restart story on an embedded local Ray: a rank hangs, trainprobe kills
@@ -44,7 +56,7 @@ demo-restart: $(VENV)/.installed
 	$(VPY) examples/ray_demo.py
 
 # The same hang with plain torch.distributed (gloo) processes and signals.
-demo-gloo: $(VENV)/.installed
+demo-gloo: $(VENV)/.demo-installed
 	$(VPY) examples/demo.py
 
 # tests/test_grafana_dashboard.py runs a real Prometheus (Debian's package),
