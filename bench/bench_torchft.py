@@ -26,9 +26,13 @@ Sections (``--sections``, in this order; each trial is written out as it ends):
 Goals (docs/PERFORMANCE.md): survivors commit again <= 5 s after onset for
 definitive faults, <= 15 s for ambiguous ones, same pid; the Ray Train
 replacement steps <= 20 s after onset with equal parameters; 0 evictions in
-the healthy cases, 0 kills of a waiting replica anywhere.
+the healthy cases, 0 kills of a waiting replica anywhere. Ray Train's
+survivors (``survivor_goal_s``): the torchrun figures of issue 35, <= 3 s
+definitive, <= 12 s ambiguous, same pid, one group replaced.
 
     python bench/bench_torchft.py --trials 3
+    python bench/bench_torchft.py --sections ray --ray-faults stop,sleep \
+        --ray-lighthouse trainprobe,ray --trials 3 --out bench/results/torchft_ray.json
 
 Results: bench/results/torchft.json (medians per case, every trial, the
 machine's load average before and after, and each trial's own).

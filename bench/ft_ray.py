@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import read_jsonl
+from tests.support import free_port, read_jsonl
 
 __all__ = ["RAY_EXAMPLE_LIGHTHOUSE", "RaySession"]
 
@@ -67,7 +67,16 @@ class RaySession:
         from trainprobe.sidecar.ray import start_sidecars
 
         self.workdir, self.ray, self.restart = workdir, ray, restart
-        ray.init(num_cpus=2, log_to_driver=False, logging_level=logging.ERROR)
+        # A fresh cluster and dashboard port (the State API needs it), never another
+        # run's on a shared machine.
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=True,
+            dashboard_port=free_port(),
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
         settings = load_settings(env={}, cli={"state_dir": str(workdir / "state")})
         (self.node,) = start_sidecars(settings)
         self.n = 0

@@ -23,6 +23,8 @@ NAMES = (
     "faults",
     "torchft",
     "torchft_loaded",
+    "torchft_ray",
+    "torchft_ray_before",
     "scale",
     "scale_telemetry",
     "report_path",
@@ -78,7 +80,9 @@ def markdown(results: Path = RESULTS) -> str:
         *cost_section(res["cost"], res["hook_memory"]),
         *detection_section(res["detection"]),
         *faults_section(res["faults"]),
-        *recovery_section(res["torchft"], res["torchft_loaded"]),
+        *recovery_section(
+            res["torchft"], res["torchft_loaded"], res["torchft_ray"], res["torchft_ray_before"]
+        ),
         *scale_section(res),
         *job_scale_section(res),
         *sessions_section(

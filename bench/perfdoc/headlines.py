@@ -8,6 +8,7 @@ import statistics
 from .core import Lines, Result, head, row, s, us, yes
 from .detection import current_stall_floor, default_floor
 from .faults import fault_goals
+from .ray_recovery import ray_survivor_goals
 from .recovery import recovery_goals
 from .scale import job_scale
 
@@ -69,6 +70,10 @@ def headlines(res: dict[str, Result | None]) -> Lines:
                 anchor, ok)
     if ft := res["torchft"]:
         for name, goal, got, anchor, ok in recovery_goals(ft):
+            add(name, "recovery-without-restarting-healthy-ranks-torchft-replicas", goal, got,
+                anchor, ok)
+    if ft_ray := res["torchft_ray"]:
+        for name, goal, got, anchor, ok in ray_survivor_goals(ft_ray):
             add(name, "recovery-without-restarting-healthy-ranks-torchft-replicas", goal, got,
                 anchor, ok)
     runs = job_scale(res)

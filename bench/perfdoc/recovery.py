@@ -4,6 +4,7 @@ torchft alone and the non-replicated Ray Train and torchrun restarts."""
 from __future__ import annotations
 
 from .core import CASES, Lines, Result, command, head, missing, plot_ref, row, s, yes
+from .ray_recovery import ray_survivor_command, ray_survivor_rows, ray_survivor_where
 
 RECOVERY_CMD = "python bench/bench_torchft.py --trials 3"
 FAULT_ORDER = ("sleep", "lock", "gil", "stop", "kill9")
@@ -70,7 +71,12 @@ def recovery_goals(r: Result) -> list[tuple[str, str, str, str, bool]]:
     return out
 
 
-def recovery_section(r: Result | None, loaded: Result | None = None) -> Lines:
+def recovery_section(
+    r: Result | None,
+    loaded: Result | None = None,
+    ray_result: Result | None = None,
+    ray_before: Result | None = None,
+) -> Lines:
     out = ["## Recovery without restarting healthy ranks (torchft replicas)", ""]
     if r is None:
         return out + missing("torchft", RECOVERY_CMD)
@@ -122,6 +128,7 @@ def recovery_section(r: Result | None, loaded: Result | None = None) -> Lines:
                 "≤ 20 s", yes(ok),
             )
         )  # fmt: skip
+    out += ray_survivor_rows(ray_result, ray_before)
     hs = sm["healthy"]
     ev, n = sum(h["evictions"] for h in hs.values()), sum(h["trials"] for h in hs.values())
     waiting = sum(g["waiting_replica_kills"] for g in f.values())
@@ -157,9 +164,11 @@ def recovery_section(r: Result | None, loaded: Result | None = None) -> Lines:
         "```bash",
         command(r, "torchft"),
         *([command(loaded, "torchft_loaded")] if loaded is not None else []),
+        *ray_survivor_command(ray_result),
         "```",
         "",
-        f"<sub>Measured on {_where(r)['device']}.</sub>",
+        f"<sub>Measured on {_where(r)['device']}"
+        f"{ray_survivor_where(ray_result, ray_before)}.</sub>",
         "",
     ]
     return out
