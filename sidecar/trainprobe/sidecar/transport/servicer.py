@@ -2,7 +2,8 @@
 
 Runs on the sidecar's one asyncio loop, like the rules, so the registry needs
 no lock. Bad input ends only the offending stream, with a clear status and
-one log line.
+one log line. How a stream's first message becomes a session (or a refusal)
+is ``session_open.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.act.procs import mono_ahead_ns, still_alive
+from trainprobe.sidecar.act.procs import still_alive
 from trainprobe.sidecar.core.model import (
     ReportData,
     VerifiedProcess,
@@ -24,21 +25,22 @@ from trainprobe.sidecar.core.model import (
     trim_applied,
 )
 from trainprobe.sidecar.core.overload import Shedder
-from trainprobe.sidecar.core.registry import Registry, RegistryError
+from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.validate import ValidationError
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander, StreamSink
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.reclaim import COLLECT_AFTER_CLOSE_S, Reclaimer
+from trainprobe.sidecar.transport.session_open import Refusal, open_session
 from trainprobe.sidecar.transport.streams import Malformed, safe_parser
+
+__all__ = ["SERVICE", "Ending", "Refusal", "ReportListener", "SidecarServicer"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
 SERVICE = "trainprobe.v1.Sidecar"
 ReportListener = Callable[[WorkerState, ReportData], None]
-#: The status a refused stream gets.
-Refusal = tuple[grpc.StatusCode, str]
 #: How a stream ended ("goodbye", "vanished", "rejected") and its refusal, if any.
 Ending = tuple[str, Refusal | None]
 
@@ -204,66 +206,9 @@ class SidecarServicer:
         node: object | None = None,
     ) -> tuple[WorkerState | None, Refusal | None]:
         """Open a session from a stream's first message (Connect, or relayed when
-        ``relay`` names the relay route); on refusal, the status to send.
-
-        A relayed Hello is verified only by its ``node`` (the Relay stream that
-        carried it), which ``vouched`` for the pid it verified on its host.
-        """
-        if isinstance(first, Malformed):
-            return None, (
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"malformed WorkerMessage: {first.error}",
-            )
-        if first.WhichOneof("body") != "hello":
-            return None, (
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
-            )
-        verified = self._verify(first.hello) if relay is None else vouched
-        if verified is not None and verified.pid != first.hello.pid:
-            return None, (
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the relaying node vouched for pid {verified.pid}, the Hello names "
-                f"pid {first.hello.pid}",
-            )
-        try:
-            state = self.registry.open(pb.hello_from_pb(first.hello), self._clock(), verified, node)
-        except RegistryError as err:
-            return None, (getattr(grpc.StatusCode, err.code), str(err))
-        # Only the kernel's word makes a process ours to signal; a relayed worker
-        # is its node's to signal (the node verified it or refuses to).
-        self.registry.set_route(state, relay)
-        log.info(
-            "worker %s connected%s: pid %d%s on %s, world size %d",
-            state.key,
-            "" if relay is None else f" via relay {relay}",
-            state.hello.pid,
-            (
-                " (unverified)"
-                if not state.verified
-                else f" (verified, uid {state.uid})"
-                if relay is None
-                else " (verified by its node)"
-            ),
-            state.hello.host,
-            state.hello.world_size,
-        )
-        return state, None
-
-    def _verify(self, hello: Any) -> VerifiedProcess | None:
-        """The process the kernel named for this Hello's ticket, if it is the
-        Hello's pid; None (an unverified session) otherwise."""
-        if self.tickets is None or not hello.identity_ticket:
-            return None
-        peer = self.tickets.redeem(hello.identity_ticket, hello.pid)
-        if peer is None:
-            log.warning(
-                "worker pid %d sent an identity ticket that was not issued to it (or is spent "
-                "or expired): unverified, never signalled",
-                hello.pid,
-            )
-            return None
-        return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks, mono_ahead_ns(peer.pid))
+        ``relay`` names the relay route); on refusal, the status to send
+        (:func:`~trainprobe.sidecar.transport.session_open.open_session`)."""
+        return open_session(self.registry, self.tickets, self._clock, first, relay, vouched, node)
 
     async def _read(self, state: WorkerState, request_iterator: Any) -> Ending:
         """Consume the stream; return how it ended and the error to send, if any."""

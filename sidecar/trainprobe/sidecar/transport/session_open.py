@@ -1,0 +1,107 @@
+"""How a stream's first message becomes a session, or a refusal.
+
+The first message must be a well-formed Hello. Its pid is trusted only
+through the kernel: a direct stream's identity ticket is redeemed at the
+:class:`~trainprobe.sidecar.transport.identity.TicketDesk` (SO_PEERCRED), a
+relayed one is vouched for by the node that carried it, and a ticket not
+issued to the Hello's pid leaves the session unverified, never signalled.
+The registry then applies the session rule; every refusal comes back as the
+gRPC status the stream ends with. Connect streams and relayed streams open
+sessions the same way (:meth:`SidecarServicer.open_session
+<trainprobe.sidecar.transport.servicer.SidecarServicer.open_session>`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from trainprobe.sidecar.act.procs import mono_ahead_ns
+from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
+from trainprobe.sidecar.core.registry import Registry, RegistryError
+from trainprobe.sidecar.transport import pb
+from trainprobe.sidecar.transport.identity import TicketDesk
+from trainprobe.sidecar.transport.streams import Malformed
+
+__all__ = ["Refusal", "open_session", "verify_hello"]
+
+log = logging.getLogger("trainprobe.sidecar")
+
+#: The status a refused stream gets.
+Refusal = tuple[grpc.StatusCode, str]
+
+
+def open_session(
+    registry: Registry,
+    tickets: TicketDesk | None,
+    clock: Callable[[], float],
+    first: Any,
+    relay: Any,
+    vouched: VerifiedProcess | None = None,
+    node: object | None = None,
+) -> tuple[WorkerState | None, Refusal | None]:
+    """Open a session from a stream's first message (Connect, or relayed when
+    ``relay`` names the relay route); on refusal, the status to send.
+
+    A relayed Hello is verified only by its ``node`` (the Relay stream that
+    carried it), which ``vouched`` for the pid it verified on its host.
+    """
+    if isinstance(first, Malformed):
+        return None, (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"malformed WorkerMessage: {first.error}",
+        )
+    if first.WhichOneof("body") != "hello":
+        return None, (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
+        )
+    verified = verify_hello(tickets, first.hello) if relay is None else vouched
+    if verified is not None and verified.pid != first.hello.pid:
+        return None, (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the relaying node vouched for pid {verified.pid}, the Hello names "
+            f"pid {first.hello.pid}",
+        )
+    try:
+        state = registry.open(pb.hello_from_pb(first.hello), clock(), verified, node)
+    except RegistryError as err:
+        return None, (getattr(grpc.StatusCode, err.code), str(err))
+    # Only the kernel's word makes a process ours to signal; a relayed worker
+    # is its node's to signal (the node verified it or refuses to).
+    registry.set_route(state, relay)
+    log.info(
+        "worker %s connected%s: pid %d%s on %s, world size %d",
+        state.key,
+        "" if relay is None else f" via relay {relay}",
+        state.hello.pid,
+        (
+            " (unverified)"
+            if not state.verified
+            else f" (verified, uid {state.uid})"
+            if relay is None
+            else " (verified by its node)"
+        ),
+        state.hello.host,
+        state.hello.world_size,
+    )
+    return state, None
+
+
+def verify_hello(tickets: TicketDesk | None, hello: Any) -> VerifiedProcess | None:
+    """The process the kernel named for this Hello's ticket, if it is the
+    Hello's pid; None (an unverified session) otherwise."""
+    if tickets is None or not hello.identity_ticket:
+        return None
+    peer = tickets.redeem(hello.identity_ticket, hello.pid)
+    if peer is None:
+        log.warning(
+            "worker pid %d sent an identity ticket that was not issued to it (or is spent "
+            "or expired): unverified, never signalled",
+            hello.pid,
+        )
+        return None
+    return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks, mono_ahead_ns(peer.pid))
