@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env", "replica_sampler"]
+__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env", "replica_sampler", "sync_group"]
 
 #: A replica group's id is this and its index (torchft's global rank reads the digits).
 REPLICA_PREFIX = "replica_"
@@ -35,6 +35,7 @@ class _LoopState:
     pending: bool = False  # a quorum was started for the step being trained
     total: int | None = None  # the last step to train (steps(n), or the Trainer's max)
     local: int = 0  # steps without a Manager
+    first: bool = True  # no step committed yet by this process
 
 
 def _optimizer_base() -> type:
@@ -87,6 +88,10 @@ class _Wrapper:
         self._s.pending = False
         if self.manager.should_commit():  # False: the quorum lost a replica, step discarded
             self.optim.step()
+            if self._s.first:
+                self._s.first = False
+                if self.manager.current_step() == 1:  # step 0's sync: see sync_group
+                    sync_group(self.optim)
         return loss
 
     # -- the replicated loop ------------------------------------------------------
@@ -127,6 +132,33 @@ def replica_sampler(dataset: Any, **kwargs: Any) -> Any:
     return DistributedSampler(
         dataset, num_replicas=groups * size, rank=group * size + rank, **kwargs
     )
+
+
+def sync_group(optim: Any) -> None:
+    """Give every rank of this replica group its rank 0's parameters and optimizer state.
+
+    torchft's step-0 sync (``init_sync``) picks a source replica *per group
+    rank* (rank r heals from replica r mod N, to spread the load), and that
+    step's quorum differs by rank too: in a group of K > 1 ranks, each rank
+    ends step 0 with another replica's weights and another average of the
+    gradients (other optimizer moments), which the group's DDP never
+    reconciles (it averages gradients; its buffers it broadcasts itself).
+    Called once, after the first commit of a job that starts at step 0, on
+    every rank of the group together (the default process group). No-op
+    for one rank."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    tensors: list[Any] = []
+    for group in optim.param_groups:
+        for p in group["params"]:
+            state = optim.state.get(p, {})
+            tensors += [p, *(state[k] for k in sorted(state) if torch.is_tensor(state[k]))]
+    with torch.no_grad():
+        for t in tensors:
+            dist.broadcast(t.data, src=0)
 
 
 _CLASS: list[type] = []

@@ -61,7 +61,7 @@ from trainprobe.hooks.transformers import LivenessProbeCallback, calling_trainer
 
 log = logging.getLogger("trainprobe.hooks")
 
-__all__ = ["ReplicatedCallback", "average_gradients", "replica_split", "sync_group"]
+__all__ = ["ReplicatedCallback", "average_gradients", "replica_split"]
 
 #: Gradients are averaged in flat buffers of at most this many bytes (bounded memory).
 BUCKET_BYTES = 64 << 20
@@ -77,31 +77,6 @@ def replica_split(dataset: Any) -> Any:
 
     group, groups = env
     return Subset(dataset, range(group, len(dataset), groups))
-
-
-def sync_group(model: Any, optimizer: Any) -> None:
-    """Give every rank of this replica group its rank 0's weights and optimizer state.
-
-    torchft's step-0 sync (``init_sync``) picks a source replica *per group
-    rank* (rank r heals from replica r mod N, spreading the load), and the
-    replicas in that step's quorum differ by rank too: in a group of K > 1
-    ranks, each rank ends step 0 with another replica's weights and another
-    average of the gradients (so other optimizer moments). The group's DDP
-    never reconciles either (it averages gradients only). Called once, after
-    the first commit, on every rank of the group together. No-op for one rank."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return
-    tensors = [*model.parameters(), *model.buffers()]
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = optimizer.state.get(p, {})
-            tensors += [state[k] for k in sorted(state) if torch.is_tensor(state[k])]
-    with torch.no_grad():
-        for t in tensors:
-            dist.broadcast(t.data, src=0)
 
 
 class _Bucket:
@@ -162,7 +137,6 @@ class ReplicatedCallback(TrainerCallback):
         self._params: list[Any] = []
         self._averaged = True
         self._watched = False
-        self._model: Any = None
         self._committed = 0
 
     # -- set-up ------------------------------------------------------------------
@@ -230,7 +204,6 @@ class ReplicatedCallback(TrainerCallback):
         accelerated.optimizer = self.optimizer
         self._params = [p for g in raw.param_groups for p in g["params"] if p.requires_grad]
         self._trainer = trainer
-        self._model = model
         accel = trainer.accelerator
         clip = accel.clip_grad_norm_
 
@@ -283,9 +256,6 @@ class ReplicatedCallback(TrainerCallback):
             # discarded step does not move the schedule.
             accelerated._is_overflow = committed <= self._committed
         self._committed = committed
-        if committed == 1 and self._model is not None:
-            sync_group(self._model, self.optimizer.optim)
-            self._model = None  # once: only step 0's sync mixes sources
         # The Trainer adds 1 next: its step count becomes the committed one.
         state.global_step = committed - 1
 
