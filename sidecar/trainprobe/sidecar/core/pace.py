@@ -112,7 +112,11 @@ class Pace:
 
     def note_report(self, now: float, lag_s: float) -> None:
         """One report's ingest lag (arrival minus send, on our clock)."""
-        i = self._slot(now)
+        # Once per report: the slot's reset only when its second changes.
+        sec = int(now)
+        i = sec % self._slots
+        if self._second[i] != sec:
+            i = self._slot(now)
         self._counts[i][bisect_right(LAG_BOUNDS, lag_s) - 1 if lag_s > 0 else 0] += 1
         self._n[i] += 1
         self._floor[i] = None
