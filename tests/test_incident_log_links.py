@@ -8,14 +8,17 @@ Real files, a real FIFO, a real attacker process racing the writer.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import PYTHON, child_env
-from trainprobe.sidecar.act.incident_log import IncidentLog
+from trainprobe.sidecar.act.incident_log import IncidentLog, log_set
 
 
 def record(n: int) -> dict[str, object]:
@@ -84,3 +87,20 @@ def test_rotation_never_writes_through_a_link_placed_at_the_logs_name(tmp_path: 
         racer.wait()
         log.close()
     assert victim.read_text() == "precious\n"
+
+
+def test_a_directory_in_the_rotated_set_costs_one_line_and_no_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "incidents.jsonl"
+    (tmp_path / "incidents.jsonl.1").mkdir()  # rotation's rename onto it fails
+    log = IncidentLog(path, max_bytes=1024, rotated_files=2)
+    with caplog.at_level(logging.ERROR, logger="trainprobe.sidecar"):
+        for n in range(200):
+            log.write(record(n))
+        log.close()
+    files = [f for f in log_set(path) if f.is_file()]
+    ids = [json.loads(line)["id"] for f in files for line in f.read_text().splitlines()]
+    assert ids == [f"inc-{n:05d}" for n in range(200)]
+    lines = [r.getMessage() for r in caplog.records if "cannot rotate" in r.getMessage()]
+    assert len(lines) <= 1, lines

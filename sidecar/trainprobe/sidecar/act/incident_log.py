@@ -73,6 +73,7 @@ class IncidentLog:
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._failed = False
+        self._rotate_failed = False
         self._closed = False
         #: Records not yet on disk, oldest first (the disk was full).
         self._held: deque[bytes] = deque()
@@ -148,9 +149,13 @@ class IncidentLog:
             os.replace(self.path, rotated(self.path, 1))
             fd, self._seekable = _open_for_append(self.path, fresh=True)
         except OSError as err:
-            if not self._failed:
+            # Once until a rotation works: something in the directory (a
+            # directory named like a rotated file) may refuse every one.
+            if not self._failed and not self._rotate_failed:
                 log.error("cannot rotate incident log %s: %s; still appending", self.path, err)
+            self._rotate_failed = True
             return False
+        self._rotate_failed = False
         os.close(self._fd)
         self._fd, self._torn = fd, self._seekable
         return True
