@@ -45,6 +45,8 @@ def test_importing_the_callback_module_gets_restarts_through_init_process_group(
         events = read_jsonl(progress)
         inits = sorted((e["attempt"], e["rank"]) for e in events if e["event"] == "init_done")
         assert inits == [(a, r) for a in range(4) for r in range(2)]
+        made = [e["watch"] for e in events if e["event"] == "start"]
+        assert made == [True] * 8, made
         ended = [e for e in events if e["event"] == "watch_ended"]
         assert len(ended) == 8 and all(e["ended"] for e in ended), ended
         rows = list(sc.status().workers)

@@ -45,7 +45,12 @@ def main() -> int:
         from trainprobe.hooks import LivenessProbeHook
 
         hook = LivenessProbeHook(interval_ms=200)
-    event("start")
+    if framework:
+        from trainprobe.hooks import framework_startup
+
+        event("start", watch=framework_startup._watch is not None)
+    else:
+        event("start")
     if "--init-sleep" in sys.argv:
         who, _, secs = sys.argv[sys.argv.index("--init-sleep") + 1].partition(":")
         if int(who) == rank and attempt == 0:
@@ -57,8 +62,6 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=timeout)
     event("init_done", init_s=time.monotonic() - t0)
     if framework:  # before the allreduce: no rank exits before every rank is here
-        from trainprobe.hooks import framework_startup
-
         deadline = time.monotonic() + 10
         while framework_startup._watch is not None and time.monotonic() < deadline:
             time.sleep(0.05)
