@@ -52,7 +52,9 @@ def _known(name: str, mods: dict[str, tuple[Path, bool]]) -> str | None:
     return None
 
 
-def _imports(mod: str, path: Path, is_pkg: bool, mods: dict[str, tuple[Path, bool]]) -> Iterator[str]:
+def _imports(
+    mod: str, path: Path, is_pkg: bool, mods: dict[str, tuple[Path, bool]]
+) -> Iterator[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = mod if is_pkg else mod.rpartition(".")[0]
     for node in ast.walk(tree):
