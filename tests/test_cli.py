@@ -263,6 +263,17 @@ def mistyped(flag: str) -> str:
     return flag[:-2] + flag[-1] + flag[-2]
 
 
+def test_no_command_is_one_line_that_names_the_commands() -> None:
+    """`trainprobe` alone, a new user's first try: which commands there are."""
+    out = ctl()
+    line = one_line(out.stderr)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert line == (
+        "trainprobe: error: which command? status, diagnose, top, report, incidents or run "
+        "(see trainprobe --help)"
+    ), line
+
+
 def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> None:
     usage = ctl("--help").stdout
     commands = usage[usage.index("{") + 1 : usage.index("}")].split(",")

@@ -191,6 +191,10 @@ def _main(argv: Sequence[str] | None) -> int:
             p.add_argument("--dot", action="store_true", help="with --ray: as Graphviz DOT")
     add_incidents_parser(sub)
     add_run_parser(sub)
+    if not (sys.argv[1:] if argv is None else argv):
+        # argparse's "the following arguments are required: command" names none of them.
+        *first, last = sub.choices
+        parser.error(f"which command? {', '.join(first)} or {last} (see trainprobe --help)")
     args = parser.parse_args(argv)
     if args.command == "incidents":
         return incidents_main(args)
