@@ -242,12 +242,13 @@ def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> 
 
 
 def _bind_address(host: str, port: int) -> str:
-    """``ip:port`` (``[ip]:port`` for IPv6) of ``host``, as the lighthouse's --bind reads it."""
+    """``ip:port`` of ``host``, as the lighthouse's --bind reads it."""
     try:
-        ip = str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+        # IPv4, as free_port bound it (and as the groups reach it by this name).
+        ip = str(socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
     except OSError as err:
         raise _LaunchError(f"--master-addr {host}: {err}") from None
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+    return f"{ip}:{port}"
 
 
 def _own_log(path: Path) -> IO[bytes]:
