@@ -21,7 +21,9 @@ What it wires, and why each default:
 - ``min_replicas=1``: the survivors of a hang go on even when only one replica
   is left (availability first; raise it to refuse steps with too few samples).
 - ``init_sync`` (torchft's default, on): at step 0 every replica takes the
-  first one's parameters, so replicas need not be seeded alike.
+  first one's parameters, so replicas need not be seeded alike (torchft picks
+  that source per group rank: in groups of K > 1 ranks the optimizer wrapper
+  then gives each group its rank 0's state, see ``replicated_optim.sync_group``).
 - ``timeout_s=30`` for the replicated allreduce and commit, ``quorum_timeout_s
   =60``: long enough for a rejoining replica's transfer of a few GB, short of
   torchft's own 60 s. The sidecar evicts a hung replica long before either.

@@ -134,12 +134,16 @@ def replica_sampler(dataset: Any, **kwargs: Any) -> Any:
     )
 
 
+#: Parameter types whose ranks hold different shards of a tensor.
+_SHARDED = ("DTensor", "FlatParameter")
+
+
 def sync_group(optim: Any) -> None:
     """Give every rank of this replica group its rank 0's parameters and optimizer state.
 
     torchft's step-0 sync (``init_sync``) picks a source replica *per group
-    rank* (rank r heals from replica r mod N, to spread the load), and that
-    step's quorum differs by rank too: in a group of K > 1 ranks, each rank
+    rank* (the ranks of one group heal from different replicas, to spread the
+    load), and that step's quorum differs by rank too: in a group of K > 1 ranks, each rank
     ends step 0 with another replica's weights and another average of the
     gradients (other optimizer moments), which the group's DDP never
     reconciles (it averages gradients; its buffers it broadcasts itself).
@@ -151,6 +155,9 @@ def sync_group(optim: Any) -> None:
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
+    params = [p for group in optim.param_groups for p in group["params"]]
+    if any(type(p).__name__ in _SHARDED for p in params):
+        return  # the ranks hold different shards (FSDP): nothing to give
     tensors: list[Any] = []
     for group in optim.param_groups:
         for p in group["params"]:
