@@ -12,18 +12,21 @@ operator would:
 
 printing each one's peak RSS (the kernel's, from wait4) and wall time.
 Target: <= 200 MB for a 1 GB log (``--mb 1024``). ``--quick``: 64 MB.
+
+    python bench/bench_incident_log.py --mb 1024 --json bench/results/incident_log.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,9 +83,10 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=1024, help="log size in MB (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="a 64 MB log")
     ap.add_argument("--dir", help="where to write the log (default: a temporary directory)")
-    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--json", default="", help="write the result file here (with its command)")
     args = ap.parse_args()
     mb = 64 if args.quick else args.mb
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         log = Path(tmp) / "incidents.jsonl"
         t0 = time.monotonic()
@@ -107,7 +111,8 @@ def main() -> int:
             results[name] = {"peak_rss_mb": round(rss, 1), "seconds": round(took, 1), "exit": code}
             print(f"{name:<20} peak RSS {rss:7.1f} MB  {took:6.1f} s  exit {code}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"log_mb": mb, "incidents": incidents, "runs": results}, indent=2))
+        data = {"log_mb": mb, "incidents": incidents, "records": 3 * incidents, "runs": results}
+        write_result(args.json, "incident_log", data | {"target_peak_rss_mb": 200}, started)
     ok = all(r["exit"] == 0 and r["peak_rss_mb"] <= 200 for r in results.values())
     return 0 if ok else 1
 
