@@ -33,7 +33,12 @@ defaults). Where the Trainer lets it:
   its buckets, ``no_sync``, or no DDP at all);
 - ``state.global_step`` is the Manager's committed count, so logging,
   evaluation, saving and ``max_steps`` count committed steps, and a rejoining
-  replica continues at its peers' step; the fit ends at ``max_steps``.
+  replica continues at its peers' step; the fit ends at ``max_steps``. A
+  discarded step is marked skipped for accelerate (as an fp16 overflow is), so
+  the Trainer does not move the LR scheduler;
+- groups of K > 1 ranks that start together at step 0 are made alike after
+  the first commit by the optimizer wrapper
+  (:func:`~trainprobe.hooks.replicated_optim.sync_group`).
 
 What it does not do: DeepSpeed, FSDP, fp16 loss scaling, several optimizers,
 an ``IterableDataset`` (not split: split it yourself by ``REPLICA_GROUP_ID``),
