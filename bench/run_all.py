@@ -11,7 +11,8 @@ command that produced it and the machine's load); bench/render.py then renders
 the page and plots from every result file. The benchmarks that no figure of the
 page comes from (``EXTRA``) run too, and only print their tables. The order
 puts the CPU-sensitive measurements first, while the machine is quietest, and
-the long detection and fault-matrix benchmarks last. The GPU figure
+the long detection, fault-matrix and recovery (restart, replicas) benchmarks
+last. The GPU figure
 (``sync_gpu``) needs a GPU machine: run ``bench/bench_sync_gpu.py --json
 bench/results/sync_gpu.json`` there.
 """
@@ -89,9 +90,65 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
             ("_relayed_off", ["--relayed", "8", "--telemetry", "off"]),
         )
     ),
+    # 2,000 workers at 10 Hz and 2 real gloo ranks, the sidecar pinned with them
+    # to 2 cores beside a busy loop, patience 0: false incidents, ranks signalled.
+    (
+        "starved",
+        "bench_starved.py",
+        [
+            *("--workers", "2000", "--cpus", "0,1", "--generators", "2", "--real-workers", "2"),
+            *("--duration", "45", "--hogs", "1", "--hang-patience-s", "0"),
+        ],
+        ["--workers", "200", "--duration", "10"],
+    ),
+    # A 1 GB incident log read by incidents --json, incidents and report (--quick: 64 MB).
+    ("incident_log", "bench_incident_log.py", ["--mb", "1024"], []),
     ("detection", "bench_detection.py", [], []),
     ("faults", "bench_faults.py", ["--parallel", "14"], []),
+    # The replicated loop under trainprobe run: survivors and the evicted group
+    # after a SIGSTOP and a sleep, step time replicated vs plain DDP at 1 s and
+    # 100 ms steps (about 6 minutes a trial).
+    (
+        "replicated",
+        "bench_replicated.py",
+        ["--trials", "3"],
+        ["--trials", "1", "--faults", "stop", "--step-times", "0.1", "--steptime-s", "5"],
+    ),
+    # Every stack (plain script, HF, Lightning) under torchrun --max-restarts
+    # comes back after the kill: 10 SIGSTOP and 2 sleeping-rank trials a stack
+    # at shipped defaults (the sleeps wait out the 90 s patience): about 45
+    # minutes on a 2-core machine.
+    (
+        "restart",
+        "bench_restart.py",
+        ["--modes", "sleep,stop", "--trials", "10", "--sleep-trials", "2"],
+        ["--stacks", "plain", "--modes", "stop", "--trials", "1"],
+    ),
+    # torchft replicas (docs/DEPLOY.md's way): faults, healthy stalls, Ray
+    # Train's replacement and the non-replicated restarts; the same under 10
+    # busy loops; Ray Train's survivors with both lighthouses (hours: not --quick).
+    ("torchft", "bench_torchft.py", ["--trials", "3"], None),
+    (
+        "torchft_loaded",
+        "bench_torchft.py",
+        [
+            *("--sections", "faults,healthy", "--faults", "sleep,stop", "--modes", "trainprobe"),
+            *("--healthy", "stall8", "--trials", "3", "--burn", "10"),
+        ],
+        None,
+    ),
+    (
+        "torchft_ray",
+        "bench_torchft.py",
+        [
+            *("--sections", "ray", "--ray-faults", "stop,sleep"),
+            *("--ray-lighthouse", "trainprobe,ray", "--trials", "3"),
+        ],
+        None,
+    ),
 ]
+#: Scripts whose result file is named by another flag than --json.
+OUT_FLAG = {"bench_torchft.py": "--out"}
 #: Benchmarks that no figure of the page comes from: run (not in --quick), printed.
 EXTRA = [
     ["bench_sidecar_otel.py", "--rounds", "7"],
@@ -115,15 +172,6 @@ EXTRA = [
         *("--json", "bench/results/scale_overload.json"),
     ],
     ["speed_probe.py"],
-    # Issue 34: every stack (plain script, HF, Lightning) under torchrun
-    # --max-restarts comes back after the kill: 10 SIGSTOP and 10 sleeping-rank
-    # trials a stack at shipped defaults (the sleeps wait out the 90 s patience:
-    # about 70 minutes in all on a 2-core machine).
-    ["bench_restart.py", "--json", "bench/results/restart.json"],
-    # Issue 35: the one-line replicated loop under trainprobe run: survivors and
-    # the evicted group after a SIGSTOP and a sleep, and step time replicated vs
-    # plain DDP at 1 s and 100 ms steps (about 6 minutes a trial).
-    ["bench_replicated.py", "--trials", "3", "--json", "bench/results/replicated.json"],
 ]
 
 
@@ -146,7 +194,13 @@ def main() -> int:
             continue
         out = results / f"{name}.json"
         shown = out.relative_to(REPO) if out.is_relative_to(REPO) else out
-        cmd = [sys.executable, str(HERE / script), *argv, "--json", str(shown)]
+        cmd = [
+            sys.executable,
+            str(HERE / script),
+            *argv,
+            OUT_FLAG.get(script, "--json"),
+            str(shown),
+        ]
         if args.quick:
             cmd += quick or ["--quick"]
         print(f"\n### {' '.join(cmd[1:])}", flush=True)

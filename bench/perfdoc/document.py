@@ -12,7 +12,9 @@ from .detection import detection_section
 from .faults import faults_section
 from .headlines import headlines
 from .more import gpu_section, hardening_section, install_section
+from .pressure import incident_log_section, starved_section
 from .recovery import recovery_section
+from .restart import restart_section
 from .scale import job_scale_section, scale_section
 from .sessions import sessions_section
 
@@ -43,6 +45,10 @@ NAMES = (
     "scale_overload_relay",
     "session_structures",
     "session_cost_relayed_off",
+    "restart",
+    "replicated",
+    "starved",
+    "incident_log",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -83,6 +89,7 @@ def markdown(results: Path = RESULTS) -> str:
         *recovery_section(
             res["torchft"], res["torchft_loaded"], res["torchft_ray"], res["torchft_ray_before"]
         ),
+        *restart_section(res["restart"], res["replicated"], res["torchft"]),
         *scale_section(res),
         *job_scale_section(res),
         *sessions_section(
@@ -94,8 +101,10 @@ def markdown(results: Path = RESULTS) -> str:
             res["session_structures"],
             res["session_cost_relayed_off"],
         ),
+        *starved_section(res["starved"]),
         *gpu_section(res["sync_gpu"]),
         *hardening_section(res["fuzz_soak"], res["health"], res["ray_watch"]),
+        *incident_log_section(res["incident_log"]),
         *install_section(res["install"]),
     ]
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -104,8 +113,12 @@ def markdown(results: Path = RESULTS) -> str:
 def plots(results: Path, out: Path) -> list[Path]:
     """Every plot the document links that has its result; returns the files written."""
     from . import figures as rp  # matplotlib only when plots are asked for
+    from . import figures_restart
 
     res = load(results)
     out.mkdir(parents=True, exist_ok=True)
-    makers: dict[str, Callable[[dict[str, Result | None], Path], bool]] = rp.MAKERS
+    makers: dict[str, Callable[[dict[str, Result | None], Path], bool]] = {
+        **rp.MAKERS,
+        **figures_restart.MAKERS,
+    }
     return [out / f"{n}.png" for n, make in makers.items() if make(res, out / f"{n}.png")]

@@ -8,8 +8,10 @@ import statistics
 from .core import Lines, Result, head, row, s, us, yes
 from .detection import current_stall_floor, default_floor
 from .faults import fault_goals
+from .pressure import INCIDENT_LOG_ANCHOR, STARVED_ANCHOR, incident_log_goals, starved_goals
 from .ray_recovery import ray_survivor_goals
 from .recovery import recovery_goals
+from .restart import RESTART_ANCHOR, restart_goals
 from .scale import job_scale
 
 
@@ -76,6 +78,9 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         for name, goal, got, anchor, ok in ray_survivor_goals(ft_ray):
             add(name, "recovery-without-restarting-healthy-ranks-torchft-replicas", goal, got,
                 anchor, ok)
+    for name, goal, got, anchor, ok in restart_goals(res["restart"], res["replicated"],
+                                                     res["torchft"]):
+        add(name, RESTART_ANCHOR, goal, got, anchor, ok)
     runs = job_scale(res)
     if runs["on"]:
         m = statistics.median(runs["on"])
@@ -103,6 +108,8 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         p99 = x.get("lag_from_hook_p99_s", x["lag_p99_s"])
         add("2,000 workers at 10 Hz, relayed", sessions, "0 false incidents, verdict ≤ 5 s",
             f"{x['false_incidents']}; p99 {s(p99)}", "–", x["false_incidents"] == 0 and p99 <= 5)
+    for name, goal, got, anchor, ok in starved_goals(res["starved"]):
+        add(name, STARVED_ANCHOR, goal, got, anchor, ok)
     hardening = "hostile-input-kubelet-probes-the-ray-watcher"
     if fz := res["fuzz_soak"]:
         ok = fz["cases"] >= 20000 and fz["crashes"] == fz["false_kills"] == 0
@@ -118,6 +125,8 @@ def headlines(res: dict[str, Result | None]) -> Lines:
             f"{ray['watcher_core_pct']:.2f} %",
             "Ray Train: a hung health poll times out after 600 s",
             ray["watcher_core_pct"] < ray["goal_core_pct"])
+    for name, goal, got, anchor, ok in incident_log_goals(res["incident_log"]):
+        add(name, INCIDENT_LOG_ANCHOR, goal, got, anchor, ok)
     if inst := res["install"]:
         base = next(iter(inst["sizes"].values()))["net_of_empty_venv_mib"]
         add("sidecar-only install", "install-size", "≤ 100 MB", f"{base} MiB", "–",

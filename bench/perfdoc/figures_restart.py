@@ -1,0 +1,59 @@
+"""The restart section's plot (matplotlib), beside figures.py's: how soon training steps
+again after a kill, per stack and hang, the kill's share and each goal marked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .figures import finish, plt
+from .restart import HANGS, SHORT, ray_restart, restart_goal, stack_results
+
+__all__ = ["MAKERS", "restart_plot"]
+
+Results = dict[str, Any]
+
+
+def _bars(r: Results | None, rep: Results | None, ft: Results | None, hang: str) -> list[Any]:
+    """(label, killed s or None, steps again s, goal s) for one hang's panel."""
+    out: list[Any] = []
+    if r is not None:
+        for k, g in stack_results(r, hang):
+            x = g["summary"]
+            goal = restart_goal(r, hang)
+            out.append((f"{SHORT[k]}\ntorchrun", x["killed_s_median"],
+                        x["stepping_again_s_median"], goal))  # fmt: skip
+        if hang == "sleep" and (ray := ray_restart(ft)):
+            out.append(("plain\nRay Train", None, ray["all_stepping_s"], restart_goal(r, hang)))
+    if rep is not None and (x := rep["summary"]["faults"].get(hang)):
+        out.append(("replicated\nsurvivor", None, x["survivor_resumed_s"], x["goal_survivor_s"]))
+        out.append(("replicated\nevicted", None, x["evicted_stepping_s"], x["goal_evicted_s"]))
+    return out
+
+
+def restart_plot(res: Results, out: Path) -> bool:
+    r, rep, ft = res.get("restart"), res.get("replicated"), res.get("torchft")
+    panels = [(h, b) for h in HANGS if (b := _bars(r, rep, ft, h))]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (hang, bars) in zip(axes[0], panels, strict=True):
+        xs = range(len(bars))
+        ax.bar(xs, [b[2] for b in bars], color="#4477aa", label="training steps again")
+        ax.bar(xs, [b[1] or 0 for b in bars], color="#ee7733", label="hung rank killed")
+        for i, (_, _, v, goal) in enumerate(bars):
+            ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=7)
+            ax.hlines(goal, i - 0.45, i + 0.45, color="red", lw=0.8, ls="--",
+                      label="goal" * (i == 0))  # fmt: skip
+        ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
+        ax.set_ylabel("seconds after onset (median)")
+        ax.set_title(HANGS[hang])
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Training steps again after the kill")
+    # One legend, on the last panel: the first one's tall bars leave it no room.
+    finish(fig, axes[0][-1], out, "seconds after onset (median)", HANGS[panels[-1][0]])
+    return True
+
+
+MAKERS: dict[str, Callable[[Results, Path], bool]] = {"restart": restart_plot}

@@ -1,0 +1,208 @@
+"""How soon training steps again after a kill, and what the healthy ranks lost: the
+restart of every rank (torchrun, Ray Train) beside the replicated loop of ``trainprobe run``."""
+
+from __future__ import annotations
+
+from .core import Lines, Result, command, head, missing, plot_ref, row, s, yes
+
+__all__ = [
+    "HANGS",
+    "RESTART_ANCHOR",
+    "SHORT",
+    "ray_restart",
+    "restart_goal",
+    "restart_goals",
+    "restart_section",
+    "stack_results",
+]
+
+RESTART_ANCHOR = "how-soon-training-steps-again-and-what-the-healthy-ranks-lost"
+STACKS = {"plain": "plain script", "hf": "Hugging Face `Trainer`", "lightning": "Lightning, `ddp`"}
+SHORT = {"plain": "plain", "hf": "HF", "lightning": "Lightning"}
+HANGS = {"stop": "SIGSTOP", "sleep": "sleep"}
+#: A restart's goal for a definitive hang (SIGSTOP), by orchestrator.
+DEFINITIVE_GOAL_S = {"torchrun": 12.0, "ray_train": 20.0}
+STEP_GOAL_PCT = 5.0
+
+
+def restart_goal(r: Result, hang: str) -> float:
+    return float(r["goals_s"].get(hang) or r["hang_patience_s"] + 10)
+
+
+def stack_results(r: Result, hang: str) -> list[tuple[str, Result]]:
+    return [(k, g) for k in STACKS if (g := r["stacks"].get(f"{k}/{hang}"))]
+
+
+def ray_restart(ft: Result | None) -> Result | None:
+    """Ray Train's restart of every rank after a sleeping rank (bench_torchft.py's run)."""
+    return ((ft or {}).get("summary") or {}).get("restart", {}).get("ray_train")
+
+
+def _slash(gs: list[tuple[str, Result]], key: str, fmt: str = "{:g}") -> str:
+    return " / ".join(fmt.format(g["summary"][key]) for _, g in gs)
+
+
+def restart_goals(
+    r: Result | None, rep: Result | None, ft: Result | None
+) -> list[tuple[str, str, str, str, bool]]:
+    """(name, goal, measured, anchor, met) for the headline table."""
+    out = []
+    if r is not None:
+        every = [g["summary"] for g in r["stacks"].values()]
+        failed, n = sum(x["failed_restarts"] for x in every), sum(x["trials"] for x in every)
+        stacks = {k.split("/")[0] for k in r["stacks"]}
+        per = [sum(g["summary"]["trials"] for k, g in r["stacks"].items() if k.startswith(f"{x}/"))
+               for x in stacks]  # fmt: skip
+        out.append((
+            "restarts that failed", "0 in ≥ 10 trials a stack", f"{failed} of {n}",
+            "–", failed == 0 and n > 0 and min(per) >= 10,
+        ))  # fmt: skip
+        names = " / ".join(SHORT[k] for k, _ in stack_results(r, "stop"))
+        for hang, goal_txt, anchor in (
+            ("stop", "≤ 12 s (torchrun)", ""),
+            ("sleep", f"≤ patience + 10 s ({restart_goal(r, 'sleep'):g} s)",
+             "NCCL watchdog 10 min (gloo 30 min), then the restart"),
+        ):  # fmt: skip
+            gs = stack_results(r, hang)
+            if not gs:
+                continue
+            meds = [g["summary"]["stepping_again_s_median"] for _, g in gs]
+            got = f"medians {_slash(gs, 'stepping_again_s_median')} s ({names})"
+            ok = all(m <= restart_goal(r, hang) for m in meds)
+            if hang == "sleep" and (ray := ray_restart(ft)):
+                got += f"; Ray Train {s(ray['all_stepping_s'])}"
+                ok = ok and ray["all_stepping_s"] <= restart_goal(r, hang)
+            got += f"; {_slash(gs, 'steps_redone_median')} steps redone"
+            if hang == "stop" and rep is not None:
+                surv = rep["summary"]["faults"].get("stop")
+                anchor = f"replicated: survivor {s(surv['survivor_resumed_s'])}" if surv else "–"
+            out.append((f"every rank steps again after a {HANGS[hang]}", goal_txt, got, anchor,
+                        ok))  # fmt: skip
+    if rep is not None:
+        f, st = rep["summary"]["faults"], rep["summary"]["steptime"]
+        if (stop := f.get("stop")) and (sleep := f.get("sleep")):
+            plain = {h: r["stacks"].get(f"plain/{h}") for h in HANGS} if r is not None else {}
+            anchor = "no replicas: " + ", ".join(
+                s(g["summary"]["stepping_again_s_median"]) for g in plain.values() if g
+            ) if plain else "–"  # fmt: skip
+            ok = all(
+                x["survivor_resumed_s"] <= x["goal_survivor_s"] and x["survivor_same_pid"]
+                for x in (stop, sleep)
+            )
+            out.append((
+                "replicated (`trainprobe run`): survivors commit again",
+                "≤ 3 s definitive, ≤ 12 s ambiguous, same pid",
+                f"{s(stop['survivor_resumed_s'])}, {s(sleep['survivor_resumed_s'])}", anchor, ok,
+            ))  # fmt: skip
+            out.append((
+                "replicated: the evicted replica steps again", "≤ 15 s",
+                f"{s(stop['evicted_stepping_s'])}, {s(sleep['evicted_stepping_s'])}"
+                " (SIGSTOP, sleep)", "–",
+                all(x["evicted_stepping_s"] <= x["goal_evicted_s"] for x in (stop, sleep)),
+            ))  # fmt: skip
+        if one := st.get("1.0"):
+            fast = st.get("0.1")
+            out.append((
+                "replicated step time, 1 s steps", f"≤ {STEP_GOAL_PCT:g} % over plain DDP",
+                f"+{one['extra_pct']:g} % (+{one['extra_ms']:g} ms)"
+                + (f"; +{fast['extra_pct']:g} % at 100 ms" if fast else ""),
+                f"plain DDP {one['plain_ms']:g} ms", one["extra_pct"] <= STEP_GOAL_PCT,
+            ))  # fmt: skip
+    return out
+
+
+def _failed(rep: Result | None, fault: str) -> int:
+    """Replicated trials of `fault` that did not end well: an exit status, unequal weights."""
+    ts = ((rep or {}).get("trials") or {}).get("faults", [])
+    return sum(
+        t["exit_status"] != 0 or t["params_max_diff"] > 1e-6 for t in ts if t["fault"] == fault
+    )
+
+
+def _where(r: Result | None, what: str) -> str:
+    if r is None:
+        return ""
+    m = r.get("machine") or {}
+    return (
+        f"{what} at load average {(m.get('loadavg_at_start') or ['?'])[0]} at the start"
+        f" ({r.get('wall_s', 0) / 60:.0f} min)"
+    )
+
+
+def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> Lines:
+    out = ["## How soon training steps again, and what the healthy ranks lost", ""]
+    if r is None and rep is None:
+        return out + missing("restart")
+    out += [
+        "A rank of a 2-rank gloo job hangs (SIGSTOP: definitive; a sleep in its step: ambiguous,",
+        "killed after the patience, 90 s as shipped) and the sidecar, on its shipped defaults,",
+        "kills it. Without replicas something restarts every rank (`torchrun --max-restarts 1`;",
+        "Ray Train's `FailureConfig`) from the last checkpoint (every 5 steps here): the steps",
+        "since are done again. With replicas (`replicate` in the script, `trainprobe run",
+        "--replicas 2`, one rank a group) the healthy group goes on in its own process and the",
+        "evicted one (patience 10 s) steps again with a peer's state. Seconds from onset,",
+        "medians (max).",
+        "",
+        *head("stack", "hang", "steps again", "killed", "work lost", "failed", "goal", ""),
+    ]
+    for hang in HANGS if r is not None else ():
+        goal = restart_goal(r, hang)
+        for k, g in stack_results(r, hang):
+            x = g["summary"]
+            out.append(row(
+                f"{STACKS[k]}, torchrun", HANGS[hang],
+                f"every rank **{s(x['stepping_again_s_median'])}**"
+                f" ({s(x['stepping_again_s_max'])})",
+                s(x["killed_s_median"]), f"{x['steps_redone_median']:g} steps, every rank",
+                f"{x['failed_restarts']} of {x['trials']}", f"≤ {goal:g} s",
+                yes(x["stepping_again_s_median"] <= goal),
+            ))  # fmt: skip
+    if r is not None and (ray := ray_restart(ft)):
+        goal = restart_goal(r, "sleep")
+        out.append(row(
+            "plain loop, Ray Train", "sleep", f"every rank **{s(ray['all_stepping_s'])}**", "–",
+            "the steps since the checkpoint",
+            f"{len(ray['errors'])} of {ray['trials']}", f"≤ {goal:g} s",
+            yes(ray["all_stepping_s"] <= goal),
+        ))  # fmt: skip
+    faults = ((rep or {}).get("summary") or {}).get("faults", {})
+    for hang, x in sorted(faults.items(), key=lambda kv: list(HANGS).index(kv[0])):
+        ok = x["survivor_resumed_s"] <= x["goal_survivor_s"] and x["survivor_same_pid"]
+        out.append(row(
+            "replicated DDP loop, `trainprobe run`", HANGS.get(hang, hang),
+            f"survivor **{s(x['survivor_resumed_s'])}**,"
+            f" evicted replica {s(x['evicted_stepping_s'])}",
+            "–", "none redone, same pid" if x["survivor_same_pid"] else "none redone",
+            f"{_failed(rep, hang)} of {x['trials']}",
+            f"≤ {x['goal_survivor_s']:g} s, ≤ {x['goal_evicted_s']:g} s",
+            yes(ok and x["evicted_stepping_s"] <= x["goal_evicted_s"]),
+        ))  # fmt: skip
+    if rep is not None and (st := rep["summary"]["steptime"]):
+        paces = ", ".join(
+            f"{x['replicated_ms']:g} against {x['plain_ms']:g} ms at {float(p):g} s steps"
+            f" (+{x['extra_pct']:g} %)"
+            for p, x in sorted(st.items(), key=lambda kv: -float(kv[0]))
+        )
+        out += [
+            "",
+            f"Step time, replicated (2 groups of 1 rank) against plain 2-rank DDP: {paces}.",
+        ]
+    if r is not None and not any(k.startswith("ray_train/") for k in r["stacks"]):
+        goal = DEFINITIVE_GOAL_S["ray_train"]
+        out += ["", f"Ray Train's restart after a SIGSTOP (goal ≤ {goal:g} s) has no result yet."]
+    cmds = [
+        *([command(r, "restart")] if r is not None else []),
+        *([command(rep, "replicated")] if rep is not None else []),
+        *(
+            [command(ft, "torchft") + "  # Ray Train's row"]
+            if r is not None and ray_restart(ft)
+            else []
+        ),
+    ]
+    where = "; ".join(
+        w for w in (_where(r, "the restarts"), _where(rep, "the replicated loop")) if w
+    )
+    return [
+        *out, "", plot_ref("restart", "training steps again"), "",
+        "```bash", *cmds, "```", "", f"<sub>Measured on 2 CPUs: {where}.</sub>", "",
+    ]  # fmt: skip
