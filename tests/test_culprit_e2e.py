@@ -181,7 +181,9 @@ def test_sigstopped_rank_is_named_and_its_stack_read_from_outside() -> None:
         assert inc["targets"] == [3]
         action = wait_for(lambda: job_records(sc, "stop4", "action"), 30, what="kill")[0]
         assert list(action["outcomes"]) == ["3"]
-        assert action["outcomes"]["3"]["signals"][:2] == ["SIGTERM", "SIGCONT"]
+        # Stopped: SIGKILLed as it is, never resumed for a SIGTERM handler.
+        assert action["outcomes"]["3"]["signals"] == ["SIGKILL"]
+        assert action["outcomes"]["3"]["signalled_first"] == "SIGKILL"
         assert w.wait(60)[3] is not None
         hangs = [r for r in job_records(sc, "stop4", "incident") if r["verdict"] != "DEGRADED"]
         assert [r["id"] for r in hangs] == [inc["id"]]

@@ -93,7 +93,9 @@ def test_sigstopped_rank_without_watch_ddp_is_killed_at_once_and_alone() -> None
         assert dec["decided_after_s"] < 20.0
         assert inc["diagnosis"]["culprits"] == [2] and inc["targets"] == [2]
         assert list(action["outcomes"]) == ["2"]
-        assert action["outcomes"]["2"]["signals"][:2] == ["SIGTERM", "SIGCONT"]
+        # Stopped: SIGKILLed as it is, never resumed for a SIGTERM handler.
+        assert action["outcomes"]["2"]["signals"] == ["SIGKILL"]
+        assert action["outcomes"]["2"]["signalled_first"] == "SIGKILL"
         assert w.wait(60)[2] is not None
 
 

@@ -58,7 +58,9 @@ def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
             outcome = action["outcomes"]["1"]
             # Signalled by the node, whose outcome came back up the relay.
             assert outcome["method"] == "relay-signal", outcome
-            assert outcome["exited"] and outcome["signals"][:2] == ["SIGTERM", "SIGCONT"]
+            # Stopped: the node SIGKILLed it as it was, never resumed it.
+            assert outcome["exited"] and outcome["signals"] == ["SIGKILL"]
+            assert outcome["signalled_first"] == "SIGKILL"
             assert not outcome["error"]
             assert w.wait(30)[1] is not None  # the stopped process is really gone
             assert f"killed worker pid {w.pids[1]} for the upstream" in node.log_text()

@@ -156,6 +156,9 @@ def test_a_hung_replica_is_evicted_the_survivor_goes_on_and_the_group_rejoins(
         assert how == "stop", actions
     pids = [o.get("pid") for o in (actions[0].get("outcomes") or {}).values()]
     assert pids == [hang["pid"]], actions  # the waiting replica was never signalled
+    if how == "stop":  # SIGKILLed as it was: never resumed to commit the discarded step
+        (out,) = actions[0]["outcomes"].values()
+        assert out["signals"] == ["SIGKILL"] and out["signalled_first"] == "SIGKILL", out
     assert "replica1 exited (signal" in run.text()  # the eviction
     assert "replica1 started (pids" in run.text() and "restart 1)" in run.text()
     print(f"{how}: survivor committed again {resumed['t'] - hang['t']:.1f} s after onset")

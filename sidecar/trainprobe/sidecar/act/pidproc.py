@@ -18,9 +18,10 @@ import select
 import signal
 from dataclasses import dataclass, field
 
+from trainprobe.sidecar.act.cgroups import frozen
 from trainprobe.sidecar.act.creds import Creds, refusal
 
-__all__ = ["Proc", "exited", "open_proc", "proc_stat", "stat_fields"]
+__all__ = ["Proc", "exited", "held_still", "open_proc", "proc_stat", "stat_fields"]
 
 
 def stat_fields(pid: int) -> list[bytes] | None:
@@ -48,6 +49,18 @@ def proc_stat(pid: int) -> tuple[str, int, int, str] | None:
         return fields[0].decode()[:1], int(fields[1]), int(fields[19]), name
     except (IndexError, ValueError):
         return None
+
+
+def held_still(pid: int) -> str:
+    """``"stopped"`` (SIGSTOP, a tracer's stop) or ``"frozen"`` (a cgroup
+    freezer) when the kernel holds ``pid`` still, else ``""``. Blocking
+    (cgroupfs reads): run it in a worker thread."""
+    fields = stat_fields(pid)
+    if not fields:
+        return ""
+    if fields[0] in (b"T", b"t"):
+        return "stopped"
+    return "frozen" if frozen(pid) else ""
 
 
 def exited(pid: int, state: str) -> bool:

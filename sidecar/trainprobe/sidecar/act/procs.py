@@ -8,7 +8,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
-from trainprobe.sidecar.act.pidproc import Proc, exited, open_proc, stat_fields
+from trainprobe.sidecar.act.pidproc import Proc, exited, held_still, open_proc, stat_fields
 from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
 
 
@@ -146,6 +146,8 @@ class KillOutcome:
     #: Descendants left alone, each with its ``reason``: the worker's own
     #: credentials could not signal them (act/creds.py), so neither does the sidecar.
     skipped: list[dict[str, object]] = field(default_factory=list)
+    #: ``SIGKILL``: the kernel held it still (stopped, frozen); never resumed (:func:`terminate`).
+    signalled_first: str = ""
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
@@ -162,12 +164,15 @@ async def terminate(
 
     With ``tree`` (the default): SIGSTOP, its descendants found and stopped,
     then SIGTERM and SIGCONT, which resumes it straight into the pending
-    SIGTERM (its handler runs, if it has one). Without: SIGCONT first so that
-    a stopped process can run its SIGTERM handler, then SIGTERM.
+    SIGTERM (its handler runs, if it has one). Without: SIGCONT, then SIGTERM.
     Where the kernel says SIGTERM is caught, SIGKILL follows after at most
-    CAUGHT_SIGTERM_GRACE_S instead (see there). The descendants are found while
-    it lives (act/tree.py) and ended with it; the outcome lists them in ``children``,
-    and in ``skipped`` those the worker could not signal itself (left alone).
+    CAUGHT_SIGTERM_GRACE_S instead (see there). A process the kernel holds still
+    (stopped: SIGSTOP, a tracer; frozen by a cgroup freezer) is SIGKILLed at once
+    (``signalled_first``): resumed for a SIGTERM handler it would run on from
+    where it stopped, and an evicted replica would finish, and commit, the step
+    its peers discarded, and heartbeat on to the lighthouse. The descendants are
+    found while it lives (act/tree.py) and ended with it; the outcome lists them in
+    ``children``, and in ``skipped`` those the worker could not signal itself.
     """
     out = KillOutcome(pid=pid)
     t0 = time.monotonic()
@@ -187,27 +192,35 @@ async def terminate(
         return out
     kids: dict[int, Proc] = {}
     terminated = False
+    still = ""
     try:
+        # Read through the pidfd's process: open_proc checked it is still ours.
+        still = await asyncio.to_thread(held_still, pid)
         if tree:
-            # Stopped, it forks no more while its tree is read.
-            out.stopped_first = root.signal(signal.SIGSTOP)
-            root.signals.clear()
-            kids = await asyncio.to_thread(stop_descendants, root, None, protected_pid)
-        out.sigterm_caught = bool(sigterm_caught(pid))
-        if out.sigterm_caught:
-            grace_s = min(grace_s, CAUGHT_SIGTERM_GRACE_S)
-        ending = []
-        # Stopped by us: SIGTERM waits pending, and SIGCONT resumes it straight
-        # into it (no instant to fork in). Otherwise SIGCONT first, so that a
-        # process someone else stopped can run its SIGTERM handler.
-        order = (signal.SIGTERM, signal.SIGCONT) if out.stopped_first else None
-        for sig in order or (signal.SIGCONT, signal.SIGTERM):
-            root.signal(sig)
+            # Stopped, it forks no more while its tree is read (frozen, neither).
+            if not still:
+                out.stopped_first = root.signal(signal.SIGSTOP)
+                root.signals.clear()
+            stopped = still != "frozen"  # a frozen one never reads 'T': no wait for it
+            kids = await asyncio.to_thread(stop_descendants, root, None, protected_pid, stopped)
+        if still and root.signal(signal.SIGKILL):
+            out.signalled_first = signal.SIGKILL.name
+        else:
+            out.sigterm_caught = bool(sigterm_caught(pid))
+            if out.sigterm_caught:
+                grace_s = min(grace_s, CAUGHT_SIGTERM_GRACE_S)
+            # Stopped by us: SIGTERM waits pending, and SIGCONT resumes it straight
+            # into it (no instant to fork in). Otherwise SIGCONT first.
+            order = (signal.SIGTERM, signal.SIGCONT) if out.stopped_first else None
+            for sig in order or (signal.SIGCONT, signal.SIGTERM):
+                root.signal(sig)
         terminated = True
+        ending = []
         if kids:
             # Concurrently: a leader's SIGTERM handler may wait for its workers.
             ending.append(asyncio.ensure_future(end_procs(kids.values(), grace_s, poll_s)))
-        if not await _gone(root, grace_s, poll_s):
+        wait_s = 10.0 if out.signalled_first else grace_s
+        if not await _gone(root, wait_s, poll_s) and not out.signalled_first:
             if tree:  # what a SIGTERM handler started meanwhile
                 more = await asyncio.to_thread(stop_descendants, root, kids, protected_pid, False)
                 late = [p for k, p in more.items() if k not in kids]
@@ -224,7 +237,7 @@ async def terminate(
         out.children, out.skipped = tree_records(kids)
     finally:
         if not terminated:  # failed or cancelled while its tree was read: undo our stops
-            for p in (root, *kids.values()):
+            for p in (*([] if still else [root]), *kids.values()):
                 p.signal(signal.SIGCONT)
         root.close()
         for p in kids.values():

@@ -82,6 +82,8 @@ class NodeStream:
         # The node's word, bounded as any input is (a token holder's own stream
         # answers its own ranks' kill orders): a few signal names, one error line.
         out.signals = [s[:16] for s in result.signals[:16]]
+        # Only a process held still is SIGKILLed before anything else (act/procs.py).
+        out.signalled_first = "SIGKILL" if out.signals[:1] == ["SIGKILL"] else ""
         out.exited, out.error = result.exited, result.error[:1024]
         out.seconds = result.seconds if 0 <= result.seconds <= MAX_DURATION_S else 0.0
         out.skipped = [
