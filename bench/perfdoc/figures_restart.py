@@ -29,7 +29,7 @@ def _bars(r: Results | None, rep: Results | None, ft: Results | None, hang: str)
     if rep is not None and (x := rep["summary"]["faults"].get(hang)):
         out.append(("replicated\nsurvivor", None, x["survivor_resumed_s"], x["goal_survivor_s"]))
         out.append(("replicated\nevicted", None, x["evicted_stepping_s"], x["goal_evicted_s"]))
-    return out
+    return [b for b in out if b[2] is not None]  # a figure a failed run left out: no bar
 
 
 def restart_plot(res: Results, out: Path) -> bool:

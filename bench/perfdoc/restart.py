@@ -38,8 +38,17 @@ def ray_restart(ft: Result | None) -> Result | None:
     return ((ft or {}).get("summary") or {}).get("restart", {}).get("ray_train")
 
 
-def _slash(gs: list[tuple[str, Result]], key: str, fmt: str = "{:g}") -> str:
-    return " / ".join(fmt.format(g["summary"][key]) for _, g in gs)
+def _le(x: float | None, goal: float) -> bool:
+    """Within the goal; a figure a failed run left out (None) is not."""
+    return x is not None and x <= goal
+
+
+def _n(x: float | None) -> str:
+    return "–" if x is None else f"{x:g}"
+
+
+def _slash(gs: list[tuple[str, Result]], key: str) -> str:
+    return " / ".join(_n(g["summary"][key]) for _, g in gs)
 
 
 def restart_goals(
@@ -59,7 +68,7 @@ def restart_goals(
         ))  # fmt: skip
         names = " / ".join(SHORT[k] for k, _ in stack_results(r, "stop"))
         for hang, goal_txt, anchor in (
-            ("stop", "≤ 12 s (torchrun)", ""),
+            ("stop", f"≤ {restart_goal(r, 'stop'):g} s (torchrun)", ""),
             ("sleep", f"≤ patience + 10 s ({restart_goal(r, 'sleep'):g} s)",
              "NCCL watchdog 10 min (gloo 30 min), then the restart"),
         ):  # fmt: skip
@@ -68,10 +77,10 @@ def restart_goals(
                 continue
             meds = [g["summary"]["stepping_again_s_median"] for _, g in gs]
             got = f"medians {_slash(gs, 'stepping_again_s_median')} s ({names})"
-            ok = all(m <= restart_goal(r, hang) for m in meds)
+            ok = all(_le(m, restart_goal(r, hang)) for m in meds)
             if hang == "sleep" and (ray := ray_restart(ft)):
                 got += f"; Ray Train {s(ray['all_stepping_s'])}"
-                ok = ok and ray["all_stepping_s"] <= restart_goal(r, hang)
+                ok = ok and _le(ray["all_stepping_s"], restart_goal(r, hang))
             got += f"; {_slash(gs, 'steps_redone_median')} steps redone"
             if hang == "stop" and rep is not None:
                 surv = rep["summary"]["faults"].get("stop")
@@ -86,19 +95,20 @@ def restart_goals(
                 s(g["summary"]["stepping_again_s_median"]) for g in plain.values() if g
             ) if plain else "–"  # fmt: skip
             ok = all(
-                x["survivor_resumed_s"] <= x["goal_survivor_s"] and x["survivor_same_pid"]
+                _le(x["survivor_resumed_s"], x["goal_survivor_s"]) and x["survivor_same_pid"]
                 for x in (stop, sleep)
             )
             out.append((
                 "replicated (`trainprobe run`): survivors commit again",
-                "≤ 3 s definitive, ≤ 12 s ambiguous, same pid",
+                f"≤ {stop['goal_survivor_s']:g} s definitive, ≤ {sleep['goal_survivor_s']:g} s"
+                " ambiguous, same pid",
                 f"{s(stop['survivor_resumed_s'])}, {s(sleep['survivor_resumed_s'])}", anchor, ok,
             ))  # fmt: skip
             out.append((
-                "replicated: the evicted replica steps again", "≤ 15 s",
+                "replicated: the evicted replica steps again", f"≤ {stop['goal_evicted_s']:g} s",
                 f"{s(stop['evicted_stepping_s'])}, {s(sleep['evicted_stepping_s'])}"
                 " (SIGSTOP, sleep)", "–",
-                all(x["evicted_stepping_s"] <= x["goal_evicted_s"] for x in (stop, sleep)),
+                all(_le(x["evicted_stepping_s"], x["goal_evicted_s"]) for x in (stop, sleep)),
             ))  # fmt: skip
         if one := st.get("1.0"):
             fast = st.get("0.1")
@@ -153,9 +163,9 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
                 f"{STACKS[k]}, torchrun", HANGS[hang],
                 f"every rank **{s(x['stepping_again_s_median'])}**"
                 f" ({s(x['stepping_again_s_max'])})",
-                s(x["killed_s_median"]), f"{x['steps_redone_median']:g} steps, every rank",
+                s(x["killed_s_median"]), f"{_n(x['steps_redone_median'])} steps, every rank",
                 f"{x['failed_restarts']} of {x['trials']}", f"≤ {goal:g} s",
-                yes(x["stepping_again_s_median"] <= goal),
+                yes(_le(x["stepping_again_s_median"], goal)),
             ))  # fmt: skip
     if r is not None and (ray := ray_restart(ft)):
         goal = restart_goal(r, "sleep")
@@ -163,11 +173,11 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
             "plain loop, Ray Train", "sleep", f"every rank **{s(ray['all_stepping_s'])}**", "–",
             "the steps since the checkpoint",
             f"{len(ray['errors'])} of {ray['trials']}", f"≤ {goal:g} s",
-            yes(ray["all_stepping_s"] <= goal),
+            yes(_le(ray["all_stepping_s"], goal)),
         ))  # fmt: skip
     faults = ((rep or {}).get("summary") or {}).get("faults", {})
     for hang, x in sorted(faults.items(), key=lambda kv: list(HANGS).index(kv[0])):
-        ok = x["survivor_resumed_s"] <= x["goal_survivor_s"] and x["survivor_same_pid"]
+        ok = _le(x["survivor_resumed_s"], x["goal_survivor_s"]) and x["survivor_same_pid"]
         out.append(row(
             "replicated DDP loop, `trainprobe run`", HANGS.get(hang, hang),
             f"survivor **{s(x['survivor_resumed_s'])}**,"
@@ -175,7 +185,7 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
             "–", "none redone, same pid" if x["survivor_same_pid"] else "none redone",
             f"{_failed(rep, hang)} of {x['trials']}",
             f"≤ {x['goal_survivor_s']:g} s, ≤ {x['goal_evicted_s']:g} s",
-            yes(ok and x["evicted_stepping_s"] <= x["goal_evicted_s"]),
+            yes(ok and _le(x["evicted_stepping_s"], x["goal_evicted_s"])),
         ))  # fmt: skip
     if rep is not None and (st := rep["summary"]["steptime"]):
         paces = ", ".join(

@@ -71,6 +71,30 @@ def test_headline_figures_follow_the_results(tmp_path: Path) -> None:
     assert "1.50 µs" in row and row.endswith("**missed** |")
 
 
+def test_restart_and_replica_rows_follow_the_results(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(render.RESULTS, results)
+    restart = json.loads((results / "restart.json").read_text())
+    plain = restart["stacks"]["plain/stop"]["summary"]
+    plain |= {"failed_restarts": 1, "stepping_again_s_median": None, "steps_redone_median": None}
+    (results / "restart.json").write_text(json.dumps(restart))
+    rep = json.loads((results / "replicated.json").read_text())
+    for fault in rep["summary"]["faults"].values():
+        fault |= {"evicted_stepping_s": 14.0, "goal_evicted_s": 15.0}
+    (results / "replicated.json").write_text(json.dumps(rep))
+    lines = render.markdown(results).splitlines()
+
+    def line(start: str) -> str:
+        return next(r for r in lines if r.startswith(start))
+
+    failed = line("| [restarts that failed]")
+    assert f"| 1 of {sum(g['summary']['trials'] for g in restart['stacks'].values())} |" in failed
+    assert failed.endswith("**missed** |")
+    assert line("| [replicated: the evicted replica").endswith("**met** |")
+    no_figure = line("| plain script, torchrun | SIGSTOP | every rank **\u2013**")  # a dash
+    assert no_figure.endswith("**missed** |")
+
+
 def test_fault_matrix_goals_count_false_kills_and_wrong_culprits() -> None:
     from bench_faults import summarize_results
 
