@@ -93,7 +93,9 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 # minutes on a quiet 2-core machine, the detection benchmark most of it (it
 # took 56 minutes on the loaded development machine), plus the fault matrix
 # (bench/bench_faults.py: 820 jobs, about 3.5 hours on the loaded 2-core
-# development machine; see its docstring for shorter runs).
+# development machine; see its docstring for shorter runs) and the recovery
+# benchmarks (torchrun restarts, replicas, torchft, a 1 GB incident log: about
+# 2.5 hours more there).
 bench: $(VENV)/.bench-installed
 	$(VPY) bench/run_all.py
 
