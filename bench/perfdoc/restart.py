@@ -145,12 +145,12 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
         return out + missing("restart")
     out += [
         "A rank of a 2-rank gloo job hangs (SIGSTOP: definitive; a sleep in its step: ambiguous,",
-        "killed after the patience, 90 s as shipped) and the sidecar, on its shipped defaults,",
-        "kills it. Without replicas something restarts every rank (`torchrun --max-restarts 1`;",
-        "Ray Train's `FailureConfig`) from the last checkpoint (every 5 steps here): the steps",
-        "since are done again. With replicas (`replicate` in the script, `trainprobe run",
-        "--replicas 2`, one rank a group) the healthy group goes on in its own process and the",
-        "evicted one (patience 10 s) steps again with a peer's state. Seconds from onset,",
+        "acted on after the patience: 90 s as shipped, 10 s for a replicated job) and the sidecar,",
+        "on its shipped defaults, kills it. Without replicas something restarts every rank",
+        "(`torchrun --max-restarts 1`; Ray Train's `FailureConfig`) from the last checkpoint",
+        "(every 5 steps here): the steps since are done again. With replicas (`replicate` in the",
+        "script, `trainprobe run --replicas 2`, one rank a group) the healthy group goes on in its",
+        "own process and the evicted one steps again with a peer's state. Seconds from onset,",
         "medians (max).",
         "",
         *head("stack", "hang", "steps again", "killed", "work lost", "failed", "goal", ""),
