@@ -57,6 +57,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from ft_local import HEALTHY, fault_trial, healthy_trial, torchrun_restart_trial  # noqa: E402
 
+from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS  # noqa: E402
+
 FAULTS = ("sleep", "lock", "gil", "stop", "kill9")
 DEFINITIVE = ("stop", "kill9")
 SECTIONS = ("faults", "healthy", "ray", "restart")
@@ -152,8 +154,8 @@ def main() -> None:
     p.add_argument("--limit-s", type=float, default=90.0)
     p.add_argument("--restart-limit-s", type=float, default=400.0)
     p.add_argument("--ray-steps", type=int, default=400)
-    p.add_argument("--heartbeat-timeout-ms", type=int, default=1000)
-    p.add_argument("--join-timeout-ms", type=int, default=10000)
+    p.add_argument("--heartbeat-timeout-ms", type=int, default=HEARTBEAT_TIMEOUT_MS)
+    p.add_argument("--join-timeout-ms", type=int, default=JOIN_TIMEOUT_MS)
     p.add_argument(
         "--burn", type=int, default=0, help="busy-loop processes run alongside (a loaded machine)"
     )

@@ -37,6 +37,7 @@ from tests.support import (
 
 pytest.importorskip("torchft")
 
+from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, MIN_REPLICAS
 from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
 
 SCRIPT = REPO / "examples" / "torchft_train.py"
@@ -67,11 +68,11 @@ class FtJob:
                 "--bind",
                 f"[::]:{port}",
                 "--min_replicas",
-                "1",
+                str(MIN_REPLICAS),
                 "--join_timeout_ms",
-                "10000",
+                str(JOIN_TIMEOUT_MS),
                 "--heartbeat_timeout_ms",
-                "1000",
+                str(HEARTBEAT_TIMEOUT_MS),
             ],
             stdout=open(workdir / "lighthouse.log", "wb"),  # noqa: SIM115
             stderr=subprocess.STDOUT,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainprobe.hooks.liveness import LivenessProbeHook
+from trainprobe.proto.lighthouse import LIGHTHOUSE_DEFAULTS
 
 __all__ = ["CHECKPOINT_PHASE", "LIGHTHOUSE_DEFAULTS", "report_checkpoint", "torchft_config"]
 
@@ -56,24 +57,10 @@ def report_checkpoint(
         ray.train.report(dict(metrics), checkpoint=checkpoint)
 
 
-#: The lighthouse settings :func:`torchft_config` starts from (``trainprobe run
-#: --replicas`` uses the same). torchft 0.2.0's lighthouse has no call that drops
-#: a replica: the survivors' next quorum forms only once the evicted replica's
-#: heartbeats are ``heartbeat_timeout_ms`` old (torchft's default 5,000 ms), and
-#: a replica whose heartbeats only pause is not lost by that (it rejoins at its
-#: next quorum and heals). trainprobe judges hangs itself, so 1,000 ms (10 of the
-#: Manager's 100 ms heartbeats) costs no eviction. ``join_timeout_ms``: how long a
-#: quorum waits for a replica that heartbeats but has not joined (torchft's default
-#: 60,000 ms holds up 3 or more replicas while a replacement starts).
-LIGHTHOUSE_DEFAULTS: dict[str, int] = {
-    "min_replicas": 1,
-    "join_timeout_ms": 10_000,
-    "heartbeat_timeout_ms": 1_000,
-}
-
-
 def torchft_config(lighthouse_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
-    """Ray Train's ``TorchftConfig`` with :data:`LIGHTHOUSE_DEFAULTS` under ``lighthouse_kwargs``.
+    """Ray Train's ``TorchftConfig`` with :data:`LIGHTHOUSE_DEFAULTS` under ``lighthouse_kwargs``:
+    the settings ``trainprobe run --replicas`` gives its lighthouse, and why
+    (:mod:`trainprobe.proto.lighthouse`).
 
     ``kwargs`` go to ``TorchftConfig`` as they are (``backend="gloo"``, ...)::
 

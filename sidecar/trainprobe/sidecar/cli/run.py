@@ -47,6 +47,7 @@ from trainprobe.proto import (
     probe_pb2,
     probe_pb2_grpc,
 )
+from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, MIN_REPLICAS
 from trainprobe.sidecar.cli.extras import install_hint
 from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, free_port, pump, say
 
@@ -92,14 +93,14 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument(
         "--heartbeat-timeout-ms",
         type=int,
-        default=1000,
+        default=HEARTBEAT_TIMEOUT_MS,
         help="the lighthouse drops a group whose heartbeats are this old (default: "
         "%(default)s; torchft's 5000 delays the survivors' next quorum by 5 s)",
     )
     p.add_argument(
         "--join-timeout-ms",
         type=int,
-        default=10000,
+        default=JOIN_TIMEOUT_MS,
         help="how long a quorum waits for groups that heartbeat but have not joined "
         "(default: %(default)s; torchft's 60000)",
     )
@@ -220,7 +221,8 @@ def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> 
             [
                 found,
                 # Never every interface: its dashboard has a route that kills a replica.
-                *("--bind", _bind_address(args.master_addr, port), "--min_replicas", "1"),
+                *("--bind", _bind_address(args.master_addr, port)),
+                *("--min_replicas", str(MIN_REPLICAS)),
                 *("--join_timeout_ms", str(args.join_timeout_ms)),
                 *("--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)),
             ],
