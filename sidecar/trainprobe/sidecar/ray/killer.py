@@ -147,8 +147,9 @@ class RayKiller:
         Ray's exit request needs the worker to run: a stopped one leaves its
         peers (the replicas waiting for it in an allreduce) blocked until Ray's
         raylet gives up on it (about 5 s). Nor may it be resumed to exit by
-        itself (the fallback's SIGTERM and SIGCONT): an evicted replica would
-        finish, and commit, the step its peers discard.
+        itself (SIGTERM and SIGCONT; the signal fallback, act/procs.terminate,
+        SIGKILLs a held process first too): an evicted replica would finish, and
+        commit, the step its peers discard.
         """
         pid = state.hello.pid
         if protected_pid(pid):
