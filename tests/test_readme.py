@@ -157,10 +157,9 @@ def test_the_watch_commands_work_as_shown() -> None:
         wait_for(
             lambda: "HUNG" in (r := run("trainprobe status")).stdout and r, 60, what="the hang"
         )
-        # One rank and no collectives: the analysis names the stop, not a rank
-        # that stands out among several (the kill, below, names the rank).
         diag = run("trainprobe diagnose")
-        assert diag.returncode == 0 and "after step 40" in diag.stdout, diag.stdout + diag.stderr
+        assert diag.returncode == 0, diag.stdout + diag.stderr
+        assert "rank 0, the job's only rank, stopped after step 40" in diag.stdout, diag.stdout
         top = subprocess.Popen(
             shlex.split("trainprobe top"),
             env=env,

@@ -150,6 +150,17 @@ def test_without_collectives_steps_decide_or_nothing_does() -> None:
     assert analyze([RankSummary(rank=0, world_size=1)]).kind == INCONCLUSIVE
 
 
+def test_a_job_of_one_rank_is_not_told_to_compare_its_ranks() -> None:
+    """The README's plain loop on one process: its stop is named as that rank's,
+    not as "no rank stands out (use hook.watch_ddp ...)", which only makes
+    sense with peers; still inconclusive, so the action is unchanged."""
+    d = analyze([RankSummary(rank=0, world_size=1, has_step=True, step=40)])
+    assert d.kind == INCONCLUSIVE and d.culprits == ()
+    assert d.summary == (
+        "rank 0, the job's only rank, stopped after step 40 with no collective in flight"
+    )
+
+
 def test_finished_ranks_are_ignored() -> None:
     assert analyze([idle(0, world=1, ended="goodbye")]).kind == HEALTHY
     d = analyze([waiting(0, world=2), idle(1, world=2, ended="goodbye", reporting=False)])

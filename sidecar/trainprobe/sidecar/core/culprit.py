@@ -276,12 +276,16 @@ def _by_steps(live: dict[int, RankSummary]) -> Diagnosis:
             "(no collective sequence numbers: use hook.watch_ddp for a sharper diagnosis)",
             {"top_step": top},
         )
-    return Diagnosis(
-        INCONCLUSIVE,
-        (),
-        (),
-        0.0,
-        f"every rank stopped after step {top} and none reports a collective in flight: "
-        "no rank stands out (use hook.watch_ddp so collectives can be compared)",
-        {"top_step": top},
-    )
+    if len(live) == 1 and (only := next(iter(live.values()))).world_size == 1:
+        # Nothing to compare with: "no rank stands out" would send the user to
+        # watch_ddp, which a single process does not have.
+        summary = (
+            f"rank {only.rank}, the job's only rank, stopped after step {top} "
+            "with no collective in flight"
+        )
+    else:
+        summary = (
+            f"every rank stopped after step {top} and none reports a collective in flight: "
+            "no rank stands out (use hook.watch_ddp so collectives can be compared)"
+        )
+    return Diagnosis(INCONCLUSIVE, (), (), 0.0, summary, {"top_step": top})
