@@ -46,6 +46,9 @@ def test_a_watched_rank_reads_hung_with_its_patience_and_a_killed_one_killed() -
         format_status(reply, diagnoses={"j": {"kind": "healthy"}}).splitlines()[1].split()[0]
         == "RANK"
     )
+    # Nobody named and nobody waiting: said in words, not as two empty lists.
+    alone = format_status(reply, diagnoses={"j": {"kind": "inconclusive"}}).splitlines()
+    assert alone[1] == "  inconclusive: no culprit named", alone
     lines = format_status(reply, wide=True).splitlines()
     assert lines[1].endswith(
         "HUNG?        12 s of 90 s patience — rank 1 at loader.py:88 in get (reading)"

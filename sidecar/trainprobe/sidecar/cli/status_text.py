@@ -137,10 +137,10 @@ def culprits_line(job: str, diag: Mapping[str, Any], named: bool = True) -> str:
     if kind == "healthy":
         return ""
     who = f"job {printable(job)}: " if named else "  "
-    return printable(
-        f"{who}{kind}: culprits {list(diag.get('culprits') or [])}, "
-        f"waiting {list(diag.get('waiting') or [])}"
-    )
+    culprits, waiting = list(diag.get("culprits") or []), list(diag.get("waiting") or [])
+    if not culprits and not waiting:
+        return printable(f"{who}{kind}: no culprit named")
+    return printable(f"{who}{kind}: culprits {culprits}, waiting {waiting}")
 
 
 def _narrow_rows(
