@@ -13,6 +13,7 @@ import shlex
 
 import pytest
 
+from tests.ray_support import ray_environment
 from tests.support import REPO
 from trainprobe.proto.lighthouse import (
     HEARTBEAT_TIMEOUT_MS,
@@ -37,12 +38,17 @@ def test_trainprobe_run_gives_its_lighthouse_the_shared_settings() -> None:
 
 
 def test_torchft_config_hands_ray_the_same_settings() -> None:
-    pytest.importorskip("ray.train.v2.torch.torchft_config")
-    from trainprobe.hooks.ray_train import torchft_config
+    # Inside the Ray tests' environment: Ray's client reads its auth mode and
+    # token once a process, and Ray Train's import reads them. Read here
+    # without it, every later Ray test of this process met its own cluster's
+    # token with "RAY_AUTH_MODE is disabled" and failed to start.
+    with ray_environment():
+        pytest.importorskip("ray.train.v2.torch.torchft_config")
+        from trainprobe.hooks.ray_train import torchft_config
 
-    assert torchft_config().lighthouse_kwargs == LIGHTHOUSE_DEFAULTS
-    mine = torchft_config({"heartbeat_timeout_ms": 5_000}).lighthouse_kwargs
-    assert mine == {**LIGHTHOUSE_DEFAULTS, "heartbeat_timeout_ms": 5_000}
+        assert torchft_config().lighthouse_kwargs == LIGHTHOUSE_DEFAULTS
+        mine = torchft_config({"heartbeat_timeout_ms": 5_000}).lighthouse_kwargs
+        assert mine == {**LIGHTHOUSE_DEFAULTS, "heartbeat_timeout_ms": 5_000}
 
 
 def test_every_hand_written_lighthouse_command_says_the_same() -> None:
