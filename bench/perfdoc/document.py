@@ -46,6 +46,7 @@ NAMES = (
     "session_structures",
     "session_cost_relayed_off",
     "restart",
+    "restart_quiet",
     "replicated",
     "starved",
     "incident_log",
@@ -89,7 +90,7 @@ def markdown(results: Path = RESULTS) -> str:
         *recovery_section(
             res["torchft"], res["torchft_loaded"], res["torchft_ray"], res["torchft_ray_before"]
         ),
-        *restart_section(res["restart"], res["replicated"], res["torchft"]),
+        *restart_section(res["restart"], res["replicated"], res["torchft"], res["restart_quiet"]),
         *scale_section(res),
         *job_scale_section(res),
         *sessions_section(

@@ -15,17 +15,17 @@ __all__ = ["MAKERS", "restart_plot"]
 Results = dict[str, Any]
 
 
-def _bars(r: Results | None, rep: Results | None, ft: Results | None, hang: str) -> list[Any]:
+def _bars(res: Results, hang: str) -> list[Any]:
     """(label, killed s or None, steps again s, goal s) for one hang's panel."""
     out: list[Any] = []
-    if r is not None:
-        for k, g in stack_results(r, hang):
+    r, rep, ft = res.get("restart"), res.get("replicated"), res.get("torchft")
+    for run, where in ((r, "torchrun"), (res.get("restart_quiet"), "quiet")):
+        for k, g in stack_results(run, hang) if run is not None else ():
             x = g["summary"]
-            goal = restart_goal(r, hang)
-            out.append((f"{SHORT[k]}\ntorchrun", x["killed_s_median"],
-                        x["stepping_again_s_median"], goal))  # fmt: skip
-        if hang == "sleep" and (ray := ray_restart(ft)):
-            out.append(("plain\nRay Train", None, ray["all_stepping_s"], restart_goal(r, hang)))
+            out.append((f"{SHORT[k]}\n{where}", x["killed_s_median"],
+                        x["stepping_again_s_median"], restart_goal(run, hang)))  # fmt: skip
+    if r is not None and hang == "sleep" and (ray := ray_restart(ft)):
+        out.append(("plain\nRay Train", None, ray["all_stepping_s"], restart_goal(r, hang)))
     if rep is not None and (x := rep["summary"]["faults"].get(hang)):
         out.append(("replicated\nsurvivor", None, x["survivor_resumed_s"], x["goal_survivor_s"]))
         out.append(("replicated\nevicted", None, x["evicted_stepping_s"], x["goal_evicted_s"]))
@@ -33,11 +33,10 @@ def _bars(r: Results | None, rep: Results | None, ft: Results | None, hang: str)
 
 
 def restart_plot(res: Results, out: Path) -> bool:
-    r, rep, ft = res.get("restart"), res.get("replicated"), res.get("torchft")
-    panels = [(h, b) for h in HANGS if (b := _bars(r, rep, ft, h))]
+    panels = [(h, b) for h in HANGS if (b := _bars(res, h))]
     if not panels:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False)
     for ax, (hang, bars) in zip(axes[0], panels, strict=True):
         xs = range(len(bars))
         ax.bar(xs, [b[2] for b in bars], color="#4477aa", label="training steps again")
@@ -51,8 +50,10 @@ def restart_plot(res: Results, out: Path) -> bool:
         ax.set_title(HANGS[hang])
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Training steps again after the kill")
-    # One legend, on the last panel: the first one's tall bars leave it no room.
-    finish(fig, axes[0][-1], out, "seconds after onset (median)", HANGS[panels[-1][0]])
+    # One legend, on the last panel, right of its middle: below the restarts' tall bars and
+    # above the replicas' short ones.
+    axes[0][-1].legend(fontsize=7, loc="center right")
+    finish(fig, axes[0][-1], out, "seconds after onset (median)", HANGS[panels[-1][0]], False)
     return True
 
 

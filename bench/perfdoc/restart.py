@@ -51,21 +51,27 @@ def _slash(gs: list[tuple[str, Result]], key: str) -> str:
     return " / ".join(_n(g["summary"][key]) for _, g in gs)
 
 
+def _failures(r: Result) -> tuple[int, int]:
+    every = [g["summary"] for g in r["stacks"].values()]
+    return sum(x["failed_restarts"] for x in every), sum(x["trials"] for x in every)
+
+
 def restart_goals(
-    r: Result | None, rep: Result | None, ft: Result | None
+    r: Result | None, rep: Result | None, ft: Result | None, quiet: Result | None = None
 ) -> list[tuple[str, str, str, str, bool]]:
     """(name, goal, measured, anchor, met) for the headline table."""
     out = []
     if r is not None:
-        every = [g["summary"] for g in r["stacks"].values()]
-        failed, n = sum(x["failed_restarts"] for x in every), sum(x["trials"] for x in every)
+        failed, n = _failures(r)
         stacks = {k.split("/")[0] for k in r["stacks"]}
         per = [sum(g["summary"]["trials"] for k, g in r["stacks"].items() if k.startswith(f"{x}/"))
                for x in stacks]  # fmt: skip
-        out.append((
-            "restarts that failed", "0 in ≥ 10 trials a stack", f"{failed} of {n}",
-            "–", failed == 0 and n > 0 and min(per) >= 10,
-        ))  # fmt: skip
+        got, ok = f"{failed} of {n}", failed == 0 and n > 0 and min(per) >= 10
+        if quiet is not None:
+            qf, qn = _failures(quiet)
+            got += f"; quiet machine {qf} of {qn}"
+            ok = ok and qf == 0
+        out.append(("restarts that failed", "0 in ≥ 10 trials a stack", got, "–", ok))
         names = " / ".join(SHORT[k] for k, _ in stack_results(r, "stop"))
         for hang, goal_txt, anchor in (
             ("stop", f"≤ {restart_goal(r, 'stop'):g} s (torchrun)", ""),
@@ -81,6 +87,12 @@ def restart_goals(
             if hang == "sleep" and (ray := ray_restart(ft)):
                 got += f"; Ray Train {s(ray['all_stepping_s'])}"
                 ok = ok and _le(ray["all_stepping_s"], restart_goal(r, hang))
+            if quiet is not None and (qs := stack_results(quiet, hang)):
+                got += f"; quiet machine {_slash(qs, 'stepping_again_s_median')} s"
+                ok = ok and all(
+                    _le(g["summary"]["stepping_again_s_median"], restart_goal(quiet, hang))
+                    for _, g in qs
+                )
             got += f"; {_slash(gs, 'steps_redone_median')} steps redone"
             if hang == "stop" and rep is not None:
                 surv = rep["summary"]["faults"].get("stop")
@@ -133,13 +145,14 @@ def _where(r: Result | None, what: str) -> str:
     if r is None:
         return ""
     m = r.get("machine") or {}
-    return (
-        f"{what} at load average {(m.get('loadavg_at_start') or ['?'])[0]} at the start"
-        f" ({r.get('wall_s', 0) / 60:.0f} min)"
-    )
+    took = f" ({r['wall_s'] / 60:.0f} min)" if r.get("wall_s") else ""
+    return f"{what} at load average {(m.get('loadavg_at_start') or ['?'])[0]} at the start{took}"
 
 
-def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> Lines:
+def restart_section(
+    r: Result | None, rep: Result | None, ft: Result | None, quiet: Result | None = None
+) -> Lines:
+    """`quiet`: the same restarts on a quiet machine (bench_restart.py, restart_quiet.json)."""
     out = ["## How soon training steps again, and what the healthy ranks lost", ""]
     if r is None and rep is None:
         return out + missing("restart")
@@ -155,14 +168,16 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
         "",
         *head("stack", "hang", "steps again", "killed", "work lost", "failed", "goal", ""),
     ]
-    for hang in HANGS if r is not None else ():
-        goal = restart_goal(r, hang)
-        for k, g in stack_results(r, hang):
+    sources = [(x, where) for x, where in ((r, ""), (quiet, ", quiet machine")) if x is not None]
+    for hang, (res, where) in ((h, src) for h in HANGS for src in sources):
+        goal = restart_goal(res, hang)
+        for k, g in stack_results(res, hang):
             x = g["summary"]
             out.append(row(
-                f"{STACKS[k]}, torchrun", HANGS[hang],
+                f"{STACKS[k]}, torchrun{where}", HANGS[hang],
                 f"every rank **{s(x['stepping_again_s_median'])}**"
-                f" ({s(x['stepping_again_s_max'])})",
+                f" ({s(x['stepping_again_s_max'])})"
+                if x["stepping_again_s_median"] is not None else "**none stepped again**",
                 s(x["killed_s_median"]), f"{_n(x['steps_redone_median'])} steps, every rank",
                 f"{x['failed_restarts']} of {x['trials']}", f"≤ {goal:g} s",
                 yes(_le(x["stepping_again_s_median"], goal)),
@@ -197,12 +212,26 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
             "",
             f"Step time, replicated (2 groups of 1 rank) against plain 2-rank DDP: {paces}.",
         ]
+    failed = [
+        f"{STACKS.get(k.split('/')[0], k)} ({x['failed_restarts']} of {x['trials']})"
+        for k, g in (quiet or {}).get("stacks", {}).items()
+        if (x := g["summary"])["failed_restarts"]
+    ]
+    if quiet is not None and failed:
+        m = quiet.get("machine") or {}
+        sw = ", ".join(f"{n} {m[n].split('+')[0]}" for n in ("torch", "transformers") if m.get(n))
+        out += [
+            "",
+            f"Failed on the quiet machine ({sw}), after the kill: {', '.join(failed)};",
+            "the result file's notes say why.",
+        ]
     if r is not None and not any(k.startswith("ray_train/") for k in r["stacks"]):
         goal = DEFINITIVE_GOAL_S["ray_train"]
         out += ["", f"Ray Train's restart after a SIGSTOP (goal ≤ {goal:g} s) has no result yet."]
     cmds = [
         *([command(r, "restart")] if r is not None else []),
         *([command(rep, "replicated")] if rep is not None else []),
+        *(["# the quiet rows: " + command(quiet, "restart_quiet").split(" (")[0]] if quiet else []),
         *(
             [command(ft, "torchft") + "  # Ray Train's row"]
             if r is not None and ray_restart(ft)
@@ -212,6 +241,9 @@ def restart_section(r: Result | None, rep: Result | None, ft: Result | None) -> 
     where = "; ".join(
         w for w in (_where(r, "the restarts"), _where(rep, "the replicated loop")) if w
     )
+    if quiet is not None:
+        m = quiet.get("machine") or {}
+        where += f"; the quiet rows on {m.get('cpus')} CPUs{_where(quiet, '')}"
     return [
         *out, "", plot_ref("restart", "training steps again"), "",
         "```bash", *cmds, "```", "", f"<sub>Measured on 2 CPUs: {where}.</sub>", "",

@@ -31,9 +31,9 @@ def test_the_page_is_a_short_reference() -> None:
     text = DOC.read_text()
     # 400 until the replicated-recovery section (28 lines), +1 for the sessions table's
     # relayed telemetry-off row, +4 for the Ray Train survivors (headline, 2 rows, command),
-    # +84 for restarts beside replicas (section 37, 6 headlines), the starved sidecar (20, 1)
-    # and the large incident log (19, 1)
-    assert text.count("\n") <= 519
+    # +91 for restarts beside replicas (section 44 with the quiet machine's rows, 6
+    # headlines), the starved sidecar (20, 1) and the large incident log (19, 1)
+    assert text.count("\n") <= 526
     assert not re.search(r"\b[Ii]ssues? \d", text), "no issue numbers in user docs"
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "no dates: a footnote gives the machine"
 
@@ -88,11 +88,12 @@ def test_restart_and_replica_rows_follow_the_results(tmp_path: Path) -> None:
         return next(r for r in lines if r.startswith(start))
 
     failed = line("| [restarts that failed]")
-    assert f"| 1 of {sum(g['summary']['trials'] for g in restart['stacks'].values())} |" in failed
+    assert f"| 1 of {sum(g['summary']['trials'] for g in restart['stacks'].values())}" in failed
     assert failed.endswith("**missed** |")
     assert line("| [replicated: the evicted replica").endswith("**met** |")
-    no_figure = line("| plain script, torchrun | SIGSTOP | every rank **\u2013**")  # a dash
-    assert no_figure.endswith("**missed** |")
+    assert line("| plain script, torchrun | SIGSTOP | **none stepped again**").endswith(
+        "**missed** |"
+    )
 
 
 def test_fault_matrix_goals_count_false_kills_and_wrong_culprits() -> None:
