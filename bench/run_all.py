@@ -14,7 +14,9 @@ puts the CPU-sensitive measurements first, while the machine is quietest, and
 the long detection, fault-matrix and recovery (restart, replicas) benchmarks
 last. The GPU figure
 (``sync_gpu``) needs a GPU machine: run ``bench/bench_sync_gpu.py --json
-bench/results/sync_gpu.json`` there.
+bench/results/sync_gpu.json`` there; the restarts' quiet-machine rows
+(``restart_quiet``) need a quiet one: ``bench/bench_restart.py --modes stop``
+there (its result records how it was run).
 """
 
 from __future__ import annotations
