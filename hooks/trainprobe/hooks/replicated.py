@@ -51,7 +51,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from trainprobe.hooks.replicated_optim import REPLICA_PREFIX, ReplicatedOptimizer, replica_env
+from trainprobe.hooks.replicated_optim import (
+    MIN_REPLICAS,
+    QUORUM_TIMEOUT_S,
+    REPLICA_PREFIX,
+    TIMEOUT_S,
+    ReplicatedOptimizer,
+    replica_env,
+)
 from trainprobe.hooks.torchft import RayReplicaGroup, ft_comm_hook
 
 log = logging.getLogger("trainprobe.hooks")
@@ -104,9 +111,9 @@ def make_manager(
     state_dict: Callable[[], Any],
     load_state_dict: Callable[[Any], None],
     *,
-    min_replicas: int = 1,
-    timeout_s: float = 30.0,
-    quorum_timeout_s: float = 60.0,
+    min_replicas: int = MIN_REPLICAS,
+    timeout_s: float = TIMEOUT_S,
+    quorum_timeout_s: float = QUORUM_TIMEOUT_S,
     replica_id: str | None = None,
 ) -> Any:
     """This replica group's torchft ``Manager`` (defaults: see the module's doc),
@@ -143,9 +150,9 @@ def replicate(
     model: Any,
     optimizer: Any,
     *,
-    min_replicas: int = 1,
-    timeout_s: float = 30.0,
-    quorum_timeout_s: float = 60.0,
+    min_replicas: int = MIN_REPLICAS,
+    timeout_s: float = TIMEOUT_S,
+    quorum_timeout_s: float = QUORUM_TIMEOUT_S,
     replica_id: str | None = None,
 ) -> tuple[Any, Any]:
     """``model, opt = replicate(hook, model, opt)``: the loop's model and optimizer,

@@ -47,7 +47,13 @@ from typing import Any
 from trainprobe.hooks import lightning as _lightning
 from trainprobe.hooks.lightning import LivenessProbeCallback
 from trainprobe.hooks.replicated import comm_hook, make_manager
-from trainprobe.hooks.replicated_optim import ReplicatedOptimizer, replica_env
+from trainprobe.hooks.replicated_optim import (
+    MIN_REPLICAS,
+    QUORUM_TIMEOUT_S,
+    TIMEOUT_S,
+    ReplicatedOptimizer,
+    replica_env,
+)
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -58,7 +64,10 @@ class ReplicatedCallback(_lightning.pl.Callback):  # type: ignore[name-defined]
     """Replicate a Lightning DDP fit across ``trainprobe run``'s replica groups."""
 
     def __init__(
-        self, min_replicas: int = 1, timeout_s: float = 30.0, quorum_timeout_s: float = 60.0
+        self,
+        min_replicas: int = MIN_REPLICAS,
+        timeout_s: float = TIMEOUT_S,
+        quorum_timeout_s: float = QUORUM_TIMEOUT_S,
     ) -> None:
         self._kw = {
             "min_replicas": min_replicas,

@@ -14,10 +14,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REPLICA_PREFIX", "ReplicatedOptimizer", "replica_env", "replica_sampler", "sync_group"]
+__all__ = [
+    "MIN_REPLICAS",
+    "QUORUM_TIMEOUT_S",
+    "REPLICA_PREFIX",
+    "TIMEOUT_S",
+    "ReplicatedOptimizer",
+    "replica_env",
+    "replica_sampler",
+    "sync_group",
+]
 
 #: A replica group's id is this and its index (torchft's global rank reads the digits).
 REPLICA_PREFIX = "replica_"
+#: The defaults of replicate() and the framework callbacks, one source (why each:
+#: docs/RECOVERY.md's table of defaults): the survivors go on down to one
+#: replica; a collective, commit or state transfer waits 30 s; a quorum 60 s.
+MIN_REPLICAS = 1
+TIMEOUT_S = 30.0
+QUORUM_TIMEOUT_S = 60.0
 
 
 def replica_env() -> tuple[int, int] | None:

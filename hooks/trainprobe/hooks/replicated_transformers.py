@@ -60,7 +60,13 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from trainprobe.hooks.replicated import make_manager
-from trainprobe.hooks.replicated_optim import ReplicatedOptimizer, replica_env
+from trainprobe.hooks.replicated_optim import (
+    MIN_REPLICAS,
+    QUORUM_TIMEOUT_S,
+    TIMEOUT_S,
+    ReplicatedOptimizer,
+    replica_env,
+)
 from trainprobe.hooks.torchft import ft_comm_hook
 from trainprobe.hooks.transformers import LivenessProbeCallback, calling_trainer
 
@@ -129,7 +135,10 @@ class ReplicatedCallback(TrainerCallback):
     """Replicate a Trainer's fit across ``trainprobe run``'s replica groups."""
 
     def __init__(
-        self, min_replicas: int = 1, timeout_s: float = 30.0, quorum_timeout_s: float = 60.0
+        self,
+        min_replicas: int = MIN_REPLICAS,
+        timeout_s: float = TIMEOUT_S,
+        quorum_timeout_s: float = QUORUM_TIMEOUT_S,
     ) -> None:
         self._kw = {
             "min_replicas": min_replicas,
