@@ -41,12 +41,13 @@ Framework callbacks, in their own modules (imported only from there, so
 from trainprobe.hooks import _grpc_fork  # noqa: F401
 from trainprobe.hooks.collectives import Collective
 from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
-from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook, resolve_target
+from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook
 from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
 from trainprobe.hooks.replicated import replicate
 from trainprobe.hooks.restart_store import install_restart_prefix
 from trainprobe.hooks.sync import group_label
+from trainprobe.hooks.target import resolve_target
 
 __version__ = HOOK_VERSION
 

@@ -1,4 +1,12 @@
-"""LivenessProbeHook: the one object a training loop holds."""
+"""LivenessProbeHook: the one object a training loop holds.
+
+The class holds the training thread's side (:meth:`~LivenessProbeHook.on_step_end`,
+:meth:`~LivenessProbeHook.phase`) and the hook's life (start, close, fork); its
+other halves are mixins: collectives (:mod:`trainprobe.hooks.collectives`),
+the replica group (:mod:`trainprobe.hooks.replica_watch`) and what the
+reporter thread sends (:mod:`trainprobe.hooks.messages`). The sidecar's
+address is found by :mod:`trainprobe.hooks.target`.
+"""
 
 from __future__ import annotations
 
@@ -7,47 +15,29 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
-from trainprobe.hooks import notices
 from trainprobe.hooks.collectives import CollectiveMethods
 from trainprobe.hooks.identity import ray_ids, resolve_identity
-from trainprobe.hooks.job_name import job_name as _job_name
+from trainprobe.hooks.messages import HOOK_VERSION, Collector, MessageMethods
 from trainprobe.hooks.ray_handle import HandleRegistration
+from trainprobe.hooks.replica_watch import ReplicaMethods
 from trainprobe.hooks.restart_store import install_restart_prefix
-from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
+from trainprobe.hooks.stacks import StackSignal
 from trainprobe.hooks.startup import StartupPhases, process_group_ready
-from trainprobe.hooks.steps import (
-    RING_MASK,
-    PhaseRecord,
-    PhaseTracker,
-    StepRing,
-    StepWindowReader,
-)
-from trainprobe.proto import (
-    DEFAULT_TARGET_ENV,
-    PROTOCOL_VERSION,
-    VERSION,
-    default_socket_path,
-    parse_endpoint,
-    probe_pb2,
-    ray_node_socket_path,
-    resolve_socket,
-)
+from trainprobe.hooks.steps import RING_MASK, PhaseTracker, StepRing, StepWindowReader
+from trainprobe.hooks.target import checked_target, resolve_target
+
+__all__ = ["HOOK_VERSION", "PROMPT_MIN_NS", "Collector", "LivenessProbeHook", "resolve_target"]
 
 log = logging.getLogger("trainprobe.hooks")
 
-HOOK_VERSION = VERSION
 #: A step ending at least this long (and 2 report intervals) after the one before is
 #: reported at once: at most one extra report a second, only after a stall.
 PROMPT_MIN_NS = 1_000_000_000
-#: A collector adds its fields to each report, in the reporter thread.
-Collector = Callable[[probe_pb2.Report], None]
 
 _live_hooks: weakref.WeakSet[LivenessProbeHook] = weakref.WeakSet()
 
@@ -59,43 +49,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def resolve_target(target: str | None, ray_node_id: str = "") -> str:
-    """The sidecar address in gRPC syntax: argument, ``TRAINPROBE_TARGET``,
-    this Ray node's sidecar socket if it exists, else the default socket.
-
-    Under Ray, when neither socket exists yet, the node's socket wins: a
-    per-node sidecar started after the hook then still finds it.
-    """
-    text = target or os.environ.get(DEFAULT_TARGET_ENV, "")
-    if not text and ray_node_id:
-        node_sock = ray_node_socket_path(ray_node_id)
-        if node_sock.exists() or not default_socket_path().exists():
-            text = str(node_sock)
-    if not text:
-        text = str(default_socket_path())
-    # A socket in a shared directory (a kubelet's emptyDir) is in the sidecar's
-    # own trainprobe-<uid> inside it: the same rule the sidecar listened by.
-    return resolve_socket(parse_endpoint(text)).grpc_target
-
-
-def _checked_target(target: str | None, ray_node_id: str) -> str:
-    """:func:`resolve_target`, or "" (an inert hook) with one warning for a bad address."""
-    try:
-        resolved = resolve_target(target, ray_node_id)
-        if "\x00" in resolved:
-            raise ValueError("the address contains a NUL byte")
-        return resolved
-    except Exception as err:
-        # A bad address must never stop training: the hook stays inert.
-        log.warning(
-            "trainprobe: bad sidecar address %r (%s); this process is NOT monitored. "
-            "Set TRAINPROBE_TARGET (or target=) to unix:///abs/path or host:port",
-            target if target is not None else os.environ.get(DEFAULT_TARGET_ENV, ""),
-            err,
-        )
-        return ""
 
 
 class _Phase:
@@ -112,7 +65,7 @@ class _Phase:
         self._hook._phases.exit(self._token)
 
 
-class LivenessProbeHook(CollectiveMethods):
+class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
     """Reports this training process's liveness to the node's sidecar.
 
     Args:
@@ -187,7 +140,7 @@ class LivenessProbeHook(CollectiveMethods):
         # the hook (train_func), and reused by the reporter thread.
         self._ray = ray_ids()
         self.identity = resolve_identity(*self._args, ray_info=self._ray)
-        self.target = _checked_target(target, self.identity.ray.node_id)
+        self.target = checked_target(target, self.identity.ray.node_id)
         self.interval_ms = interval_ms
         #: A step that ends longer than this after the last one is reported at once.
         self._prompt_ns = max(PROMPT_MIN_NS, 2 * interval_ms * 1_000_000)
@@ -281,81 +234,6 @@ class LivenessProbeHook(CollectiveMethods):
                 t = 0.0
         return _Phase(self, str(name), t)
 
-    def watch_torchft(self, manager: Any, num_replicas: int | None = None) -> bool:
-        """Report this process's replica group from a torchft ``Manager``.
-
-        Hello then carries the replica id, group rank and group world size, and
-        every report the quorum id, committed step and what the training thread
-        waits for inside torchft (quorum, replicated allreduce, commit). The
-        sidecar judges the job as replica groups: a replica that stopped
-        stepping while the others wait for it is the culprit, the waiting ones
-        are never killed, and its action is to evict the culprit group.
-
-        The job-wide rank is torchft's own (the replica id's trailing digits x
-        group world size + group rank) when the identity did not already give
-        a job-wide one (Ray Train does; one torchrun per replica group does not);
-        ``num_replicas`` sets the job-wide world size in that case (default: the
-        Manager's ``min_replica_size``). Set ``TRAINPROBE_JOB_ID`` alike in every
-        replica so they are one job. Use :class:`trainprobe.hooks.torchft.
-        DistributedDataParallel` (torchft's wrapper with a comm hook whose error
-        path works) to also count the replicated allreduce. Never raises.
-        """
-        try:
-            from trainprobe.hooks import torchft as ft
-
-            before = self._replica
-            watch = ft.install(manager, self._sync.group(ft.GROUP))
-            self._replica = watch
-            if not isinstance(before, ft.ReplicaWatch):
-                self._collectors.append(watch.collect)
-            self._adopt_replica_rank(watch, manager, num_replicas)
-            moved = before is not None and before.replica_id != watch.replica_id
-            if moved and self._reporter is not None:
-                self._reporter.renew()  # Ray Train's replica group, now the Manager's id
-            return True
-        except Exception:
-            log.warning("trainprobe: watch_torchft failed; no replica reported", exc_info=True)
-            return False
-
-    def _ray_replica_group(self) -> None:
-        """Under Ray Train with TorchftConfig: the replica group from Ray Train itself;
-        under a launcher of replica groups (``trainprobe run``), from its env."""
-        try:
-            from trainprobe.hooks.replicated import launcher_replica_group
-            from trainprobe.hooks.torchft import ray_train_replica_group
-
-            if self._ray[1]:
-                self._replica = ray_train_replica_group(self._ray[1])
-            else:
-                self._replica = launcher_replica_group()
-        except Exception:
-            log.debug("trainprobe: no Ray Train replica group", exc_info=True)
-
-    def _adopt_replica_rank(self, watch: Any, manager: Any, num_replicas: int | None) -> None:
-        from trainprobe.hooks.torchft import replica_rank
-
-        job_id, rank, world_size, local_rank = self._args
-        ident = self.identity
-        if rank is not None or ident.world_size > watch.group_world_size:
-            return  # the identity is already job-wide (Ray Train, or given)
-        global_rank = replica_rank(watch.replica_id, watch.group_rank, watch.group_world_size)
-        if global_rank is None:
-            log.warning(
-                "trainprobe: torchft replica id %r has no trailing number: give the hook a "
-                "job-wide rank (TRAINPROBE_RANK) so replicas do not share ranks",
-                watch.replica_id,
-            )
-            return
-        replicas = num_replicas or int(getattr(manager, "_min_replica_size", 1) or 1)
-        world = max(world_size or 0, replicas * watch.group_world_size, global_rank + 1)
-        local = ident.local_rank if local_rank is None else local_rank
-        if (global_rank, world) == (ident.rank, ident.world_size):
-            return
-        self._args = (job_id, global_rank, world, local)
-        self.identity = resolve_identity(*self._args, ray_info=self._ray)
-        if self._reporter is not None:  # None: an inert hook (a bad target)
-            self._reporter.renew()  # a new session, under the job-wide rank
-
     def add_collector(self, collector: Collector) -> None:
         """Run ``collector(report)`` in the reporter thread before each report."""
         self._collectors.append(collector)
@@ -383,114 +261,3 @@ class LivenessProbeHook(CollectiveMethods):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- reporter thread -------------------------------------------------------
-
-    def _make_hello(self) -> probe_pb2.Hello:
-        self._reader.rewind()  # a new session: resend the recent step times
-        if not self._ray[0].job_id:  # Ray may have been initialized after the hook
-            self._ray = ray_ids()
-        ident = resolve_identity(*self._args, ray_info=self._ray)
-        self.identity = ident
-        gpu_uuid, cuda_device = self._gpu.identity()
-        if ident.rank_guessed:
-            log.debug("trainprobe: no rank found (RANK, torch.distributed, Ray Train); using 0")
-        return probe_pb2.Hello(
-            protocol_version=PROTOCOL_VERSION,
-            hook_version=HOOK_VERSION,
-            job_id=ident.job_id,
-            job_name=_job_name(self._job_name, self._args[0], ident.ray.run_name, ident.ray.job_id),
-            rank=ident.rank,
-            local_rank=ident.local_rank,
-            world_size=ident.world_size,
-            host=ident.host,
-            pid=ident.pid,
-            interval_ms=self.interval_ms,
-            gpu_uuid=gpu_uuid,
-            cuda_device=cuda_device,
-            stack_signal=self.stack_signal.signum,
-            stack_file=self.stack_signal.path,
-            thread_id=self._thread_ids[0],
-            thread_native_id=self._thread_ids[1],
-            replica=self._replica.identity_pb() if self._replica is not None else None,
-            ray=probe_pb2.RayIdentity(
-                job_id=ident.ray.job_id,
-                node_id=ident.ray.node_id,
-                actor_id=ident.ray.actor_id,
-                worker_id=ident.ray.worker_id,
-                trial_or_run_name=ident.ray.run_name,
-            ),
-        )
-
-    def _make_report(self) -> probe_pb2.Report:
-        if self.startup is not None:
-            self.startup.poll()
-        active, finished = self._phases.snapshot()
-        win = self._reader.read(active, finished)
-        self._seq += 1
-        report = probe_pb2.Report(
-            seq=self._seq,
-            mono_ns=time.monotonic_ns(),
-            wall_ns=time.time_ns(),
-            has_step=win.last_step is not None,
-            last_step=win.last_step or 0,
-            last_step_mono_ns=win.last_step_ns,
-            total_steps=win.total_steps,
-            step_stats=probe_pb2.StepStats(count=win.count, sum_s=win.sum_s, max_s=win.max_s),
-            active_phases=[_phase_pb(p) for p in active],
-            finished_phases=[_phase_pb(p) for p in finished],
-            recent_steps=win.recent_steps,
-            recent_step_end_mono_ns=win.recent_ends_ns,
-            recent_step_s=win.recent_s,
-        )
-        for collector in self._collectors:
-            try:
-                collector(report)
-            except Exception:
-                log.debug("trainprobe: collector %r failed", collector, exc_info=True)
-        return report
-
-    def _on_command(self, command: probe_pb2.Command) -> probe_pb2.CommandResult | None:
-        kind = command.WhichOneof("kind")
-        if kind == "dump_stacks":
-            stacks = format_all_stacks(
-                skip_thread_ids=frozenset({threading.get_ident()}), first=self._thread_ids[0]
-            )
-            fr = flight_recorder_json() if command.dump_stacks.include_flight_recorder else ""
-            return probe_pb2.CommandResult(
-                command_id=command.id,
-                ok=True,
-                python_stacks=stacks,
-                flight_recorder_json=fr,
-                method="in-process",
-            )
-        if kind == "notice":
-            notices.receive_pb(command.notice)
-            replica = self._replica
-            if command.notice.evicted_replica and replica is not None:
-                # The survivors discard this step now (should_commit() is False)
-                # instead of committing one the evicted replica took part in.
-                told = replica.report_error(notices.latest_line())
-                method = "report_error" if told else "logged"
-                return probe_pb2.CommandResult(command_id=command.id, ok=True, method=method)
-            return probe_pb2.CommandResult(command_id=command.id, ok=True, method="logged")
-        if kind == "abort":
-            self._abort(command.abort.reason, command.abort.grace_s)
-            return probe_pb2.CommandResult(command_id=command.id, ok=True, method="sigterm")
-        return probe_pb2.CommandResult(command_id=command.id, ok=False, error=f"unknown {kind}")
-
-    def _abort(self, reason: str, grace_s: float) -> None:
-        log.error("trainprobe: sidecar asked this process to abort: %s", reason)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-        def _hard_exit() -> None:
-            time.sleep(max(0.0, grace_s) or 5.0)
-            os._exit(134)
-
-        threading.Thread(target=_hard_exit, name="trainprobe-abort", daemon=True).start()
-
-
-def _phase_pb(p: PhaseRecord) -> probe_pb2.Phase:
-    return probe_pb2.Phase(
-        name=p.name, start_mono_ns=p.start_ns, timeout_s=p.timeout_s, end_mono_ns=p.end_ns
-    )
