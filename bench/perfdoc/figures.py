@@ -1,7 +1,8 @@
 """The plots of docs/PERFORMANCE.md (matplotlib, no display needed), for :func:`document.plots`.
 
 Each maker takes every result (None where a file is missing) and the PNG to
-write, and says whether it wrote it.
+write, and says whether it wrote it; the drawing primitives they share are in
+:mod:`.plotting`.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
 from .core import CASES, TOOLS
+from .plotting import Results, bars, finish, one, plt, save
 from .scale import job_scale
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+__all__ = ["MAKERS"]
 
-Results = dict[str, Any]
 TOOL_LABELS = {
     "tp_explicit": "trainprobe\nexplicit",
     "tp_auto": "trainprobe\nauto",
@@ -27,45 +25,6 @@ TOOL_LABELS = {
     "nvrx": "NVRx\ncalculated",
     "gloo": "gloo timeout\n+ torchrun",
 }
-
-
-def save(fig: Any, out: Path) -> None:
-    fig.tight_layout()
-    # No software version or date in the file: re-rendering the same results
-    # gives the same bytes on the same matplotlib.
-    fig.savefig(out, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-
-
-def finish(
-    fig: Any, ax: Any, out: Path, ylabel: str, title: str, legend: bool = True, grid: str = "y"
-) -> None:
-    """Label one panel, grid its `grid` axis ("both" for both), and save the figure."""
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if legend:
-        ax.legend(fontsize=8)
-    ax.grid(axis=grid, alpha=0.3)
-    save(fig, out)
-
-
-def bars(
-    out: Path,
-    title: str,
-    ylabel: str,
-    labels: list[str],
-    values: list[float],
-    goal: float | None = None,
-    goal_label: str = "goal",
-) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    ax.bar(range(len(values)), values, color="#4477aa")
-    for i, v in enumerate(values):
-        ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=8)
-    if goal is not None:
-        ax.axhline(goal, color="red", lw=0.8, ls="--", label=goal_label)
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
-    finish(fig, ax, out, ylabel, title, legend=goal is not None)
 
 
 COST_LABELS = {
@@ -255,16 +214,6 @@ def fuzz_plot(res: Results, out: Path) -> bool:
     ax.set_xlabel("hostile streams so far")
     finish(fig, ax, out, "sidecar RSS, MB", "Sidecar memory under hostile streams", grid="both")
     return True
-
-
-def one(name: str, draw: Callable[[Any, Path], None]) -> Callable[[Results, Path], bool]:
-    def make(res: Results, out: Path) -> bool:
-        if res[name] is None:
-            return False
-        draw(res[name], out)
-        return True
-
-    return make
 
 
 def _scale(res: Results, out: Path) -> bool:

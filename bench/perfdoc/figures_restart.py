@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .figures import finish, plt
+from .plotting import finish, plt
 from .restart import HANGS, SHORT, ray_restart, restart_goal, stack_results
 
 __all__ = ["MAKERS", "restart_plot"]
