@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from trainprobe.sidecar.act.cgroups import frozen
+from trainprobe.sidecar.act.pidproc import stat_fields
 from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
 from trainprobe.sidecar.core.evidence import (
     ProcSample,
@@ -31,7 +32,7 @@ from trainprobe.sidecar.core.held import relayed_samples
 from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
 from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
 
-__all__ = ["KEEP", "EvidenceGatherer", "StackReader", "read_procs"]
+__all__ = ["KEEP", "EvidenceGatherer", "StackReader", "read_procs", "read_states"]
 
 #: Samples kept per rank: enough to compare stacks and measure CPU over a few seconds.
 KEEP = 4
@@ -57,6 +58,21 @@ def read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
         if sample[0] and start is not None and proc_start_ticks(pid) not in (None, start):
             sample = ("", 0, None, None, sample[4])
         out.append((*sample, frozen(pid) if sample[0] else None))
+    return out
+
+
+def read_states(targets: Sequence[tuple[int, int | None]]) -> list[str]:
+    """The kernel's state letter of each (pid, start ticks), "" where gone or the
+    pid was reused: one read of ``/proc/<pid>/stat`` each, for a worker thread
+    (the engine's early read of silent ranks: ``core/stopped.py``)."""
+    out = []
+    for pid, start in targets:
+        fields = stat_fields(pid) if pid > 0 else None
+        try:
+            same = fields is not None and (start is None or int(fields[19]) == start)
+        except (IndexError, ValueError):
+            same = False
+        out.append(fields[0].decode(errors="replace")[:1] if fields and same else "")
     return out
 
 

@@ -37,15 +37,19 @@ from trainprobe.sidecar.core.patience import PatienceBook
 from trainprobe.sidecar.core.policy import ActionPolicy
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.core.rules import RuleConfig, evaluate, evaluate_worker, job_contexts
+from trainprobe.sidecar.core.stopped import StoppedWatch
 from trainprobe.sidecar.engine.ports import (
     ActionRunner,
     GathererFactory,
     IncidentLogPort,
     IncidentSink,
     StackSource,
+    StateReader,
     evidence_gatherers,
+    proc_states,
 )
 from trainprobe.sidecar.engine.runner import EffectRunner
+from trainprobe.sidecar.tasks import TaskSet
 
 __all__ = ["ActionRunner", "Engine", "IncidentSink"]
 
@@ -77,6 +81,7 @@ class Engine:
         sidecar_id: str = "",
         patience: PatienceBook | None = None,
         gatherers: GathererFactory | None = None,
+        read_states: StateReader = proc_states,
     ) -> None:
         self.registry = registry
         self.rules = rules
@@ -122,6 +127,10 @@ class Engine:
         self.interval_s: float | None = None
         self._behind = False
         self._count_deferred_at = 0.0
+        #: Silent local ranks read from /proc before any rule's clock runs out.
+        self.stopped = StoppedWatch()
+        self._read_states = read_states
+        self._reads = TaskSet()
 
     def tick(self) -> list[Incident]:
         """One evaluation pass; returns the incidents it opened."""
@@ -134,6 +143,7 @@ class Engine:
         if gone:
             self.state.forget_jobs(gone, workers)
         findings = self._judge(workers, now)
+        findings += self._stopped(workers, now)
         _, effects = step(self.state, workers, findings, (), now, self._wall())
         self.runner.apply(effects)
         return [e.incident for e in effects if isinstance(e, Opened)]
@@ -186,6 +196,36 @@ class Engine:
         if count:
             self.pace.note_deferred(deferred)
         return findings
+
+    def _stopped(self, workers: list[WorkerState], now: float) -> list[Finding]:
+        """Ranks the kernel holds stopped (core/stopped.py), and the reads that
+        confirm them: one batch at a time, off the loop (a tick outside a
+        running loop reads nothing)."""
+        view, limit_s = self.state.job_view, self.rules.heartbeat_timeout_s
+        try:
+            asyncio.get_running_loop()
+            ask = not len(self._reads)
+        except RuntimeError:
+            ask = False
+        due, found = self.stopped.check(
+            workers,
+            now,
+            self.pace.allowance(now),
+            (lambda job: view.remote(job, now, limit_s)) if view is not None else lambda _: (),
+            ask,
+        )
+        if due:
+            self._reads.spawn(self._read_stopped(due, now))
+        return found
+
+    async def _read_stopped(self, due: list[WorkerState], asked_at: float) -> None:
+        try:
+            letters = await self._read_states(due)
+        except Exception:
+            log.exception("reading silent workers' /proc state failed")
+            letters = ["?"] * len(due)
+        for w, letter in zip(due, letters, strict=True):
+            self.stopped.seen(w, letter, asked_at)
 
     def _watch_own_clock(self, now: float) -> None:
         last, self._last_tick_at = self._last_tick_at, now

@@ -9,8 +9,9 @@ checks), and only to make the default evidence gatherer.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from trainprobe.sidecar.core.evidence import RankEvidence
@@ -24,7 +25,9 @@ __all__ = [
     "IncidentLogPort",
     "IncidentSink",
     "StackSource",
+    "StateReader",
     "evidence_gatherers",
+    "proc_states",
 ]
 
 
@@ -102,3 +105,18 @@ def evidence_gatherers(
         return EvidenceGatherer(stacks, clock, signals)
 
     return make
+
+
+#: The kernel's state letter of each session's process ("" where it is gone or
+#: its pid was reused), read off the event loop: the early read of silent
+#: local ranks (``core/stopped.py``).
+StateReader = Callable[[Sequence[WorkerState]], Awaitable[list[str]]]
+
+
+async def proc_states(states: Sequence[WorkerState]) -> list[str]:
+    """The sidecar's own :data:`StateReader`: ``/proc/<pid>/stat`` in a worker
+    thread (a stuck read costs a thread, never the loop)."""
+    from trainprobe.sidecar.act.evidence import read_states
+
+    targets = [(w.hello.pid, w.proc_start_ticks) for w in states]
+    return await asyncio.to_thread(read_states, targets)
