@@ -11,8 +11,12 @@ mod`` is an edge to ``pkg.mod`` when that is a module, else to ``pkg``.
 from __future__ import annotations
 
 import ast
+import importlib
+import types
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,3 +139,94 @@ def test_a_circle_is_found() -> None:
 def test_no_import_circle() -> None:
     found = cycles(import_graph())
     assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+#: The core's subpackages, in the one direction imports may run: each may
+#: import the ones before it and the shared leaves at the top of ``core/``
+#: (``text``, ``limits``, ...), never one after it; a leaf imports no
+#: subpackage, and nothing in the core imports the rest of the product.
+CORE = "trainprobe.sidecar.core"
+LAYERS = ["session", "judge", "incident", "hang", "ray"]
+#: The most modules a subpackage of the core holds, its ``__init__`` aside.
+MAX_MODULES = 12
+
+
+def _unit(mod: str) -> str | None:
+    """A core module's subpackage, "" for the top of ``core/``, None outside."""
+    if mod != CORE and not mod.startswith(CORE + "."):
+        return None
+    rest = mod[len(CORE) + 1 :].split(".") if mod != CORE else []
+    return rest[0] if len(rest) > 1 else ""
+
+
+def direction_violations(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    bad = []
+    for mod, edges in sorted(graph.items()):
+        unit = _unit(mod)
+        if unit is None:
+            continue
+        if unit and unit not in layers:
+            bad.append(f"{mod}: its subpackage {unit} is not in LAYERS")
+            continue
+        for dep in sorted(edges):
+            to = _unit(dep)
+            if to is None:
+                bad.append(f"{mod} imports {dep}, outside the core")
+            elif to in ("", unit):
+                continue
+            elif not unit or to not in layers or layers.index(to) > layers.index(unit):
+                bad.append(f"{mod} imports {dep}: {unit or 'core/'} may not import {to}")
+    return bad
+
+
+def test_the_direction_check_finds_a_wrong_way_import() -> None:
+    s, j = f"{CORE}.session.model", f"{CORE}.judge.rules"
+    graph = {
+        s: {j},  # session reaches up into judge
+        j: {s, f"{CORE}.text"},  # allowed: down, and a leaf
+        f"{CORE}.text": {j},  # a leaf reaches into a subpackage
+        f"{CORE}.odd.thing": set(),  # a subpackage nobody declared
+        f"{CORE}.limits": {"trainprobe.hooks.reporter"},
+        "trainprobe.sidecar.server": {j},  # outside the core: not its rule
+    }
+    assert direction_violations(graph, ["session", "judge"]) == [
+        f"{CORE}.limits imports trainprobe.hooks.reporter, outside the core",
+        f"{CORE}.odd.thing: its subpackage odd is not in LAYERS",
+        f"{s} imports {j}: session may not import judge",
+        f"{CORE}.text imports {j}: core/ may not import judge",
+    ]
+
+
+def test_the_core_imports_one_way() -> None:
+    graph = import_graph()
+    assert direction_violations(graph, LAYERS) == []
+
+
+def test_each_core_subpackage_is_declared_and_small() -> None:
+    core = ROOT / "sidecar" / "trainprobe" / "sidecar" / "core"
+    subs = {p.parent.name: p.parent for p in core.glob("*/__init__.py")}
+    if not subs:
+        pytest.skip("core/ is still one flat folder (tools/reshape_core.py splits it)")
+    assert sorted(subs) == sorted(LAYERS)
+    sizes = {
+        name: len([p for p in d.glob("*.py") if p.name != "__init__.py"])
+        for name, d in subs.items()
+    }
+    assert max(sizes.values()) <= MAX_MODULES, sizes
+
+
+def test_each_core_facade_exports_exactly_what_it_names() -> None:
+    # As httpx's exported-members test: __all__ is the public surface, each
+    # name in it resolves, and the package offers nothing public beyond it.
+    facades = [m for m, (_, pkg) in _modules().items() if pkg and _unit(m) is not None]
+    assert CORE in facades
+    for name in facades:
+        module = importlib.import_module(name)
+        exported = list(getattr(module, "__all__", []))
+        assert len(set(exported)) == len(exported), name
+        for attr in exported:
+            assert getattr(module, attr) is not None, f"{name}.{attr}"
+        public = {a for a in dir(module) if not a.startswith("_")}
+        public -= {"TYPE_CHECKING", "annotations", "lazy_exports"}
+        public = {a for a in public if not isinstance(getattr(module, a), types.ModuleType)}
+        assert public == set(exported), (name, public ^ set(exported))
