@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from tests.support import PYTHON, child_env
 from trainprobe.sidecar.cli import ctl
-from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timeline
+from trainprobe.sidecar.cli.incident_timeline import timeline
+from trainprobe.sidecar.cli.incidents import culprit_line, summary_line
 from trainprobe.sidecar.cli.log_stream import MAX_LINE_BYTES, OPEN_STORIES, stream_stories
 from trainprobe.sidecar.cli.record_shape import shape_problem
 from trainprobe.sidecar.cli.report_page import ReportData

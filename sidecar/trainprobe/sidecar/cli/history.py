@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import IncidentStory, parse_since, summary_line, timeline
+from trainprobe.sidecar.cli.incident_timeline import timeline
+from trainprobe.sidecar.cli.incidents import IncidentStory, parse_since, summary_line
 from trainprobe.sidecar.cli.log_stream import (
     job_names,
     json_array,

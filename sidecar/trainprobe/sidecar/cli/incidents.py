@@ -1,8 +1,8 @@
 """``trainprobe incidents``: what happened, read back from the incident log.
 
 One line per incident (when, job, culprit and where, verdict, decision,
-action and outcome, time to verdict and to action), or one incident's
-timeline. The log is the sidecar's own JSON Lines file, read as a stream by
+action and outcome, time to verdict and to action); one incident's timeline
+is :mod:`.incident_timeline`'s. The log is the sidecar's own JSON Lines file, read as a stream by
 :mod:`.log_stream`: a line that is not one of its records (a torn write, a
 foreign line, a record of an unexpected shape) is named on stderr and
 skipped, and every other record is still shown.
@@ -28,7 +28,6 @@ __all__ = [
     "parse_since",
     "stories",
     "summary_line",
-    "timeline",
 ]
 
 #: The record types the sidecar writes; any other line is foreign.
@@ -118,18 +117,6 @@ def _outcome(actions: list[dict[str, Any]], detail: bool = False) -> str:
             error = f" ({o['error']})" if o.get("error") else ""
             parts.append(f"rank {rank} {done}{how}{error}")
     return ", ".join(parts) or "no outcome"
-
-
-def _left_alone(action: dict[str, Any]) -> list[str]:
-    """A line for each descendant a kill left alone: its worker could not signal it."""
-    out = []
-    for rank, o in sorted((action.get("outcomes") or {}).items(), key=lambda x: str(x[0])):
-        left = o.get("skipped") if isinstance(o, dict) else None
-        for s in left if isinstance(left, list) else []:
-            if isinstance(s, dict):
-                who = f"rank {rank}'s descendant pid {s.get('pid')} ({s.get('name')})"
-                out.append(f"  left      {who} alone: {s.get('reason')}")
-    return out
 
 
 def _action_after_s(
@@ -247,66 +234,3 @@ def summary_line(story: IncidentStory) -> str:
         f"verdict {_secs(j['verdict_after_s'])} action {_secs(j['action_after_s'])}"
     )
     return printable(text)
-
-
-def timeline(story: IncidentStory) -> list[str]:
-    """One incident, record by record: verdict, evidence samples, decision, action."""
-    inc = story.incident
-    diag = inc.get("diagnosis") or {}
-    job = job_label(str(inc.get("job_id")), str(inc.get("job_name") or ""))
-    out = [
-        f"incident {story.id}  job {job}  {_when(inc.get('time'))}",
-        f"  verdict   {inc.get('verdict')} ({inc.get('rule')}), "
-        f"{_secs(inc.get('detection_latency_s'))} after onset; ranks flagged "
-        f"{inc.get('ranks')}, culprits {_culprits(inc)}, waiting {_waiting(inc)}",
-    ]
-    if diag:
-        out.append(f"  diagnosis {diag.get('kind')}: {diag.get('text') or diag.get('summary')}")
-    if line := culprit_line(inc):
-        out.append(f"  {line}")
-    watch = inc.get("decision") or {}
-    if watch:
-        out.append(f"  decision  {'act' if watch.get('act') else 'watch'}: {watch.get('why', '')}")
-        out += _evidence(watch.get("evidence") or {})
-    out.append(f"  action    {inc.get('action')}: {inc.get('action_reason') or ''}".rstrip(": "))
-    for r in story.later:
-        kind = r.get("type")
-        if kind == "incident_update":
-            out.append(f"  update    {r.get('verdict')} ({r.get('rule')}) ranks {r.get('ranks')}")
-        elif kind == "decision":
-            out.append(
-                f"  decision  {'act' if r.get('act') else 'no action'} by {r.get('rule')} "
-                f"after {_secs(r.get('decided_after_s', r.get('stalled_s')))}: {r.get('why', '')}"
-            )
-            out += _evidence(r.get("evidence") or {})
-        elif kind == "action":
-            out.append(f"  action    {r.get('action')} done: {_outcome([r], detail=True)}")
-            out += _left_alone(r)
-        elif kind == "recovery":
-            out.append(
-                f"  recovery  rank {r.get('rank')} back as pid {r.get('new_pid')}, first step "
-                f"{r.get('first_step')} {_secs(r.get('resumed_after_s'))} after the kill"
-            )
-    return [printable(line) for line in out]
-
-
-#: An evidence round's stack comparison (None: no stack read, or only one).
-_STACK: dict[object, str] = {True: "stack unchanged", False: "stack moved"}
-
-
-def _cpu(ratio: object) -> str:
-    # None: one sample, which proves no motion either way.
-    return "cpu not read" if ratio is None else f"cpu {ratio}"
-
-
-def _evidence(per_rank: dict[str, Any]) -> list[str]:
-    out = []
-    for rank, ev in sorted(per_rank.items(), key=lambda x: str(x[0])):
-        if not isinstance(ev, dict):
-            continue
-        out.append(
-            f"    rank {rank}: {ev.get('label') or ev.get('state')}, process {ev.get('state')}, "
-            f"{_cpu(ev.get('cpu_ratio'))}, {_STACK.get(ev.get('stack_same'), 'stack not read')}, "
-            f"{ev.get('samples')} samples" + (f", at {ev['where']}" if ev.get("where") else "")
-        )
-    return out

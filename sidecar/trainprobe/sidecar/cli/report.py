@@ -133,7 +133,8 @@ def _warn(line: str) -> None:
 def _latest_stories(files: list[Path], job: str) -> tuple[list[Any], int]:
     """The job's latest incidents (streamed: the log is never held whole) that can
     be shown, and how many the log has."""
-    from trainprobe.sidecar.cli.incidents import culprit_line, summary_line, timeline
+    from trainprobe.sidecar.cli.incident_timeline import timeline
+    from trainprobe.sidecar.cli.incidents import culprit_line, summary_line
     from trainprobe.sidecar.cli.log_stream import read_records, shown, stream_stories
 
     latest: deque[Any] = deque(maxlen=MAX_REPORT_INCIDENTS)
