@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, Diagnosis, RankSummary
+from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, HEALTHY, Diagnosis, RankSummary
 from trainprobe.sidecar.core.episodes import CulpritPolicy, Episode, JobEpisodes
 from trainprobe.sidecar.core.evidence import stale_after_s
 from trainprobe.sidecar.core.incidents import FindingEdges
+from trainprobe.sidecar.core.jobdigest import DETAIL_LINGER_S, is_suspect
 from trainprobe.sidecar.core.jobview import EpisodeNote, JobView, analyze_job, merge_summaries
 from trainprobe.sidecar.core.model import Verdict, WorkerKey, WorkerState, heard_every_ms
 from trainprobe.sidecar.core.patience import PatienceBook
@@ -143,14 +144,23 @@ def summaries(
 def diagnose(
     state: HangState, workers: Iterable[WorkerState], job_id: str, now: float
 ) -> tuple[Diagnosis, Episode | None]:
-    """The current analysis of a job (``trainprobe diagnose``), with its open episode."""
+    """The current analysis of a job (``trainprobe diagnose``), with its open episode.
+
+    Where the job's coordinator sent only its digest (a healthy job needs no
+    other node's rank), the others' ranks are asked for from now on, and a
+    job the digest and this sidecar's ranks call healthy is said healthy."""
     ranks = summaries(state, workers, job_id, now)
     if not ranks:
         raise LookupError(f"no rank of job {job_id!r} has reported to this sidecar")
     ep = state.episodes.get(job_id)
+    view = state.job_view
+    if view is not None and job_id in view and not view.detailed(job_id):
+        view.want(job_id, now + DETAIL_LINGER_S)
+        digest = view.digest(job_id)
+        if ep is None and digest is not None and digest.healthy and not any(map(is_suspect, ranks)):
+            return Diagnosis(HEALTHY, summary=digest.summary()), None
     # While this sidecar watches the job, its diagnosis has the evidence in it.
     diag = ep.diagnosis if ep is not None and ep.leader else analyze_job(ranks)
-    view = state.job_view
     remote = view.episode(job_id) if view is not None else None
     where = {**(remote.where if remote else {}), **(ep.where if ep else {})}
     return diag.with_where({r: p for r, p in where.items() if r in diag.culprits}), ep

@@ -2,12 +2,17 @@
 
 Per-node sidecars each see their own node's ranks. Through a job-level
 coordinator (on Ray: a detached actor per job) they exchange compact
-:class:`~trainprobe.sidecar.core.culprit.RankSummary` objects, so every
-sidecar can run the same analysis over the whole job. This module is the pure
-part of that exchange:
+:class:`~trainprobe.sidecar.core.culprit.RankSummary` objects: each uploads
+its own ranks, and gets the others' only while it needs them to analyse the
+whole job (a suspect rank, an episode, a ``diagnose``), as the changes since
+the version it holds; otherwise a digest of bounded size
+(:mod:`~trainprobe.sidecar.core.jobdigest`), so that what a sidecar receives
+in a healthy job does not grow with the number of nodes. This module is the
+pure part of that exchange:
 
-- :class:`CoordinatorState`: what the coordinator keeps and answers;
-- :class:`JobView`: what one sidecar keeps of the others' answers;
+- :class:`CoordinatorState`: what the coordinator keeps
+  (:class:`~trainprobe.sidecar.core.jobstore.RankStore`) and answers;
+- :class:`JobView`: what one sidecar keeps of the answers, and asks next;
 - :func:`aged`: a summary made older by the time it spent in transit, so no
   two hosts need agreeing clocks (every age is measured on one clock).
 """
@@ -18,6 +23,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.culprit import HEALTHY, Diagnosis, RankSummary, analyze
+from trainprobe.sidecar.core.jobdigest import (
+    DETAIL_LINGER_S,
+    REPORTING_REFRESH_S,
+    JobDigest,
+    needs_detail,
+)
+from trainprobe.sidecar.core.jobstore import RankStore
 from trainprobe.sidecar.core.replicas import apply_replicas
 
 __all__ = [
@@ -52,11 +64,22 @@ class EpisodeNote:
 
 @dataclass(frozen=True)
 class SyncReply:
-    """The coordinator's answer to one sidecar: everyone else's ranks, and the episode."""
+    """The coordinator's answer to one sidecar: the others' ranks (or a digest), the episode.
+
+    A sidecar that asked for no detail gets ``detail=False``, no ranks and the
+    digest; one that asked for the changes since a version gets them
+    (``full=False``) and ``gone``, the ranks to drop; otherwise every other rank.
+    """
 
     #: (summary, seconds since the coordinator received it) of other sidecars' ranks.
     others: tuple[tuple[RankSummary, float], ...] = ()
     episode: EpisodeNote | None = None
+    digest: JobDigest | None = None
+    detail: bool = True
+    full: bool = True
+    gone: tuple[int, ...] = ()
+    #: What to ask the next delta since: (the store's instance, its version).
+    since: tuple[str, int] | None = None
 
 
 def aged(s: RankSummary, dt_s: float, heartbeat_limit_s: float) -> RankSummary:
@@ -113,16 +136,18 @@ def analyze_job(ranks: Sequence[RankSummary]) -> Diagnosis:
 
 
 class CoordinatorState:
-    """The coordinator's memory for one job: each sidecar's ranks, and the episode.
+    """The coordinator's memory for one job: its ranks (:class:`RankStore`), and the episode.
 
     ``now`` is the coordinator's own monotonic clock; ages in replies are
-    measured on it. A sidecar silent for ``stale_after_s`` is forgotten, and so
-    is an episode whose opener is.
+    measured on it. A sidecar silent for ``stale_after_s`` is forgotten with
+    its ranks, and so is an episode whose opener is.
     """
 
-    def __init__(self, stale_after_s: float = 30.0) -> None:
+    def __init__(self, stale_after_s: float = 30.0, instance: str = "") -> None:
         self.stale_after_s = stale_after_s
-        self._ranks: dict[str, tuple[float, tuple[RankSummary, ...]]] = {}
+        self.store = RankStore(instance)
+        #: Each sidecar's last sync, the least recent first.
+        self._seen: dict[str, float] = {}
         self.episode: EpisodeNote | None = None
         self.last_sync_at = 0.0
 
@@ -132,14 +157,37 @@ class CoordinatorState:
         summaries: Sequence[RankSummary],
         note: EpisodeNote | None,
         now: float,
+        detail: bool = True,
+        since: tuple[str, int] | None = None,
+        refresh: float = REPORTING_REFRESH_S,
     ) -> SyncReply:
-        """Store ``sidecar_id``'s ranks and episode note; answer with the others'."""
+        """Store ``sidecar_id``'s ranks and episode note; answer with the episode, and
+        the others' ranks (all, or those changed ``since``) or, without ``detail``,
+        the job's digest. ``refresh``: :func:`~.jobdigest.refresh_s` of the
+        sidecar's heartbeat limit."""
         self.last_sync_at = now
-        self._ranks[sidecar_id] = (now, tuple(summaries))
-        for sid in [s for s, (t, _) in self._ranks.items() if now - t > self.stale_after_s]:
-            del self._ranks[sid]
+        self._seen.pop(sidecar_id, None)
+        self._seen[sidecar_id] = now
+        for sid, t in list(self._seen.items()):  # least recent first: stop at a fresh one
+            if now - t <= self.stale_after_s:
+                break
+            del self._seen[sid]
+            self.store.forget(sid)
+        store = self.store
+        store.upload(sidecar_id, summaries, now, refresh)
+        self.episode = ep = self._episode(sidecar_id, note)
+        digest = store.digest(now)
+        upto = (store.instance, store.version)
+        if not detail:
+            return SyncReply((), ep, digest, detail=False, full=False)
+        if since is None or since[0] != store.instance or since[1] > store.version:
+            return SyncReply(store.full(sidecar_id, now), ep, digest, since=upto)
+        others, gone = store.delta(sidecar_id, since[1], now)
+        return SyncReply(others, ep, digest, full=False, gone=gone, since=upto)
+
+    def _episode(self, sidecar_id: str, note: EpisodeNote | None) -> EpisodeNote | None:
         ep = self.episode
-        if ep is not None and ep.opened_by not in self._ranks:
+        if ep is not None and ep.opened_by not in self._seen:
             ep = None  # its opener is gone
         if ep is not None and ep.opened_by == sidecar_id and (note is None or note.id != ep.id):
             ep = None  # closed by the sidecar that opened it
@@ -148,48 +196,98 @@ class CoordinatorState:
         elif note is not None and ep is not None and note.id == ep.id and note.where:
             # Followers add where their culprits are stuck.
             ep = replace(ep, where={**ep.where, **note.where})
-        self.episode = ep
-        others = tuple(
-            (s, max(0.0, now - t))
-            for sid, (t, ranks) in self._ranks.items()
-            if sid != sidecar_id
-            for s in ranks
-        )
-        return SyncReply(others, ep)
+        return ep
+
+
+@dataclass
+class _Heard:
+    """One job as this sidecar holds it."""
+
+    episode: EpisodeNote | None = None
+    digest: JobDigest | None = None
+    #: rank -> (summary, its age at the coordinator, when the reply came).
+    ranks: dict[int, tuple[RankSummary, float, float]] = field(default_factory=dict)
+    #: Whether ``ranks`` are the others' (details asked and received).
+    detail: bool = False
+    since: tuple[str, int] | None = None
+    wanted_until: float = float("-inf")
 
 
 class JobView:
     """What this sidecar heard from the coordinators, per job.
 
     ``now`` is this sidecar's monotonic clock. Summaries are aged by how long
-    they waited at the coordinator plus how long ago the reply arrived.
+    they waited at the coordinator plus how long ago the reply arrived. The
+    others' ranks are held only while details are asked (:meth:`ask`), and
+    kept up to date with deltas.
     """
 
     def __init__(self) -> None:
-        self._replies: dict[str, tuple[float, SyncReply]] = {}
+        self._jobs: dict[str, _Heard] = {}
+
+    def ask(
+        self, job_id: str, local: Sequence[RankSummary], episode_here: bool, now: float
+    ) -> tuple[bool, tuple[str, int] | None]:
+        """What to ask the job's coordinator for: (details?, since what version).
+
+        Details are asked while :func:`~.jobdigest.needs_detail` says so, and
+        for DETAIL_LINGER_S after, so that a brief doubt does not flap."""
+        heard = self._jobs.get(job_id) or _Heard()
+        episode = episode_here or heard.episode is not None
+        if needs_detail(local, heard.digest, episode, float("-inf"), now):
+            self.want(job_id, now + DETAIL_LINGER_S)
+        elif now >= heard.wanted_until:
+            return False, None
+        return True, heard.since if heard.detail else None
+
+    def want(self, job_id: str, until: float) -> None:
+        """Ask for the others' ranks until ``until`` (``trainprobe diagnose`` reads them)."""
+        heard = self._jobs.setdefault(job_id, _Heard())
+        heard.wanted_until = max(heard.wanted_until, until)
 
     def update(self, job_id: str, reply: SyncReply, now: float) -> None:
-        self._replies[job_id] = (now, reply)
+        heard = self._jobs.setdefault(job_id, _Heard())
+        heard.episode, heard.digest = reply.episode, reply.digest
+        if not reply.detail:
+            heard.ranks.clear()  # not needed: not held
+            heard.detail, heard.since = False, None
+            return
+        if reply.full:
+            heard.ranks.clear()
+        for rank in reply.gone:
+            heard.ranks.pop(rank, None)
+        for s, age in reply.others:
+            heard.ranks[s.rank] = (s, age, now)
+        heard.detail, heard.since = True, reply.since
 
     def forget(self, job_id: str) -> None:
         """Drop what was heard of a job that has no rank here any more."""
-        self._replies.pop(job_id, None)
+        self._jobs.pop(job_id, None)
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self._replies
+        return job_id in self._jobs
 
     def __len__(self) -> int:
-        return len(self._replies)
+        return len(self._jobs)
 
     def remote(self, job_id: str, now: float, heartbeat_limit_s: float) -> list[RankSummary]:
-        entry = self._replies.get(job_id)
-        if entry is None:
+        heard = self._jobs.get(job_id)
+        if heard is None:
             return []
-        received_at, reply = entry
         return [
-            aged(s, age + max(0.0, now - received_at), heartbeat_limit_s) for s, age in reply.others
+            aged(s, age + max(0.0, now - at), heartbeat_limit_s)
+            for s, age, at in heard.ranks.values()
         ]
 
+    def detailed(self, job_id: str) -> bool:
+        """Whether the others' ranks of the job are held (not only its digest)."""
+        heard = self._jobs.get(job_id)
+        return heard is not None and heard.detail
+
+    def digest(self, job_id: str) -> JobDigest | None:
+        heard = self._jobs.get(job_id)
+        return heard.digest if heard is not None else None
+
     def episode(self, job_id: str) -> EpisodeNote | None:
-        entry = self._replies.get(job_id)
-        return entry[1].episode if entry is not None else None
+        heard = self._jobs.get(job_id)
+        return heard.episode if heard is not None else None

@@ -2,8 +2,10 @@
 
 Each sidecar that serves ranks of a job calls :meth:`JobCoordinator.sync`
 every ``job_sync_interval_ms`` with its ranks' compact summaries and its
-episode note, and gets back every other sidecar's ranks (with their age on
-the coordinator's clock) and the job's open hang episode. The logic is the
+episode note, and gets back the job's open hang episode and either the
+job's digest (bounded in size, whatever the number of nodes) or, while it
+asks for them, the other sidecars' ranks that changed since the version it
+holds (with their age on the coordinator's clock). The logic is the
 pure :class:`~trainprobe.sidecar.core.jobview.CoordinatorState`; this actor
 only holds it. It uses no CPU, and exits by itself once no sidecar has
 synced for ``idle_exit_s`` (60 s), which frees its name.
@@ -14,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from trainprobe.sidecar.core.culprit import RankSummary
+from trainprobe.sidecar.core.jobdigest import REPORTING_REFRESH_S
 from trainprobe.sidecar.core.jobview import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_job_actor_name, job_coordinator_name
 
@@ -34,15 +38,24 @@ class JobCoordinator:
 
     def __init__(self, job_id: str, stale_after_s: float = 30.0) -> None:
         self.job_id = job_id
-        self.state = CoordinatorState(stale_after_s=stale_after_s)
+        # A version means something only to the coordinator that gave it.
+        self.state = CoordinatorState(stale_after_s=stale_after_s, instance=uuid.uuid4().hex)
         self.state.last_sync_at = time.monotonic()
         self._watching = False
 
     async def sync(
-        self, sidecar_id: str, summaries: Sequence[RankSummary], note: EpisodeNote | None
+        self,
+        sidecar_id: str,
+        summaries: Sequence[RankSummary],
+        note: EpisodeNote | None,
+        detail: bool = True,
+        since: tuple[str, int] | None = None,
+        refresh: float = REPORTING_REFRESH_S,
     ) -> SyncReply:
-        """Store one sidecar's ranks and episode note; return the others' and the episode."""
-        return self.state.sync(sidecar_id, summaries, note, time.monotonic())
+        """Store one sidecar's ranks and episode note; return the episode and the
+        digest, or the others' ranks (changed ``since``) when it asks for ``detail``."""
+        now = time.monotonic()
+        return self.state.sync(sidecar_id, summaries, note, now, detail, since, refresh)
 
     async def info(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,10 @@
 Every ``job_sync_interval_ms``, for each job it serves, the sidecar sends
 its ranks' summaries and its episode note to the job's coordinator
 (:mod:`~trainprobe.sidecar.ray.coordinator`) and stores the answer in the
-engine's :class:`~trainprobe.sidecar.core.jobview.JobView`. Summaries are
+engine's :class:`~trainprobe.sidecar.core.jobview.JobView`, which also says
+what to ask: the other sidecars' ranks (the changes since the version held)
+only while a rank of the job is suspect, an episode is open or a
+``diagnose`` wants them, else the job's digest. Summaries are
 computed on the sidecar's loop (no lock on the registry); the Ray calls block
 and run on a thread of their own, bounded by ``timeout_s``. A coordinator
 that cannot be reached only means the analysis sees this sidecar's ranks.
@@ -31,6 +34,7 @@ from trainprobe.sidecar.act.evidence import read_procs
 from trainprobe.sidecar.core.culprit import RankSummary
 from trainprobe.sidecar.core.evidence import ProcSample, assess, stale_after_s
 from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, READ_EVERY_S, held_kind
+from trainprobe.sidecar.core.jobdigest import refresh_s
 from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
 from trainprobe.sidecar.core.model import WorkerKey, WorkerState, heard_every_ms
 from trainprobe.sidecar.engine.loop import Engine
@@ -41,7 +45,9 @@ __all__ = ["JobSync"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
-Payload = dict[str, tuple[list[RankSummary], EpisodeNote | None]]
+#: Per job: its ranks here, the episode note, whether to fetch the others'
+#: ranks, and since what version (None: all of them).
+Payload = dict[str, tuple[list[RankSummary], EpisodeNote | None, bool, tuple[str, int] | None]]
 
 
 class JobSync:
@@ -68,6 +74,7 @@ class JobSync:
         #: The kernel's word on each silent verified worker: (how, read at).
         self._words: dict[WorkerKey, tuple[str, float]] = {}
         self._reading: asyncio.Future[None] | None = None
+        self._refresh = refresh_s(engine.state.config.rules.heartbeat_timeout_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sync every ``interval_s`` until ``stop`` is set."""
@@ -103,13 +110,17 @@ class JobSync:
         workers = {w.key: w for w in engine.registry}
         for key in self._words.keys() - workers.keys():
             del self._words[key]
-        return {
-            job: (
-                [self._with_word(job, s, workers, now) for s in engine.local_summaries(job, now)],
-                engine.note(job),
+        view = engine.job_view
+        payload: Payload = {}
+        for job in jobs:
+            mine = [self._with_word(job, s, workers, now) for s in engine.local_summaries(job, now)]
+            detail, since = (
+                view.ask(job, mine, engine.episode(job) is not None, now)
+                if view is not None
+                else (True, None)
             )
-            for job in jobs
-        }
+            payload[job] = (mine, engine.note(job), detail, since)
+        return payload
 
     def _with_word(
         self, job: str, s: RankSummary, workers: dict[WorkerKey, WorkerState], now: float
@@ -163,11 +174,13 @@ class JobSync:
         import ray
 
         refs = {}
-        for job_id, (summaries, note) in payload.items():
+        for job_id, (summaries, note, detail, since) in payload.items():
             try:
                 handle = self._handles.get(job_id) or coordinator(job_id)
                 self._handles[job_id] = handle
-                refs[job_id] = handle.sync.remote(self.engine.sidecar_id, summaries, note)
+                refs[job_id] = handle.sync.remote(
+                    self.engine.sidecar_id, summaries, note, detail, since, self._refresh
+                )
             except Exception as err:
                 self._handles.pop(job_id, None)
                 self._warn(job_id, f"{type(err).__name__}: {err}")
