@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +128,14 @@ def make_trainer(
     name: str,
     num_workers: int = 2,
     max_failures: int = 1,
+    train_loop: Callable[[dict[str, Any]], None] = train_func,
 ) -> Any:
-    """A TorchTrainer for :func:`train_func` on ``num_workers`` CPU workers."""
+    """A TorchTrainer for ``train_loop`` (:func:`train_func`) on ``num_workers`` CPU workers."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     return TorchTrainer(
-        train_func,
+        train_loop,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False),
         run_config=RunConfig(

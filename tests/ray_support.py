@@ -16,14 +16,17 @@ write the home directory's token.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import secrets
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from tests.support import REPO, free_port, short_tmpdir
+from tests.support import REPO, free_port, read_jsonl, short_tmpdir
 
 EXAMPLES = REPO / "examples"
 #: The tests' fault harness (ddp_worker.py), imported by Ray actors.
@@ -54,6 +57,15 @@ def ray_environment() -> Iterator[Path]:
         os.environ.update(saved)
 
 
+def import_as_ray_workers_do(name: str) -> Any:
+    """Import module ``name`` of examples/ or tests/workers/ by the top-level name
+    Ray's workers know it by, so that its functions are pickled by reference."""
+    for d in (str(EXAMPLES), str(WORKERS)):
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    return importlib.import_module(name)
+
+
 def init_local_ray(num_cpus: int = 2) -> Any:
     """``ray.init`` a fresh local cluster (with the dashboard: the State API needs it)."""
     import ray
@@ -68,6 +80,32 @@ def init_local_ray(num_cpus: int = 2) -> Any:
         log_to_driver=False,
     )
     return ray
+
+
+@contextlib.contextmanager
+def ray_node_with_sidecar(cli: dict[str, str], num_cpus: int = 2) -> Iterator[SimpleNamespace]:
+    """A fresh local Ray with trainprobe's per-node sidecar on ``cli``'s settings
+    (shipped defaults for the rest; its state in the work dir). Yields ``ray``,
+    ``workdir`` and ``sidecar`` (the placement: ``socket``, ``incident_log``...)."""
+    with ray_environment() as workdir:
+        ray = init_local_ray(num_cpus=num_cpus)
+        from trainprobe.sidecar import load_settings
+        from trainprobe.sidecar.ray import start_sidecars, stop_sidecars
+
+        try:
+            cli = {**cli, "state_dir": str(workdir / "state")}
+            (placed,) = start_sidecars(load_settings(env={}, cli=cli))
+            assert placed.error == "" and placed.kind == "node-sidecar"
+            yield SimpleNamespace(ray=ray, workdir=workdir, sidecar=placed)
+        finally:
+            with contextlib.suppress(Exception):
+                stop_sidecars()
+            ray.shutdown()
+
+
+def job_records(node: SimpleNamespace, job_id: str) -> list[dict[str, Any]]:
+    """The sidecar's incident log lines about ``job_id``."""
+    return [r for r in read_jsonl(Path(node.sidecar.incident_log)) if r.get("job_id") == job_id]
 
 
 def pid_running(pid: int) -> bool:

@@ -7,17 +7,17 @@ has its own RunConfig name, which is the job id the hooks report.
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from tests.ray_support import EXAMPLES, init_local_ray, pid_running, ray_environment
-from tests.support import read_jsonl
+from tests.ray_support import (
+    import_as_ray_workers_do,
+    job_records,
+    pid_running,
+    ray_node_with_sidecar,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -27,47 +27,21 @@ CKPT_EVERY = 5
 HANG_AT = 13  # after the checkpoint of step 10
 
 
-def _train_job() -> Any:
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    import ray_train_job
-
-    return ray_train_job
-
-
 @pytest.fixture(scope="module")
 def ray_node() -> Iterator[SimpleNamespace]:
-    with ray_environment() as workdir:
-        ray = init_local_ray(num_cpus=2)
-        from trainprobe.sidecar import load_settings
-        from trainprobe.sidecar.ray import start_sidecars, stop_sidecars
-
-        try:
-            settings = load_settings(
-                env={},
-                cli={
-                    "stall_timeout_s": str(STALL_S),
-                    # The restart path through Ray Train, not the patience (issue 12).
-                    "hang_patience_s": "0",
-                    "on_hung": "restart",
-                    "kill_grace_s": "2",
-                    # Ray Train ends the peers of a killed culprit itself; our
-                    # sweep of what is left must not race it on a busy machine.
-                    "job_kill_grace_s": "30",
-                    "state_dir": str(workdir / "state"),
-                },
-            )
-            (placed,) = start_sidecars(settings)
-            assert placed.error == "" and placed.kind == "node-sidecar"
-            yield SimpleNamespace(ray=ray, workdir=workdir, sidecar=placed, job=_train_job())
-        finally:
-            with contextlib.suppress(Exception):
-                stop_sidecars()
-            ray.shutdown()
-
-
-def _records(node: SimpleNamespace, job_id: str) -> list[dict[str, Any]]:
-    return [r for r in read_jsonl(Path(node.sidecar.incident_log)) if r.get("job_id") == job_id]
+    settings = {
+        "stall_timeout_s": str(STALL_S),
+        # The restart path through Ray Train, not the patience (issue 12).
+        "hang_patience_s": "0",
+        "on_hung": "restart",
+        "kill_grace_s": "2",
+        # Ray Train ends the peers of a killed culprit itself; our
+        # sweep of what is left must not race it on a busy machine.
+        "job_kill_grace_s": "30",
+    }
+    with ray_node_with_sidecar(settings) as node:
+        node.job = import_as_ray_workers_do("ray_train_job")
+        yield node
 
 
 def test_hung_worker_is_killed_through_ray_and_training_resumes(ray_node: SimpleNamespace) -> None:
@@ -101,7 +75,7 @@ def test_hung_worker_is_killed_through_ray_and_training_resumes(ray_node: Simple
     assert all(e["target"] == ray_node.sidecar.socket for e in starts)
     (hang,) = job.read_events(progress, "hang")
 
-    records = _records(ray_node, "tp-hang")
+    records = job_records(ray_node, "tp-hang")
     incidents = [r for r in records if r["type"] == "incident"]
     assert len(incidents) == 1, records
     inc = incidents[0]
@@ -155,7 +129,7 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_ray_train_restarts_the_gr
     starts = job.read_events(progress, "start")
     first = {e["rank"]: e for e in starts if e["restored_step"] == 0}
 
-    records = _records(ray_node, "tp-culprit")
+    records = job_records(ray_node, "tp-culprit")
     (inc,) = [r for r in records if r["type"] == "incident"]
     d = inc["diagnosis"]
     assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0]
@@ -193,4 +167,4 @@ def test_healthy_run_ends_without_incident(ray_node: SimpleNamespace) -> None:
     assert {(w["local_rank"], w["world_size"]) for w in rows} == {(0, 2), (1, 2)}
     assert all(w["ray"]["actor_id"] and w["ray"]["trial_or_run_name"] for w in rows)
     # ...so there is nothing in the incident log for this job.
-    assert _records(ray_node, "tp-healthy") == []
+    assert job_records(ray_node, "tp-healthy") == []

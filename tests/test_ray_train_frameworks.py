@@ -1,0 +1,100 @@
+"""Lightning and the Hugging Face Trainer inside Ray Train come back after our kill.
+
+A real local Ray, trainprobe's per-node sidecar on its shipped defaults, a
+real TorchTrainer with 2 CPU (gloo) workers running Ray's own integration of
+each framework with trainprobe's callback beside it
+(tests/workers/ray_frameworks.py). On the first attempt rank 1 SIGSTOPs
+itself as step 14 begins, rank 0 waits in the gradient allreduce. A stopped
+rank is definitive evidence: the sidecar names rank 1 and kills it through
+Ray in seconds; Ray Train's ``FailureConfig(max_failures=1)`` starts the group
+again from the checkpoint of step 10, and the run ends at step 20.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from tests.ray_support import (
+    import_as_ray_workers_do,
+    job_records,
+    pid_running,
+    ray_node_with_sidecar,
+)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STEPS, CKPT_EVERY, HANG_AT = 20, 5, 13
+RESUMED_FROM = HANG_AT // CKPT_EVERY * CKPT_EVERY
+
+
+@pytest.fixture(scope="module")
+def ray_node() -> Iterator[SimpleNamespace]:
+    with ray_node_with_sidecar({}) as node:  # shipped defaults
+        node.job = import_as_ray_workers_do("ray_train_job")
+        node.stacks = import_as_ray_workers_do("ray_frameworks")
+        yield node
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stack", ["lightning", "hf"])
+def test_a_stopped_rank_is_killed_and_ray_train_resumes_the_framework(
+    ray_node: SimpleNamespace, stack: str
+) -> None:
+    job, workdir = ray_node.job, ray_node.workdir
+    progress = workdir / f"{stack}.jsonl"
+    name = f"tp-{stack}"
+    config = {
+        "steps": STEPS,
+        "ckpt_every": CKPT_EVERY,
+        "hang_rank": 1,
+        "hang_at": HANG_AT,
+        "progress": str(progress),
+    }
+    loop = getattr(ray_node.stacks, f"{stack}_train_func")
+    trainer = job.make_trainer(
+        config, str(workdir / "storage"), name, max_failures=1, train_loop=loop
+    )
+    result = trainer.fit()
+    assert result.error is None
+    assert result.metrics["step"] == STEPS
+
+    events = job.read_events(progress)
+    (hang,) = [e for e in events if e["event"] == "hang"]
+    assert (hang["rank"], hang["step"]) == (1, HANG_AT)
+    starts = [e for e in events if e["event"] == "start"]
+    assert sorted((e["restored_step"], e["rank"]) for e in starts) == [
+        (0, 0),
+        (0, 1),
+        (RESUMED_FROM, 0),
+        (RESUMED_FROM, 1),
+    ]
+    again = {e["rank"]: e for e in starts if e["restored_step"] == RESUMED_FROM}
+    steps = [e for e in events if e["event"] == "step" and e["restored"] == RESUMED_FROM]
+    assert {(e["rank"], e["step"]) for e in steps} == {
+        (r, s) for r in (0, 1) for s in range(RESUMED_FROM + 1, STEPS + 1)
+    }
+    done = sorted((e["rank"], e["step"], e["restored"]) for e in events if e["event"] == "done")
+    assert done == [(0, STEPS, RESUMED_FROM), (1, STEPS, RESUMED_FROM)]
+
+    # Rank 1 alone named and killed, through Ray; Ray Train ended rank 0.
+    records = job_records(ray_node, name)
+    (inc,) = [r for r in records if r["type"] == "incident"]
+    assert inc["diagnosis"]["culprits"] == [1] and inc["targets"] == [1], inc
+    (action,) = [r for r in records if r["type"] == "action" and "outcomes" in r]
+    assert action["incident_id"] == inc["id"] and list(action["outcomes"]) == ["1"]
+    out = action["outcomes"]["1"]
+    assert out["method"] == "ray.kill" and out["pid"] == hang["pid"] and out["pid_gone"]
+    assert out["signalled_first"] == "SIGKILL"  # stopped: it cannot run Ray's exit
+    assert not pid_running(hang["pid"])
+    recovered = {r["rank"]: r for r in records if r["type"] == "recovery"}
+    assert recovered[1]["new_pid"] == again[1]["pid"]
+    assert recovered[1]["first_step"] == RESUMED_FROM + 1
+    killed = {
+        o["pid"] for a in records if a["type"] == "action" for o in a.get("outcomes", {}).values()
+    }
+    assert not killed & {e["pid"] for e in again.values()}
+    stepping = max(min(e["t"] for e in steps if e["rank"] == r) for r in (0, 1))
+    print(f"\n{stack}: onset -> every rank stepping again {stepping - hang['t']:.1f} s")
