@@ -79,11 +79,12 @@ def test_a_stopped_rank_is_killed_and_ray_train_resumes_the_framework(
     done = sorted((e["rank"], e["step"], e["restored"]) for e in events if e["event"] == "done")
     assert done == [(0, STEPS, RESUMED_FROM), (1, STEPS, RESUMED_FROM)]
 
-    # Rank 1 alone named and killed, through Ray; Ray Train ended rank 0.
+    # Rank 1 alone named and killed, through Ray. Ray Train ends rank 0 (or,
+    # on a slow machine, a sweep of what the old group left: a record with a phase).
     records = job_records(ray_node, name)
     (inc,) = [r for r in records if r["type"] == "incident"]
     assert inc["diagnosis"]["culprits"] == [1] and inc["targets"] == [1], inc
-    (action,) = [r for r in records if r["type"] == "action" and "outcomes" in r]
+    (action,) = [r for r in records if r["type"] == "action" and "phase" not in r]
     assert action["incident_id"] == inc["id"] and list(action["outcomes"]) == ["1"]
     out = action["outcomes"]["1"]
     assert out["method"] == "ray.kill" and out["pid"] == hang["pid"] and out["pid_gone"]
