@@ -19,7 +19,8 @@ from pathlib import Path
 from tests.support import PYTHON, wait_for
 from tests.test_pause_e2e import freezer
 from trainprobe.sidecar.act.pidproc import stat_fields
-from trainprobe.sidecar.act.procs import KillOutcome, pid_alive, proc_start_ticks, terminate
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.act.signals import KillOutcome, terminate
 
 #: Records each handled signal in argv[1]; a child of its own sleeps; both run on.
 RECORDER = (

@@ -17,7 +17,8 @@ import uuid
 from pathlib import Path
 
 from tests.support import PYTHON, REPO, child_env, sidecar, wait_for
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, terminate
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.act.signals import terminate
 
 LOADER = REPO / "tests" / "workers" / "loader_hang.py"
 

@@ -28,7 +28,8 @@ import pytest
 from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir, wait_for
 from trainprobe.sidecar.act.creds import Creds
 from trainprobe.sidecar.act.pidproc import open_proc
-from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, terminate
+from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks
+from trainprobe.sidecar.act.signals import terminate
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real uids")
 

@@ -14,14 +14,13 @@ from tests.support import wait_for
 from tests.test_time_namespace import AHEAD_S, WRAP, _time_namespaces
 from trainprobe.sidecar.act.pidproc import open_proc, stat_fields
 from trainprobe.sidecar.act.procs import (
-    CAUGHT_SIGTERM_GRACE_S,
     mono_ahead_ns,
     pid_alive,
     proc_start_ticks,
     proc_stopped,
     sigterm_caught,
-    terminate,
 )
+from trainprobe.sidecar.act.signals import CAUGHT_SIGTERM_GRACE_S, terminate
 
 # A hung rank whose framework caught SIGTERM: the handler runs and only sets a flag.
 IGNORES_SIGTERM = (

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.act.procs import KillOutcome, terminate
+from trainprobe.sidecar.act.signals import KillOutcome, terminate
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.transport.commander import Commander
 

@@ -40,13 +40,8 @@ from typing import Any
 
 from trainprobe.sidecar.act.killers import Killer
 from trainprobe.sidecar.act.pidproc import Proc, open_proc
-from trainprobe.sidecar.act.procs import (
-    pid_alive,
-    proc_stopped,
-    protected_pid,
-    terminate,
-    wait_gone,
-)
+from trainprobe.sidecar.act.procs import pid_alive, proc_stopped, protected_pid, wait_gone
+from trainprobe.sidecar.act.signals import terminate
 from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.ray_kill import (
@@ -147,7 +142,7 @@ class RayKiller:
         Ray's exit request needs the worker to run: a stopped one leaves its
         peers (the replicas waiting for it in an allreduce) blocked until Ray's
         raylet gives up on it (about 5 s). Nor may it be resumed to exit by
-        itself (SIGTERM and SIGCONT; the signal fallback, act/procs.terminate,
+        itself (SIGTERM and SIGCONT; the signal fallback, act/signals.terminate,
         SIGKILLs a held process first too): an evicted replica would finish, and
         commit, the step its peers discard.
         """

@@ -5,7 +5,7 @@ message goes, as the bytes the worker sent, into a bounded buffer that is sent
 upstream as one ``RelayBatch`` every ``relay_interval_ms`` over one ``Relay``
 stream. The upstream sidecar judges; this node forwards its commands to the
 right worker stream, carries out its kill orders with local signals
-(:func:`~trainprobe.sidecar.act.procs.terminate`, pid-reuse checked), and reports
+(:func:`~trainprobe.sidecar.act.signals.terminate`, pid-reuse checked), and reports
 streams that end without a Goodbye together with whether the pid still runs,
 and which of its verified workers the kernel holds (:mod:`.held`).
 
@@ -28,7 +28,8 @@ from typing import Any, cast
 import grpc
 
 from trainprobe.proto import VERSION, check_socket_dir, parse_endpoint, probe_pb2
-from trainprobe.sidecar.act.procs import still_alive, terminate
+from trainprobe.sidecar.act.procs import still_alive
+from trainprobe.sidecar.act.signals import terminate
 from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.relay.buffer import GOODBYE_TAG, Kind, RelayBuffer, kind_of
 from trainprobe.sidecar.relay.held import NodeHeld

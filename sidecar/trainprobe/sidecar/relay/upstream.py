@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.act.procs import KillOutcome
+from trainprobe.sidecar.act.signals import KillOutcome
 from trainprobe.sidecar.act.tree import MAX_TREE
 from trainprobe.sidecar.core.limits import MAX_DURATION_S
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
