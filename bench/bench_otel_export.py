@@ -37,7 +37,7 @@ from trainprobe.sidecar.config.settings import load_settings  # noqa: E402
 from trainprobe.sidecar.otel import jsonlines  # noqa: E402
 from trainprobe.sidecar.otel.jsonlines import metrics_line, otlp_json, spans_line  # noqa: E402
 from trainprobe.sidecar.otel.trace_builder import TraceBuilder  # noqa: E402
-from trainprobe.sidecar.relay.upstream import NodeStream  # noqa: E402
+from trainprobe.sidecar.relay.routes import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
 from trainprobe.sidecar.transport import pb as convert  # noqa: E402
 

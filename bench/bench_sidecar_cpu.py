@@ -44,7 +44,7 @@ from relay_loadgen import FastSim, relayed  # noqa: E402
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.cli.sidecar import tune_gc  # noqa: E402
 from trainprobe.sidecar.config.settings import Settings, load_settings  # noqa: E402
-from trainprobe.sidecar.relay.upstream import NodeStream  # noqa: E402
+from trainprobe.sidecar.relay.routes import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
 from trainprobe.sidecar.transport.streams import safe_parser  # noqa: E402
 

@@ -17,7 +17,7 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.actions import Actions
 from trainprobe.sidecar.act.incident_log import IncidentLog, read_incident_log
 from trainprobe.sidecar.core import Action, Incident, Registry, Verdict, WorkerKey
-from trainprobe.sidecar.relay.upstream import RELAY_KILL_MARGIN_S, NodeStream, RelayRoute
+from trainprobe.sidecar.relay.routes import RELAY_KILL_MARGIN_S, NodeStream, RelayRoute
 from trainprobe.sidecar.transport.commander import Commander
 
 

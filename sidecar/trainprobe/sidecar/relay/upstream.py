@@ -5,13 +5,12 @@ Each relayed worker stream becomes a session exactly as if it had come over
 ``end_session``, the same report listeners and command queues. What differs
 is where things go: commands and kill orders travel down the relay stream,
 tagged with the worker's stream id, and a refused worker stream gets a
-``RelayReject`` while the relay and its other workers go on.
+``RelayReject`` while the relay and its other workers go on. A relay
+stream's own queue and kill orders are :mod:`.routes`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -20,12 +19,10 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.act.signals import KillOutcome
-from trainprobe.sidecar.act.tree import MAX_TREE
-from trainprobe.sidecar.core.limits import MAX_DURATION_S
 from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
+from trainprobe.sidecar.relay.routes import NodeStream, RelayRoute
 from trainprobe.sidecar.transport.servicer import Ending, Refusal, SidecarServicer
 from trainprobe.sidecar.transport.streams import Malformed, pump, safe_parser
 
@@ -35,96 +32,12 @@ log = logging.getLogger("trainprobe.sidecar")
 #: fate is unknown (its node may only have lost the connection), so it is not
 #: DEAD; the heartbeat rule judges it if its node does not come back.
 RELAY_LOST = "relay_lost"
-#: Beyond the kill grace, how long the node has to report a kill's outcome
-#: (terminate() waits up to 10 s for the pid to go after SIGKILL).
-RELAY_KILL_MARGIN_S = 12.0
 #: The longest batch interval taken from a node (the node's own option allows
 #: 10 s): beyond it a node could keep its silent workers looking fresh.
 MAX_RELAY_INTERVAL_MS = 10_000
+__all__ = ["MAX_RELAY_INTERVAL_MS", "RELAY_LOST", "RelayUpstream"]
+
 _parse_worker_message = safe_parser(probe_pb2.WorkerMessage)
-
-
-class NodeStream:
-    """One Relay stream, upstream side: its outbound queue and pending kills."""
-
-    def __init__(self, peer: str) -> None:
-        self.peer = peer
-        self.out: asyncio.Queue[probe_pb2.RelayCommand] = asyncio.Queue()
-        self.open = True
-        self._kills: dict[int, asyncio.Future[probe_pb2.RelayKillResult | None]] = {}
-        self._ids = itertools.count(1)
-        #: The node's batch interval as it last said (bounded by MAX_RELAY_INTERVAL_MS).
-        self.interval_ms = 0
-
-    async def kill(self, stream_id: int, pid: int, grace_s: float) -> dict[str, object]:
-        """Have the node signal the worker's pid; its outcome as a kill record."""
-        out = KillOutcome(pid=pid, method="relay-signal")
-        if not self.open:
-            out.error = f"relay stream from {self.peer} has ended; the node cannot be reached"
-            return out.to_record()
-        kill_id = next(self._ids)
-        fut: asyncio.Future[probe_pb2.RelayKillResult | None]
-        fut = asyncio.get_running_loop().create_future()
-        self._kills[kill_id] = fut
-        order = probe_pb2.RelayKill(kill_id=kill_id, grace_s=grace_s)
-        self.out.put_nowait(probe_pb2.RelayCommand(stream_id=stream_id, kill=order))
-        timeout_s = grace_s + RELAY_KILL_MARGIN_S
-        try:
-            result = await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            out.error = f"the relaying node did not report the kill's outcome within {timeout_s}s"
-            return out.to_record()
-        finally:
-            self._kills.pop(kill_id, None)
-        if result is None:
-            out.error = f"relay stream from {self.peer} ended before the kill's outcome came"
-            return out.to_record()
-        # The node's word, bounded as any input is (a token holder's own stream
-        # answers its own ranks' kill orders): a few signal names, one error line.
-        out.signals = [s[:16] for s in result.signals[:16]]
-        # Only a process held still is SIGKILLed before anything else (act/procs.py).
-        out.signalled_first = "SIGKILL" if out.signals[:1] == ["SIGKILL"] else ""
-        out.exited, out.error = result.exited, result.error[:1024]
-        out.seconds = result.seconds if 0 <= result.seconds <= MAX_DURATION_S else 0.0
-        out.skipped = [
-            {"pid": c.pid, "ppid": c.ppid, "name": c.name[:64], "reason": c.reason[:1024]}
-            for c in result.skipped[:MAX_TREE]
-        ]
-        return out.to_record()
-
-    def resolve(self, result: probe_pb2.RelayKillResult) -> None:
-        fut = self._kills.get(result.kill_id)
-        if fut is not None and not fut.done():
-            fut.set_result(result)
-
-    def close(self) -> None:
-        self.open = False
-        for fut in self._kills.values():
-            if not fut.done():
-                fut.set_result(None)
-
-
-class RelayRoute:
-    """How the upstream reaches one relayed worker (``WorkerState.relay``).
-
-    Also the session's command sink: a command for the worker goes down the
-    relay stream tagged with its stream id.
-    """
-
-    __slots__ = ("link", "stream_id")
-
-    def __init__(self, link: NodeStream, stream_id: int) -> None:
-        self.link = link
-        self.stream_id = stream_id
-
-    def __str__(self) -> str:
-        return f"{self.link.peer}#{self.stream_id}"
-
-    def put_nowait(self, command: probe_pb2.Command) -> None:
-        self.link.out.put_nowait(probe_pb2.RelayCommand(stream_id=self.stream_id, command=command))
-
-    async def kill(self, pid: int, grace_s: float) -> dict[str, object]:
-        return await self.link.kill(self.stream_id, pid, grace_s)
 
 
 class RelayUpstream:
