@@ -34,7 +34,8 @@ from rich.live import Live
 from trainprobe.proto import probe_pb2_grpc
 from trainprobe.sidecar.cli.ctl import format_status
 from trainprobe.sidecar.cli.incidents import culprit_line
-from trainprobe.sidecar.cli.top import TopModel, fetcher, render
+from trainprobe.sidecar.cli.top import TopModel, render
+from trainprobe.sidecar.cli.top_live import fetcher
 from trainprobe.sidecar.core.text import printable
 
 HERE = Path(__file__).resolve().parent

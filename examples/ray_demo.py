@@ -71,7 +71,8 @@ class Screen:
         from rich.console import Console
         from rich.live import Live
 
-        from trainprobe.sidecar.cli.top import TopModel, fetcher
+        from trainprobe.sidecar.cli.top import TopModel
+        from trainprobe.sidecar.cli.top_live import fetcher
 
         self.console = Console()
         self.tty = self.console.is_terminal

@@ -209,7 +209,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     try:
         if args.command == "top":
-            from trainprobe.sidecar.cli.top import fetcher, run
+            from trainprobe.sidecar.cli.top_live import fetcher, run
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
             with styled_stdout():

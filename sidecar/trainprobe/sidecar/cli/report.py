@@ -51,7 +51,8 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     from trainprobe.sidecar.cli.history import default_log_path
     from trainprobe.sidecar.cli.log_stream import job_names, log_files
     from trainprobe.sidecar.cli.report_page import ReportData, write_report
-    from trainprobe.sidecar.cli.top import TopModel, fetcher
+    from trainprobe.sidecar.cli.top import TopModel
+    from trainprobe.sidecar.cli.top_live import fetcher
     from trainprobe.sidecar.core.jobnames import names_of, resolve_job
 
     job = args.job

@@ -13,26 +13,17 @@ status and diagnosis said it. Keys: ``q`` quits, ``l``/``s`` colour by lag or
 step time.
 
 Everything comes from the ``GetStatus`` and ``Diagnose`` RPCs; the model
-(:class:`TopModel`) is plain data, so the demos render it too.
+(:class:`TopModel`) is plain data, so the demos render it too. This module
+draws a frame; the loop that fetches, redraws and reads keys is :mod:`.top_live`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import select
-import sys
-import time
-from collections.abc import Callable, Iterator
-
 from rich import box
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.cli.top_model import (
     FEED_LINES,
     LAG_BAD_S,
@@ -45,7 +36,7 @@ from trainprobe.sidecar.cli.top_model import (
 )
 from trainprobe.sidecar.core.text import printable
 
-__all__ = ["LAG_BAD_S", "TopModel", "colour", "render", "run"]
+__all__ = ["LAG_BAD_S", "TopModel", "colour", "render"]
 
 #: Lines render itself takes besides the rank rows: the title, the header and
 #: its rule, the feed's head, and a spare line for the prompt.
@@ -224,80 +215,3 @@ def _job_label(names: dict[str, str], job: str, with_id: bool = False) -> str:
     if not name or name == job:
         return printable(job)
     return f"{printable(name)} (id {printable(job)})" if with_id else printable(name)
-
-
-Fetch = Callable[[], tuple[probe_pb2.StatusReply, dict[str, dict]]]
-
-
-def fetcher(stub: object, metadata: tuple, job: str, timeout_s: float) -> Fetch:
-    """Status, then a diagnosis of each job in it, over ``stub``."""
-
-    def fetch() -> tuple[probe_pb2.StatusReply, dict[str, dict]]:
-        reply = stub.GetStatus(  # type: ignore[attr-defined]
-            probe_pb2.StatusRequest(job_id=job), timeout=timeout_s, metadata=metadata
-        )
-        diagnoses = {}
-        for j in sorted({w.job_id for w in reply.workers}):
-            with contextlib.suppress(Exception):  # a job can end between the two calls
-                d = stub.Diagnose(  # type: ignore[attr-defined]
-                    probe_pb2.DiagnoseRequest(job_id=j), timeout=timeout_s, metadata=metadata
-                )
-                diagnoses[j] = json.loads(d.json)
-        return reply, diagnoses
-
-    return fetch
-
-
-@contextlib.contextmanager
-def _keys() -> Iterator[Callable[[float], str]]:
-    """Single key presses from a terminal, without waiting for Enter."""
-    if not sys.stdin.isatty():
-
-        def no_key(timeout: float) -> str:
-            time.sleep(timeout)
-            return ""
-
-        yield no_key
-        return
-    import termios
-    import tty
-
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd)
-    tty.setcbreak(fd)
-
-    def read(timeout: float) -> str:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return os.read(fd, 1).decode(errors="replace") if ready else ""
-
-    try:
-        yield read
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
-def run(fetch: Fetch, interval_s: float, by: str, once: bool = False) -> int:
-    """Refresh every ``interval_s`` until ``q`` (or one frame with ``once``)."""
-    model = TopModel()
-    console = Console()
-    if once:
-        model.update(*fetch(), time.monotonic())
-        console.print(render(model, by, width=console.width))
-        return 0
-    with _keys() as key, Live(console=console, auto_refresh=False, screen=False) as live:
-        while True:
-            model.update(*fetch(), time.monotonic())
-            live.update(_frame(model, by, console), refresh=True)
-            deadline = time.monotonic() + interval_s
-            while (left := deadline - time.monotonic()) > 0:
-                k = key(left).lower()
-                if k == "q":
-                    return 0
-                if k in ("l", "s"):
-                    by = "lag" if k == "l" else "step"
-                    live.update(_frame(model, by, console), refresh=True)
-
-
-def _frame(model: TopModel, by: str, console: Console) -> Group:
-    width, height = console.size
-    return render(model, by, width=width, height=height)
