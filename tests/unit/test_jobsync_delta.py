@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections.abc import Callable
 
 from tests.core_builders import connected, report
 from tests.unit.test_engine import seq
@@ -254,3 +255,80 @@ def test_diagnose_of_a_healthy_job_held_as_a_digest_reads_it_and_asks_for_detail
     assert diag.summary == "no rank is hung or unresponsive (16 ranks reporting, steps 12..12)"
     # Not held here: the next syncs fetch them, so the next diagnose has them.
     assert view.ask("job", mine, False, 100.7) == (True, None)
+
+
+def test_an_evidence_round_waits_for_the_other_nodes_ranks_while_only_the_digest_is_here() -> None:
+    """Ranks 0 and 1 here are stopped; ranks 2 and 3 step on another node. Held
+    as a digest only, the job would look held whole (a pause) on this node's
+    ranks alone: the round waits for the ranks, then kills."""
+    from tests.unit.test_hang_machine import RULES, kinds, tick
+    from trainprobe.sidecar.core import PatienceBook, step
+    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.evidence import RankEvidence
+    from trainprobe.sidecar.core.hangstate import plan_round
+    from trainprobe.sidecar.core.jobdigest import DETAIL_WAIT_S
+
+    t0 = 100.0
+    stopped = {r: RankEvidence(r, state="stopped", samples=2) for r in (0, 1)}
+
+    def theirs(now: float) -> list[RankSummary]:
+        return [rank(r, 4, 9 + int(now - t0), step_age_s=0.2) for r in (2, 3)]
+
+    def opened() -> tuple[CoordinatorState, JobView, Callable[[float], list[str]]]:
+        view = JobView()
+        config = HangConfig(RULES, ActionPolicy(), CulpritPolicy("kill_stalled", 10.0), "here")
+        state, reg = HangState.new(config, PatienceBook(setting_s=0.0), view), Registry()
+        for r in (0, 1):
+            w = connected(reg, r, t0, world=4)
+            reg.apply(w, report(t0 + 4.5, step=5, step_t_s=t0 + 1), t0 + 4.5)
+        c = CoordinatorState(instance="c1")
+        c.sync("there", theirs(t0 + 4.4), None, t0 + 4.4, detail=False)
+        view.update("job", c.sync("here", [], None, t0 + 4.5, detail=False), t0 + 4.5)
+        (watch,) = [e for e in tick(state, reg, t0 + 4.5) if isinstance(e, Watch)]
+
+        def judged(now: float) -> list[str]:
+            plan = plan_round(state, watch.episode, reg.workers(), watch.round)
+            assert plan is not None
+            rnd = EvidenceRound(watch.episode, watch.incident, watch.round, plan.states, stopped)
+            return kinds(step(state, reg.workers(), None, (rnd,), now)[1])
+
+        return c, view, judged
+
+    c, view, judged = opened()
+    assert judged(t0 + 5.5) == ["Watch"]  # nothing decided: the ranks are on their way
+    c.sync("there", theirs(t0 + 5.6), None, t0 + 5.6)
+    view.update("job", c.sync("here", [], None, t0 + 5.7, detail=True), t0 + 5.7)
+    effects = judged(t0 + 6.5)
+    assert "ExecuteAction" in effects and "ResumeJob" not in effects
+    # A coordinator that never sends them does not hold the episode for ever:
+    # judged on this node's ranks alone, as without a coordinator.
+    _, view, judged = opened()
+    assert view.awaiting("job") and judged(t0 + 4.5 + DETAIL_WAIT_S + 0.1) != ["Watch"]
+
+
+def test_another_sidecars_episode_is_followed_once_the_jobs_ranks_are_here() -> None:
+    """Which culprits are this sidecar's to act on needs the job's ranks: with
+    the digest only, the episode is followed at the sync that brings them."""
+    from tests.unit.test_hang_machine import RULES, tick
+    from trainprobe.sidecar.core import EpisodeNote, PatienceBook, summarize
+    from trainprobe.sidecar.core.effects import Inspect
+
+    t0 = 100.0
+    config = HangConfig(RULES, ActionPolicy(), CulpritPolicy(), "here", reads_stacks=True)
+    view = JobView()
+    state, reg = HangState.new(config, PatienceBook(setting_s=0.0), view), Registry()
+    mine = connected(reg, 1, t0, world=2)
+    reg.apply(mine, report(t0 + 4.5, step=7, step_t_s=t0 + 2, sync=seq(7, 7)), t0 + 4.5)
+    theirs = Registry()
+    peer = connected(theirs, 0, t0, world=2)
+    waiting = seq(8, 7, inflight_since_s=t0 + 2)
+    theirs.apply(peer, report(t0 + 4.5, step=7, step_t_s=t0 + 2, sync=waiting), t0 + 4.5)
+    note = EpisodeNote("ep-1", "job", "there", "HUNG", "stall", culprits=(1,))
+    c = CoordinatorState(instance="c1")
+    c.sync("there", [summarize(peer, t0 + 4.5, 10.0)], note, t0 + 4.5)
+    view.update("job", c.sync("here", [], None, t0 + 4.5, detail=False), t0 + 4.5)
+    assert view.episode("job") == note and view.awaiting("job")
+    assert not [e for e in tick(state, reg, t0 + 4.5) if isinstance(e, Inspect)]
+    view.update("job", c.sync("here", [], None, t0 + 4.6, detail=True), t0 + 4.6)
+    (inspect,) = [e for e in tick(state, reg, t0 + 4.6) if isinstance(e, Inspect)]
+    assert inspect.incident.targets == [1]

@@ -58,6 +58,8 @@ def follow(
         mine = served(job_id, workers)
         if not state.episodes.should_follow(note.id, job_id) or all(w.ended for w in mine.values()):
             continue
+        if view.awaiting(job_id):
+            continue  # which culprits are ours needs the job's ranks: the next sync brings them
         # The sidecar that opened it judged the job in trouble: no health gate.
         ranks = summaries(state, workers, job_id, now, verdict_of)
         diag = apply_replicas(ranks, analyze(ranks))

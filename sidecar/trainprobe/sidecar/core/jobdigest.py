@@ -23,6 +23,7 @@ from trainprobe.sidecar.core.diagnosis import RankSummary
 
 __all__ = [
     "DETAIL_LINGER_S",
+    "DETAIL_WAIT_S",
     "DIGEST_MAX_SUSPECTS",
     "REPORTING_REFRESH_S",
     "SUSPECT_AFTER_S",
@@ -44,6 +45,9 @@ SUSPECT_AFTER_S = 1.5
 DIGEST_MAX_SUSPECTS = 16
 #: A sidecar keeps fetching details this long after its last reason to.
 DETAIL_LINGER_S = 10.0
+#: An episode's evidence rounds wait at most this long for the details
+#: (they come at the next sync: an open episode asks for them).
+DETAIL_WAIT_S = 5.0
 #: A reporting rank whose summary is otherwise unchanged is sent again once
 #: its report age at the receivers would pass this, or a third of the
 #: heartbeat limit if less (:func:`refresh_s`): past that limit a receiver

@@ -279,6 +279,11 @@ class JobView:
             for s, age, at in heard.ranks.values()
         ]
 
+    def awaiting(self, job_id: str) -> bool:
+        """Whether only the job's digest is held: its other ranks are yet to come."""
+        heard = self._jobs.get(job_id)
+        return heard is not None and heard.digest is not None and not heard.detail
+
     def detailed(self, job_id: str) -> bool:
         """Whether the others' ranks of the job are held (not only its digest)."""
         heard = self._jobs.get(job_id)

@@ -49,6 +49,7 @@ from trainprobe.sidecar.core.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.evidence import definitive_reason
 from trainprobe.sidecar.core.hangstate import HangConfig, HangState, summaries
 from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.jobdigest import DETAIL_WAIT_S
 from trainprobe.sidecar.core.jobview import analyze_job
 from trainprobe.sidecar.core.model import WorkerState
 from trainprobe.sidecar.core.pause import REMOTE_WORD_MARGIN_S, every_rank, judge_pause, pause_check
@@ -92,6 +93,13 @@ def judge_round(
             _fill(state, incident, ep.diagnosis, j, rnd)
             ep.published = True
             out.append(Publish.of(incident))
+        return out
+    view = state.job_view
+    if view is not None and view.awaiting(ep.job_id) and now - ep.opened_at < DETAIL_WAIT_S:
+        # Only the digest of the other nodes is here (a healthy job needs no
+        # more): this node's ranks alone would make a pause or a culprit of
+        # them. The next sync brings them (an open episode asks).
+        out.append(_next(cfg, rnd))
         return out
     ranks = summaries(state, workers, ep.job_id, now)
     wait_s = cfg.rules.heartbeat_timeout_s + REMOTE_WORD_MARGIN_S
