@@ -4,7 +4,8 @@ A real local Ray, trainprobe's per-node sidecar on its shipped defaults, a
 real TorchTrainer with 2 CPU (gloo) workers running Ray's own integration of
 each framework with trainprobe's callback beside it
 (tests/workers/ray_frameworks.py). On the first attempt rank 1 SIGSTOPs
-itself as step 14 begins, rank 0 waits in the gradient allreduce. A stopped
+itself as step 14 begins (once Ray Train has registered step 10's
+checkpoint), rank 0 waits in the gradient allreduce. A stopped
 rank is definitive evidence: the sidecar names rank 1 and kills it through
 Ray in seconds; Ray Train's ``FailureConfig(max_failures=1)`` starts the group
 again from the checkpoint of step 10, and the run ends at step 20.
@@ -52,6 +53,7 @@ def test_a_stopped_rank_is_killed_and_ray_train_resumes_the_framework(
         "hang_rank": 1,
         "hang_at": HANG_AT,
         "progress": str(progress),
+        "ray_checkpoints": str(workdir / "storage" / name / "checkpoint_manager_snapshot.json"),
     }
     loop = getattr(ray_node.stacks, f"{stack}_train_func")
     trainer = job.make_trainer(

@@ -15,8 +15,9 @@ guides write, plus trainprobe's callback:
   ``ray.train.get_checkpoint()``.
 
 Fault, only in an attempt that resumed no checkpoint: as optimizer step
-``hang_at`` + 1 begins, every rank pauses ``settle_s`` (Ray Train registers
-the last checkpoint meanwhile), then rank ``hang_rank`` SIGSTOPs itself
+``hang_at`` + 1 begins, every rank waits until Ray Train has registered the
+last checkpoint (its controller's ``checkpoint_manager_snapshot.json``, path
+in ``config["ray_checkpoints"]``), then rank ``hang_rank`` SIGSTOPs itself
 (before its backward: its peer waits in the gradient allreduce). Events, one JSON line each in
 ``config["progress"]`` (examples/ray_train_job.py's ``log_event``): ``start``
 (rank, pid, restored_step), ``step`` and ``done`` (rank, step, restored),
@@ -25,6 +26,7 @@ the last checkpoint meanwhile), then rank ``hang_rank`` SIGSTOPs itself
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import tempfile
@@ -40,8 +42,10 @@ DEFAULTS: dict[str, Any] = {
     "ckpt_every": 5,
     "hang_rank": -1,
     "hang_at": -1,
-    # The pause before the fault, for the last checkpoint to be registered.
-    "settle_s": 5.0,
+    # Ray Train's checkpoint_manager_snapshot.json (storage_path/name/): the
+    # fault waits, at most settle_max_s, until it holds the last checkpoint.
+    "ray_checkpoints": "",
+    "settle_max_s": 60.0,
     "progress": "",
 }
 BATCH = 4
@@ -70,7 +74,10 @@ class _Fault:
         # Every rank, between two steps (no collective in flight): Ray Train
         # registers a checkpoint once its controller has polled every
         # worker's report (every 2 s); a worker stopped before that loses it.
-        time.sleep(cfg["settle_s"])
+        want = done // cfg["ckpt_every"] * cfg["ckpt_every"]
+        deadline = time.monotonic() + cfg["settle_max_s"]
+        while _registered_step(cfg["ray_checkpoints"]) < want and time.monotonic() < deadline:
+            time.sleep(0.1)
         if self.rank == cfg["hang_rank"]:
             log_event(cfg["progress"], event="hang", rank=self.rank, pid=os.getpid(), step=done)
             os.kill(os.getpid(), signal.SIGSTOP)
@@ -82,6 +89,16 @@ class _Fault:
     def done(self, step: int) -> None:
         progress = self.cfg["progress"]
         log_event(progress, event="done", rank=self.rank, step=step, restored=self.restored)
+
+
+def _registered_step(snapshot: str) -> int:
+    """The highest step among the checkpoints Ray Train registered (0: none, or unreadable)."""
+    try:
+        with open(snapshot) as fh:
+            results = json.load(fh)["checkpoint_results"]
+        return max((int(r["metrics"].get("step", 0)) for r in results), default=0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def lightning_train_func(config: dict[str, Any]) -> None:
