@@ -9,10 +9,10 @@
 Each benchmark runs in its own process and writes its result file (with the
 command that produced it and the machine's load); bench/render.py then renders
 the page and plots from every result file. The benchmarks that no figure of the
-page comes from (``EXTRA``) run too, and only print their tables. The order
-puts the CPU-sensitive measurements first, while the machine is quietest, and
-the long detection, fault-matrix and recovery (restart, replicas) benchmarks
-last. The GPU figure
+page comes from (``EXTRA``, most of them in bench/probes/) run too, and
+only print their tables. The order puts the CPU-sensitive measurements first,
+while the machine is quietest, and the long detection, fault-matrix and
+recovery (restart, replicas) benchmarks last. The GPU figure
 (``sync_gpu``) needs a GPU machine: run ``bench/bench_sync_gpu.py --json
 bench/results/sync_gpu.json`` there; the restarts' quiet-machine rows
 (``restart_quiet``) need a quiet one: ``bench/bench_restart.py --modes stop``
@@ -152,19 +152,20 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
 #: Scripts whose result file is named by another flag than --json.
 OUT_FLAG = {"bench_torchft.py": "--out"}
 #: Benchmarks that no figure of the page comes from: run (not in --quick), printed.
+#: Paths are relative to bench/; the probes among them live in bench/probes/.
 EXTRA = [
-    ["bench_sidecar_otel.py", "--rounds", "7"],
-    ["bench_sidecar_otel.py", "--encoder"],
-    ["bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
-    ["bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
-    ["bench_arrival.py", "--workers", "1000", "--collectives", "8"],
-    *(["bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
-    ["bench_grpc_relay.py", "--parse"],
-    ["bench_otel_export.py"],
+    ["probes/bench_sidecar_otel.py", "--rounds", "7"],
+    ["probes/bench_sidecar_otel.py", "--encoder"],
+    ["probes/bench_culprit.py", "--trials", "5", "--mode", "sleep", "--watch-ddp"],
+    ["probes/bench_culprit.py", "--trials", "3", "--mode", "stop", "--watch-ddp"],
+    ["probes/bench_arrival.py", "--workers", "1000", "--collectives", "8"],
+    *(["probes/bench_sidecar_cpu.py", "--telemetry", t] for t in ("on", "off")),
+    ["probes/bench_grpc_relay.py", "--parse"],
+    ["probes/bench_otel_export.py"],
     # Issue 21: what a session costs, by structure and as the process's RSS at
     # the 10,000-session cap, over churn rounds and after close (goal <= 150 MB).
     ["session_structures.py", "--json", "bench/results/session_structures.json"],
-    ["bench_sessions.py", "--json", "bench/results/sessions.json"],
+    ["probes/bench_sessions.py", "--json", "bench/results/sessions.json"],
     # Issue 21: 2,000 workers at 10 Hz over direct streams, as shipped (telemetry
     # on): false incidents, reports shed, and the probes' time to a verdict.
     [
@@ -173,7 +174,7 @@ EXTRA = [
         *("--duration", "30", "--profile-workers", "0"),
         *("--json", "bench/results/scale_overload.json"),
     ],
-    ["speed_probe.py"],
+    ["probes/speed_probe.py"],
 ]
 
 

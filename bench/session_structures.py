@@ -11,7 +11,7 @@ handed to the sidecar's Telemetry (``--telemetry on``, as shipped: metrics
 and every 100th step traced) and trimmed as the servicer does. Python's
 allocations that survive are counted per session, by the source line that
 made them; gRPC's own per-stream memory (C, outside tracemalloc) is not in
-it: bench/bench_sessions.py measures the whole process.
+it: bench/probes/bench_sessions.py measures the whole process.
 """
 
 from __future__ import annotations

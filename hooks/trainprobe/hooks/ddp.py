@@ -19,7 +19,7 @@ hook, like PyTorch's, divides by the group size.
 
 Hot path cost per bucket: a sequence number, a clock read, one small list, a
 deque append and the same single ``.then`` callback the default hook has; on
-CUDA also two event records (bench/bench_sync.py, bench/HISTORY.md).
+CUDA also two event records (bench/probes/bench_sync.py, bench/HISTORY.md).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def default_allreduce_hook(
     """DDP's own allreduce, timed. Register it with the process group as state.
 
     The CPU and CUDA variants are separate functions because every branch and
-    call on this path shows in the per-bucket budget (bench/bench_sync.py).
+    call on this path shows in the per-bucket budget (bench/probes/bench_sync.py).
     """
     import torch.distributed as dist
 

@@ -9,7 +9,7 @@ keeps its shared store server across rounds. A restarted rank then reads its
 dead peer's gloo address, left in the store by the attempt before, and
 ``init_process_group`` hangs until the process group's timeout, then fails
 ("Gloo connectFullMesh failed ... Connection refused"): 9 of 15 restarts
-without this, 0 of 15 with it (bench/bench_startup.py).
+without this, 0 of 15 with it (bench/probes/bench_startup.py).
 
 :func:`install_restart_prefix` wraps the env:// handler so that, from the
 first restart on, the store it returns is prefixed by the attempt

@@ -1,6 +1,6 @@
 """The OTLP-JSON export and a first report's cost, in process (issue 15).
 
-    python bench/bench_otel_export.py [--workers 1000] [--rounds 20]
+    python bench/probes/bench_otel_export.py [--workers 1000] [--rounds 20]
 
 Three figures, each in this thread's CPU time:
 
@@ -20,12 +20,11 @@ import argparse
 import asyncio
 import sys
 import time
-from pathlib import Path
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path, bench_telemetry, observing_sidecar_cli
 
 add_repo_to_path()
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen import Sim  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics  # noqa: E402

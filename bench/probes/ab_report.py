@@ -1,6 +1,6 @@
-"""Medians and new/old ratios of bench/device_ab.sh's results.
+"""Medians and new/old ratios of bench/probes/device_ab.sh's results.
 
-python bench/ab_report.py OUT_DIR     # prints a Markdown table
+python bench/probes/ab_report.py OUT_DIR     # prints a Markdown table
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Detection latency, and the time to a named culprit, in the same runs.
 
-    python bench/bench_culprit.py [--trials 5] [--ranks 4] [--stall-timeout-s 5]
+    python bench/probes/bench_culprit.py [--trials 5] [--ranks 4] [--stall-timeout-s 5]
                                   [--mode sleep|stop|gil] [--watch-ddp] [--json OUT]
 
 Each trial starts a real sidecar process and real gloo ranks
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for  # noqa: E402

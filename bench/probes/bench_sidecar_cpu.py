@@ -1,6 +1,6 @@
 """The whole sidecar's CPU per relayed report, in one process, with no generators.
 
-    python bench/bench_sidecar_cpu.py [--workers 1000] [--hz 10] [--per-node 8]
+    python bench/probes/bench_sidecar_cpu.py [--workers 1000] [--hz 10] [--per-node 8]
         [--interval-ms 500] [--issue-times 8] [--duration 20] [--warmup 12]
         [--telemetry on|off] [--profile OUT.pstats] [--json OUT]
 
@@ -31,13 +31,12 @@ import cProfile
 import random
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path, observing_sidecar_cli, write_result
 
 add_repo_to_path()
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from relay_loadgen import FastSim, relayed  # noqa: E402
 

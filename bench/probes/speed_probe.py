@@ -1,6 +1,6 @@
 """How fast this machine runs plain Python right now: a fixed dict loop, in ms.
 
-    python bench/speed_probe.py
+    python bench/probes/speed_probe.py
 
 Best of 5 runs of the same 2M-iteration loop, in this thread's CPU time. The
 VM these benchmarks run on changes speed by tens of per cent within minutes

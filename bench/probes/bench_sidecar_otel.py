@@ -1,6 +1,6 @@
 """Sidecar CPU per 1,000 reports/s with telemetry off and on, side by side.
 
-    python bench/bench_sidecar_otel.py [--rounds 5] [--window-s 5] [--rate 1000]
+    python bench/probes/bench_sidecar_otel.py [--rounds 5] [--window-s 5] [--rate 1000]
                                       [--workers 8] [--json OUT]
 
 Every mode is its own real sidecar process (the CLI), started once; the rounds
@@ -40,7 +40,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402

@@ -1,6 +1,6 @@
 """What sessions cost the sidecar: RSS at the session cap, after churn, after close.
 
-    python bench/bench_sessions.py [--sessions 10000] [--rounds 3] [--hz 1]
+    python bench/probes/bench_sessions.py [--sessions 10000] [--rounds 3] [--hz 1]
         [--steps-per-report 20] [--generators 2] [--settle-s 10] [--after-s 30]
         [--telemetry on|off] [--quick] [--json OUT]
 
@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path, rss_bytes, write_result
 
 add_repo_to_path()
@@ -46,7 +47,7 @@ import grpc  # noqa: E402
 from tests.support import PYTHON, SidecarProcess, child_env, short_tmpdir  # noqa: E402
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/: loadgen, relay_loadgen
 GOAL_BYTES = 150 * 1000 * 1000
 
 

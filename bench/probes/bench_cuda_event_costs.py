@@ -6,7 +6,7 @@ without a stream builds a ``torch.cuda.Stream`` for the current stream on
 every call, so the hook records on cached stream objects instead
 (``EventPool.record``).
 
-    python bench/bench_cuda_event_costs.py [--json OUT]
+    python bench/probes/bench_cuda_event_costs.py [--json OUT]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / d) for d in ("proto", "hooks")]
 
 from trainprobe.hooks.cuda_events import EventPool  # noqa: E402

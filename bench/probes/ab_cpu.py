@@ -1,6 +1,6 @@
 """bench_report_path's stages in CPU time, for A/B runs on a shared machine.
 
-    cd TREE && PYTHONPATH=proto:hooks:sidecar python /path/to/bench/ab_cpu.py \
+    cd TREE && PYTHONPATH=proto:hooks:sidecar python /path/to/bench/probes/ab_cpu.py \
         [--repeats 10] [--workers 2000] >> OUT/TREE.jsonl
 
 The same workers and reports as bench/bench_report_path.py, but each stage is

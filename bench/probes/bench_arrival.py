@@ -1,6 +1,6 @@
 """What the arrival-lag computation costs the sidecar, per report, without the network.
 
-    python bench/bench_arrival.py [--workers 1000] [--collectives 8] [--repeats 7]
+    python bench/probes/bench_arrival.py [--workers 1000] [--collectives 8] [--repeats 7]
         [--quick] [--json OUT]
 
 ``--workers`` simulated ranks of one job report rounds of the same collectives
@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path, write_result
 
 add_repo_to_path()

@@ -3,13 +3,13 @@
 # machine (16 cores, nothing else running): is a change within noise of the
 # code before it? Rounds interleave the trees so that drift hits both alike.
 #
-#   bash bench/device_ab.sh OLD_TREE NEW_TREE OUT_DIR [ROUNDS] [--quick]
+#   bash bench/probes/device_ab.sh OLD_TREE NEW_TREE OUT_DIR [ROUNDS] [--quick]
 #
 # Each tree runs from its own source (PYTHONPATH=proto:hooks:sidecar) with the
 # machine's python3 (torch, grpcio, protobuf preinstalled; telemetry off, as
 # OpenTelemetry is not there). Results: OUT_DIR/<side>-<bench>-<round>.json
 # (their output in OUT_DIR/runs.log);
-# bench/ab_report.py turns them into medians and new/old ratios.
+# bench/probes/ab_report.py turns them into medians and new/old ratios.
 set -u
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd); out=$(mkdir -p "$3" && cd "$3" && pwd)
 rounds=${4:-2}; quick=${5:-}

@@ -1,6 +1,6 @@
 """What gRPC alone costs the upstream per RelayBatch: a bare grpc.aio server.
 
-    python bench/bench_grpc_relay.py [--workers 1000] [--per-node 8]
+    python bench/probes/bench_grpc_relay.py [--workers 1000] [--per-node 8]
         [--interval-ms 500] [--issue-times 8] [--parse] [--duration 10]
 
 A ``Relay`` method that only counts the batches it reads (``--parse``: also
@@ -24,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path
 
 add_repo_to_path()
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/: loadgen, relay_loadgen
 
 
 def serve(path: str, parse: bool, warmup: float, duration: float) -> dict[str, float]:

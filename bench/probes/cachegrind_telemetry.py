@@ -1,7 +1,7 @@
 """One run of the report path for valgrind's instruction counts (issue 15).
 
     cd TREE && PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \\
-        --cachegrind-out-file=/dev/null python /path/to/bench/cachegrind_telemetry.py \\
+        --cachegrind-out-file=/dev/null python /path/to/bench/probes/cachegrind_telemetry.py \\
         {gen|parse|conv|base|tel|tel_notrace|tel_nometrics} ROUNDS WORKERS
 
 ``WORKERS`` simulated ranks each send ``ROUNDS`` reports (2 steps and 8

@@ -1,6 +1,6 @@
 """What verified identity costs: the hook's ticket fetch, and the per-report check.
 
-    python bench/bench_identity.py [--fetches 500] [--reports 20000] [--repeats 7]
+    python bench/probes/bench_identity.py [--fetches 500] [--reports 20000] [--repeats 7]
 
 1. ``fetch_ticket``: the round trip a hook makes once per session, before its
    Hello (never per step), against a real identity socket served by a
@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path
 
 add_repo_to_path()

@@ -1,7 +1,7 @@
 """Start-up hangs: how soon a rank stuck before init_process_group is named,
 and whether torchrun's restarts get through a plain init_process_group.
 
-    python bench/bench_startup.py [--trials 3] [--restart-runs 5] [--out bench/results]
+    python bench/probes/bench_startup.py [--trials 3] [--restart-runs 5] [--out bench/results]
 
 1. ``--trials`` times: real torchrun, 3 gloo ranks of tests/workers/restart_init.py,
    rank 1 sleeping before init_process_group on attempt 0, a real sidecar
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.support import PYTHON, child_env, read_jsonl, sidecar  # noqa: E402
@@ -98,7 +98,7 @@ def main() -> int:
             for mode in ("no_hook", "hook")
         }
     result = {
-        "command": " ".join(["python", "bench/bench_startup.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "bench/probes/bench_startup.py", *sys.argv[1:]]),
         "load_average_at_start": round(load, 1),
         "named_after_peers_s": [round(x, 2) for x in named],
         "named_after_peers_median_s": round(statistics.median(named), 2),

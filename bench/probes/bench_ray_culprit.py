@@ -1,6 +1,6 @@
 """Onset to a named culprit across nodes, on a 2-node ``ray.cluster_utils.Cluster``.
 
-    PYTHONPATH=proto:hooks:sidecar python bench/bench_ray_culprit.py [--trials 3]
+    PYTHONPATH=proto:hooks:sidecar python bench/probes/bench_ray_culprit.py [--trials 3]
         [--sync-timeout-s 2] [--sync-interval-ms 200] [--json OUT]
 
 One local cluster of two Ray nodes with a trainprobe sidecar actor on each.
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.ray_support import ray_environment  # noqa: E402

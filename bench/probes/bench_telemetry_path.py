@@ -1,6 +1,6 @@
 """Telemetry's CPU per report, in process, for one or two sidecar trees side by side.
 
-    python bench/bench_telemetry_path.py [--workers 1000] [--rounds 20] [--repeats 5]
+    python bench/probes/bench_telemetry_path.py [--workers 1000] [--rounds 20] [--repeats 5]
         [--issue-times 8] [--before-src DIR] [--json OUT]
 
 Why in process: on this shared 2-core VM the end-to-end scale benchmark
@@ -31,9 +31,10 @@ import sys
 import time
 from pathlib import Path
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import REPO, bench_telemetry, write_result
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/: loadgen, relay_loadgen
 
 
 def child(args: argparse.Namespace) -> dict[str, object]:

@@ -15,7 +15,7 @@ the median over rounds. The buckets are DDP's own GradBucket objects, taken
 from a real backward pass. Between rounds the ledger is drained, as the
 reporter thread would.
 
-    python bench/bench_sync.py [--calls 20000] [--rounds 5] [--json OUT]
+    python bench/probes/bench_sync.py [--calls 20000] [--rounds 5] [--json OUT]
 
 With ``--cuda`` the same runs over NCCL on GPU 0 (world size 1), where the
 watched hook also records two CUDA events per bucket; the GPU is synchronized
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / d) for d in ("proto", "hooks", "sidecar")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / d) for d in ("proto", "hooks", "sidecar")]
 
 from trainprobe.hooks import LivenessProbeHook  # noqa: E402
 from trainprobe.hooks.ddp import default_allreduce_hook  # noqa: E402

@@ -1,6 +1,6 @@
 """Issue 12's two clocks, a small check under the shipped defaults (not the fault matrix).
 
-    python bench/bench_two_clocks.py [--trials 5] [--ranks 2] [--json OUT]
+    python bench/probes/bench_two_clocks.py [--trials 5] [--ranks 2] [--json OUT]
 
 2-rank gloo DDP jobs (``tests/workers/ddp_worker.py``, ~50 ms steps, the hook's
 default 1 s interval, **no** ``watch_ddp``), a sidecar with no flags at all.
@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 
+import _bench  # noqa: F401  (bench/ on sys.path)
 from _common import add_repo_to_path, write_result
 
 add_repo_to_path()
