@@ -208,3 +208,35 @@ def test_a_100_ms_reporter_is_read_after_half_a_second() -> None:
     watch = StoppedWatch()
     assert watch.check(ws, T0 + 0.45)[0] == []
     assert ranks(watch.check(ws, T0 + 0.55)[0]) == [1]
+
+
+def test_a_silent_rank_beside_it_that_runs_holds_the_finding_back() -> None:
+    """Rank 0 is local and silent too, and reads running (a C call holding the
+    GIL): it is stuck on its own, which the episode tells only once its silence
+    is stale; the rules' clocks open the episode instead, as before."""
+    ws = job()
+    watch = StoppedWatch()
+    now = T0 + 1.3
+    assert ranks(watch.check(ws, now)[0]) == [0, 1]
+    watch.seen(ws[0], "R", now)
+    watch.seen(ws[1], "T", now)
+    watch.check(ws, now + CONFIRM_GAP_S)
+    watch.seen(ws[1], "T", now + CONFIRM_GAP_S)
+    assert watch.check(ws, now + 0.3)[1] == []
+
+
+def test_a_whole_job_stopped_here_is_confirmed_rank_by_rank_for_the_round() -> None:
+    """Both ranks stopped: once both are confirmed, both findings stand (the
+    episode's round then finds every rank held: a pause)."""
+    ws = job()
+    watch = StoppedWatch()
+    now = T0 + 1.3
+    watch.check(ws, now)
+    for w in ws:
+        watch.seen(w, "T", now)
+    watch.check(ws, now + CONFIRM_GAP_S)
+    watch.seen(ws[1], "T", now + CONFIRM_GAP_S)
+    assert watch.check(ws, now + 0.3)[1] == []  # rank 0 silent, not confirmed yet
+    watch.seen(ws[0], "T", now + 0.3)
+    found = watch.check(ws, now + 0.35)[1]
+    assert sorted(f.key.rank for f in found) == [0, 1]

@@ -20,13 +20,16 @@ client's word):
 - any other read waits :data:`READ_EVERY_S` for the next one, so a silent but
   running rank (a C call holding the GIL) costs one small read a second.
 
-A whole job held at once (Slurm's suspend) is a pause, not a hang, and the
-round tells it from ``/proc`` for the ranks read here. A rank of the job this
-sidecar cannot read (relayed, unverified, or another sidecar's) that is
-silent too might be held as well, with its word not in yet: while one is,
-the finding waits, and the rules' own clocks (the stall floor, the
-heartbeat) open the episode as before. Pure: the engine reads ``/proc`` off
-its loop and says what it found (:meth:`StoppedWatch.seen`).
+The finding stands alone: while another rank of the job is silent too and
+not confirmed stopped here, it waits, and the rules' own clocks (the stall
+floor, the heartbeat) open the episode as before. Such a rank may be held as
+well with its word not in yet (relayed, unverified, another sidecar's: a
+whole job held at once is a pause, not a hang), or run silently, stuck on
+its own, which the episode's round tells only once its silence is
+``stale_after_s`` (and then sweeps it beside the stopped one). A whole job
+stopped on this host is confirmed rank by rank, and its round finds the
+pause. Pure: the engine reads ``/proc`` off its loop and says what it found
+(:meth:`StoppedWatch.seen`).
 """
 
 from __future__ import annotations
@@ -162,10 +165,13 @@ class StoppedWatch:
     ) -> list[Finding]:
         out: list[Finding] = []
         blocked: dict[str, bool] = {}
+        confirmed = {w.key for w, _, _ in stopped}
         for w, silence, r in stopped:
             job = w.hello.job_id
             if job not in blocked:
-                blocked[job] = _unread_silent(job, w, workers, now, allowance_s, others(job))
+                blocked[job] = _silent_beside(
+                    job, confirmed, w, workers, now, allowance_s, others(job)
+                )
             if blocked[job]:
                 continue
             (t0, _), (t1, _) = r.reads[-2], r.reads[-1]
@@ -211,22 +217,25 @@ def _wait(reads: list[tuple[float, str]]) -> float:
     return READ_EVERY_S
 
 
-def _unread_silent(
+def _silent_beside(
     job: str,
+    confirmed: set[WorkerKey],
     stopped: WorkerState,
     workers: Sequence[WorkerState],
     now: float,
     allowance_s: float,
     remote: Iterable[RankSummary],
 ) -> bool:
-    """Whether a live rank of ``job`` this sidecar cannot read is silent too: it
-    may be held as well (a pause), its word not in yet."""
+    """Whether another live rank of ``job``, not confirmed stopped here, is silent
+    too: one this sidecar cannot read may be held as well (a pause, its word not
+    in yet), and one that runs silently is stuck on its own, which the episode
+    tells only once its silence is ``stale_after_s`` (``refine``'s ``stuck``)."""
     for w in workers:
         if (
             w.hello.job_id == job
+            and w.key not in confirmed
             and w.connected
             and not w.ended
-            and not _readable(w)
             and not w.killed_by_us
             and _silence(w, now, allowance_s) > silent_after_s(heard_every_ms(w))
         ):
