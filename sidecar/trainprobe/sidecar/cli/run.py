@@ -105,14 +105,18 @@ def add_run_parser(sub: Any) -> None:
         "(default: %(default)s; torchft's 60000)",
     )
     p.add_argument(
-        "--backoff-s", type=float, default=1.0, help="first restart delay (default: %(default)s)"
+        "--backoff-s",
+        type=float,
+        default=1.0,
+        help="restart delay after a second failure in a row; the first restarts at once "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--backoff-max-s",
         type=float,
         default=30.0,
-        help="restart delay cap; the delay doubles for each failure within 60 s of a "
-        "start (default: %(default)s)",
+        help="restart delay cap; the delay doubles for each further failure within 60 s "
+        "of a start (default: %(default)s)",
     )
     p.add_argument(
         "--stop-grace-s",

@@ -5,12 +5,14 @@ and torchft give a replica group's ranks (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` of the group's own store,
 ``REPLICA_GROUP_ID``, ``NUM_REPLICA_GROUPS``, ``TORCHFT_LIGHTHOUSE``). When
 one of its processes fails (an eviction by the sidecar, a crash), the rest of
-the group is stopped and the group alone starts again after a back-off: 1 s,
-doubled for each failure that follows a run shorter than ``reset_s``, capped;
-a group that ran longer than ``reset_s`` starts over at 1 s, so an evicted
-group rejoins at once and a group that cannot start is never restarted in a
-tight loop. A group whose processes all exit 0 is done. Every output line is
-printed with its group and rank in front (``[replica1:0] ...``).
+the group is stopped and the group alone starts again: at once after its
+first failure (an evicted group's way back waits for nothing), then, while it
+keeps failing within ``reset_s`` of a start, after 1 s, doubled each time,
+capped; a group that ran longer than ``reset_s`` starts over at once. A group
+that cannot start is never restarted in a tight loop (and the sidecar backs
+off its own evictions of one place: core/patience.py). A group whose processes
+all exit 0 is done. Every output line is printed with its group and rank in
+front (``[replica1:0] ...``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ class Backoff:
 
     def after(self, ran_s: float) -> float:
         self.quick_failures = self.quick_failures + 1 if ran_s < self.reset_s else 1
-        return float(min(self.max_s, self.first_s * 2 ** (self.quick_failures - 1)))
+        if self.quick_failures == 1:
+            return 0.0
+        return float(min(self.max_s, self.first_s * 2 ** (self.quick_failures - 2)))
 
 
 @dataclass
