@@ -62,7 +62,7 @@ def import_as_ray_workers_do(name: str) -> Any:
     Ray's workers know it by, so that its functions are pickled by reference."""
     for d in (str(EXAMPLES), str(WORKERS)):
         if d not in sys.path:
-            sys.path.insert(0, d)
+            sys.path.append(d)  # last: never shadows what the tests import
     return importlib.import_module(name)
 
 

@@ -74,7 +74,7 @@ class _Fault:
         # Every rank, between two steps (no collective in flight): Ray Train
         # registers a checkpoint once its controller has polled every
         # worker's report (every 2 s); a worker stopped before that loses it.
-        want = done // cfg["ckpt_every"] * cfg["ckpt_every"]
+        want = done // cfg["ckpt_every"] * cfg["ckpt_every"] if cfg["ray_checkpoints"] else 0
         deadline = time.monotonic() + cfg["settle_max_s"]
         while _registered_step(cfg["ray_checkpoints"]) < want and time.monotonic() < deadline:
             time.sleep(0.1)
