@@ -1,0 +1,91 @@
+"""The engine's early read of a silent local rank, on a fake clock and a real process.
+
+A real child process, really SIGSTOPped (state T in its /proc), is the
+session's verified pid; the engine reads it with its own reader
+(``ports.proc_states``, a worker thread) and opens the episode with a
+``stopped`` incident after two reads, long before the 3 s stall floor. While
+the sidecar is itself behind its reports (core/pace.py), the same silence is
+its own lateness: nothing is read and nothing opens. Registry, rules, the
+hang machine, Actions and the incident log are real; the killer records
+(tests/unit/test_engine.py's ``FakeKiller``), so no signal is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.core_builders import hello, report
+from tests.unit.test_engine import T0, build
+from trainprobe.sidecar.act.procs import proc_start_ticks
+from trainprobe.sidecar.core.hello import VerifiedProcess
+from trainprobe.sidecar.core.model import Verdict, WorkerState
+from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.stopped import CONFIRM_GAP_S
+from trainprobe.sidecar.engine import Engine
+
+
+@contextmanager
+def stopped_child() -> Iterator[int]:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def local(reg: Registry, rank: int, pid: int) -> WorkerState:
+    h = hello(rank=rank, world=2, pid=pid)
+    w = reg.open(h, T0 - 5, VerifiedProcess(pid, os.getuid(), proc_start_ticks(pid)))
+    w.local = True
+    reg.apply(w, report(T0, step=10, seq=1), T0)
+    return w
+
+
+async def ticks(engine: Engine, clock: object, peer: WorkerState, times: list[float]) -> list:
+    opened = []
+    for t in times:
+        clock.now = peer.last_report_at = t  # type: ignore[attr-defined]
+        opened += engine.tick()
+        await engine._reads.wait(10)  # the read, off the loop, comes back
+    return opened
+
+
+def test_a_stopped_local_rank_opens_its_episode_after_two_reads(tmp_path: Path) -> None:
+    engine, reg, _, clock, _ = build(tmp_path, patience_s=None)
+    with stopped_child() as pid:
+        peer, rank1 = local(reg, 0, os.getpid()), local(reg, 1, pid)
+
+        async def run() -> list:
+            steps = [T0 + 1.0, T0 + 1.3, T0 + 1.3 + CONFIRM_GAP_S, T0 + 1.6]
+            opened = await ticks(engine, clock, peer, steps)
+            await engine.drain()
+            return opened
+
+        opened = asyncio.run(run())
+    (inc,) = opened
+    assert (inc.rule, inc.verdict, inc.ranks) == ("stopped", Verdict.UNRESPONSIVE, [1])
+    assert inc.evidence["1"]["state"] == "T" and rank1.verdict is Verdict.UNRESPONSIVE
+    assert abs(inc.onset_at - T0) < 1e-6  # its last report
+
+
+def test_a_sidecar_behind_its_reports_reads_nobody(tmp_path: Path) -> None:
+    engine, reg, _, clock, _ = build(tmp_path, patience_s=None)
+    with stopped_child() as pid:
+        peer, _rank1 = local(reg, 0, os.getpid()), local(reg, 1, pid)
+        # Our own loop ran 2 s late a moment ago: 1.6 s of silence is ours.
+        engine.pace.note_tick(T0 + 1.0, 2.1, 0.1)
+
+        async def run() -> list:
+            steps = [T0 + 1.0, T0 + 1.3, T0 + 1.3 + CONFIRM_GAP_S, T0 + 1.6]
+            return await ticks(engine, clock, peer, steps)
+
+        assert asyncio.run(run()) == []
+        assert len(engine.stopped) == 0
