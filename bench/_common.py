@@ -30,6 +30,17 @@ def add_repo_to_path() -> None:
             sys.path.insert(0, str(p))
 
 
+def sidecar_env(src: str) -> dict[str, str]:
+    """Run the sidecar from another checkout's ``sidecar/`` (A/B in one run); the wire
+    (proto) and the hooks stay this checkout's. Packages the machine lacks may come
+    in on PYTHONPATH: kept after the tree's."""
+    if not src:
+        return {}
+    roots = [str(Path(src).resolve() / "sidecar"), str(REPO / "proto"), str(REPO / "hooks")]
+    extra = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    return {"PYTHONPATH": os.pathsep.join(roots + extra)}
+
+
 def percentile(xs: Sequence[float], q: float) -> float:
     """Nearest-rank percentile, ``q`` in 0..1; nan for no data."""
     if not xs:

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, write_result
+from _common import add_repo_to_path, cpu_seconds, sidecar_env, write_result
 
 add_repo_to_path()
 
@@ -46,16 +45,6 @@ HERE = Path(__file__).resolve().parent
 WORKER_ARGS = ["--steps", "1000000", "--step-s", "0.1", "--interval-ms", "100"]
 REAL_JOB = "real"
 SAMPLE_EVERY_S = 5.0
-
-
-def sidecar_env(src: str) -> dict[str, str]:
-    if not src:
-        return {}
-    repo = HERE.parent
-    roots = [str(Path(src).resolve() / "sidecar"), str(repo / "proto"), str(repo / "hooks")]
-    # Packages the machine lacks may come in on PYTHONPATH: kept after the tree's.
-    extra = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
-    return {"PYTHONPATH": os.pathsep.join(roots + extra)}
 
 
 def ingest_of(sc: SidecarProcess, timeout_s: float = 3.0) -> dict[str, Any]:
