@@ -36,7 +36,7 @@ layer; the rest of the RSS step is C (gRPC core, glibc). With ``--pymalloc``
 (untraced) the sidecar writes CPython's allocator figures at each stage
 (``sys._debugmallocstats``): small objects' live bytes, and what pymalloc holds
 free in used pools and empty ones, so the RSS splits into live Python objects,
-pymalloc's fragmentation and the rest.
+pymalloc's fragmentation and the rest (bench/sidecar_memory.py injects both).
 """
 
 from __future__ import annotations
@@ -51,94 +51,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, add_repo_to_path, cpu_seconds, rss_bytes, write_result
+from _common import add_repo_to_path, cpu_seconds, rss_bytes, write_result
 
 add_repo_to_path()
 
 import grpc  # noqa: E402
 from loadgen import Sim, end_call  # noqa: E402
+from sidecar_memory import MALLOCSTATS, TRACER, anon_kinds, pymalloc_figures, with_site  # noqa: E402
 
 from tests.support import SidecarProcess, short_tmpdir  # noqa: E402
 from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
-
-TRACER = """
-import os, signal, tracemalloc, linecache
-_FRAMES = int(os.environ.get("TP_TRACE_FRAMES", "1"))
-tracemalloc.start(_FRAMES)
-_OUT = os.environ["TP_TRACE_OUT"]
-_base = [None]
-
-def _dump(signum, frame):
-    import gc
-    gc.collect()
-    snap = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen*")])
-    top = []
-    if _base[0] is not None:
-        by = "traceback" if _FRAMES > 1 else "lineno"
-        for s in snap.compare_to(_base[0], by)[:int(os.environ.get("TP_TRACE_TOP", "12"))]:
-            where = " < ".join(
-                f"{f.filename.rsplit('site-packages/', 1)[-1].rsplit('/', 1)[-1]}:{f.lineno}"
-                for f in reversed(s.traceback))
-            top.append([where, s.size_diff])
-    _base[0] = snap
-    with open(_OUT, "a") as fh:
-        fh.write(repr([tracemalloc.get_traced_memory()[0], top]) + "\\n")
-
-signal.signal(signal.SIGUSR2, _dump)
-"""
-
-MALLOCSTATS = """
-import gc, os, signal, sys
-
-def _dump(signum, frame):
-    gc.collect()
-    fd = os.open(os.environ["TP_MALLOC_OUT"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    saved = os.dup(2)
-    os.dup2(fd, 2)  # _debugmallocstats writes to C stderr
-    try:
-        os.write(2, b"=== stage\\n")
-        sys._debugmallocstats()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-
-signal.signal(signal.SIGUSR2, _dump)
-"""
-#: The lines of ``sys._debugmallocstats`` kept, by the name given them here.
-PYMALLOC_FIGURES = {
-    "# bytes in allocated blocks": "pymalloc_live",
-    "# bytes in available blocks": "pymalloc_free_in_pools",
-    "unused pools": "pymalloc_empty_pools",
-    "# arenas allocated current": "pymalloc_arenas",
-}
-
-
-def pymalloc_figures(text: str) -> dict[str, int]:
-    """The last stage's figures from ``_debugmallocstats`` output."""
-    last = text.rsplit("=== stage", 1)[-1]  # one stage's dump, or all of them
-    out: dict[str, int] = {}
-    for line in last.splitlines():
-        for label, key in PYMALLOC_FIGURES.items():
-            if line.startswith(label) or (label[0] != "#" and label in line):
-                out[key] = int(line.rsplit("=", 1)[-1].strip().replace(",", ""))
-    return out
-
-
-def anon_kinds(pid: int) -> dict[str, int]:
-    """Resident anonymous memory of ``pid`` by mapping: the brk heap and the rest."""
-    out = {"heap": 0, "anon_other": 0, "file": 0}
-    kind = "file"
-    with open(f"/proc/{pid}/smaps") as fh:
-        for line in fh:
-            head = line.split(maxsplit=6)
-            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-                name = head[5].strip() if len(head) > 5 else ""
-                kind = "heap" if name == "[heap]" else "anon_other" if not name else "file"
-            elif head[0] == "Rss:":
-                out[kind] += int(head[1]) * 1024
-    return out
 
 
 class Stages:
@@ -321,16 +243,6 @@ async def wait_sessions(sc: SidecarProcess, n: int, timeout_s: float = 300.0) ->
                 return
             await asyncio.sleep(0.5)
     raise RuntimeError(f"fewer than {n} sessions after {timeout_s:.0f} s")
-
-
-def with_site(work: Path, code: str, out_env: str) -> tuple[Path, dict[str, str]]:
-    """A sitecustomize running ``code`` in the sidecar, which writes to the file it
-    gets in ``out_env``: that file, and the sidecar's environment."""
-    (work / "site").mkdir()
-    (work / "site" / "sitecustomize.py").write_text(code)
-    out = work / "stats.txt"
-    roots = [str(work / "site")] + [str(REPO / d) for d in ("proto", "hooks", "sidecar")]
-    return out, {"PYTHONPATH": os.pathsep.join(roots), out_env: str(out)}
 
 
 def main() -> int:
