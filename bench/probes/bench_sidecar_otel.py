@@ -20,7 +20,8 @@ utime+stime from /proc over the window, after a warm-up; it is divided by the
 achieved rate / 1000, so the figure is "cores used per 1,000 reports/s".
 
 ``--encoder`` instead measures, in this process, what the SDK's OTLP encoder
-costs per span with 0, 5, 10 and 15 attributes (why spans carry few).
+costs per span with 0, 5, 10 and 15 attributes (why spans carry few). The
+receivers and the encoder's measurement are bench/probes/otlp_side.py's.
 """
 
 from __future__ import annotations
@@ -29,87 +30,24 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from concurrent import futures
 from pathlib import Path
-from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+import _bench  # noqa: F401  (bench/ on sys.path)
+from _common import add_repo_to_path, cpu_seconds, rss_bytes
+from otlp_side import Receiver, encoder_cost
+
+add_repo_to_path()
 
 import grpc  # noqa: E402
 
-from tests.support import SidecarProcess, child_env, short_tmpdir  # noqa: E402
+from tests.support import SidecarProcess, short_tmpdir  # noqa: E402
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2, probe_pb2_grpc  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 GIB = 1 << 30
-
-
-# -- an OTLP/gRPC receiver that only counts, in its own process ---------------------
-
-
-def serve_receiver(count_file: str) -> None:
-    from opentelemetry.proto.collector.metrics.v1 import (
-        metrics_service_pb2,
-        metrics_service_pb2_grpc,
-    )
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-    lock = threading.Lock()
-    spans = [0]
-
-    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-            with lock:
-                spans[0] += n
-                Path(count_file).write_text(str(spans[0]))
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            return metrics_service_pb2.ExportMetricsServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    print(port, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    server.stop(1)
-
-
-class Receiver:
-    def __init__(self, workdir: Path) -> None:
-        self.count_file = workdir / f"spans-{time.monotonic_ns()}.txt"
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--receiver", str(self.count_file)],
-            stdout=subprocess.PIPE,
-            env=child_env(),
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.port = int(self.proc.stdout.readline())
-
-    def spans(self) -> int:
-        try:
-            return int(self.count_file.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 # -- load ---------------------------------------------------------------------------
@@ -216,18 +154,6 @@ async def worker(
             pass
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 async def window(sc: SidecarProcess, job: str, args: argparse.Namespace) -> dict[str, float]:
     assert sc.proc is not None
     stop = asyncio.Event()
@@ -249,9 +175,9 @@ async def window(sc: SidecarProcess, job: str, args: argparse.Namespace) -> dict
         for r in range(args.workers)
     ]
     await asyncio.sleep(args.warmup_s)
-    c0, t0, n0 = cpu_s(sc.proc.pid), time.monotonic(), sent[0]
+    c0, t0, n0 = cpu_seconds(sc.proc.pid), time.monotonic(), sent[0]
     await asyncio.sleep(args.window_s)
-    c1, t1, n1 = cpu_s(sc.proc.pid), time.monotonic(), sent[0]
+    c1, t1, n1 = cpu_seconds(sc.proc.pid), time.monotonic(), sent[0]
     stop.set()
     await asyncio.gather(*tasks)
     rate = (n1 - n0) / (t1 - t0)
@@ -263,44 +189,6 @@ async def window(sc: SidecarProcess, job: str, args: argparse.Namespace) -> dict
         "seconds": t1 - t0,
         "reports": sent[0],  # with the warm-up: every report the sidecar built spans from
     }
-
-
-# -- the SDK's encoder, per span and attribute ----------------------------------------
-
-
-def encoder_cost(repeats: int = 5, spans: int = 2000) -> None:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    resource = Resource({"service.name": "trainprobe-sidecar", "host.name": "node"})
-    scope = InstrumentationScope("trainprobe.sidecar", "0")
-    print("| attributes per span | OTLP encode + serialize, median per span |")
-    print("| --- | --- |")
-    for n in (0, 5, 10, 15):
-        attrs = {f"trainprobe.attr{i}": i for i in range(n)}
-        batch = [
-            ReadableSpan(
-                "step",
-                SpanContext(i + 1, i + 1, False, TraceFlags(TraceFlags.SAMPLED)),
-                None,
-                resource,
-                attrs,
-                start_time=1,
-                end_time=2,
-                instrumentation_scope=scope,
-            )
-            for i in range(spans)
-        ]
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            for i in range(0, spans, 512):  # the batch processor's batch size
-                encode_spans(batch[i : i + 512]).SerializeToString()
-            times.append((time.perf_counter() - t) / spans)
-        print(f"| {n} | {statistics.median(times) * 1e6:.1f} µs |")
 
 
 # -- main ---------------------------------------------------------------------------
@@ -326,11 +214,7 @@ def main() -> int:
     p.add_argument("--buckets", type=int, default=2, help="collective samples per step")
     p.add_argument("--json", default="")
     p.add_argument("--encoder", action="store_true", help="measure the OTLP encoder only")
-    p.add_argument("--receiver", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.receiver:
-        serve_receiver(args.receiver)
-        return 0
     if args.encoder:
         encoder_cost()
         return 0
@@ -358,7 +242,7 @@ def main() -> int:
                     flush=True,
                 )
         time.sleep(2.0)  # let the last spans reach the receivers
-        rss = {m: rss_mib(sc.proc.pid) for m, sc in sidecars.items() if sc.proc}
+        rss = {m: rss_bytes(sc.proc.pid) / 2**20 for m, sc in sidecars.items() if sc.proc}
     finally:
         for sc in sidecars.values():
             sc.stop()
