@@ -142,13 +142,24 @@ class ReplicaWatch:
         r.errored = getattr(m, "_errored", None) is not None
 
     def report_error(self, text: str) -> bool:
-        """Tell the Manager this step is bad (it then does not commit it)."""
+        """Tell the Manager this step is bad (it then does not commit it) and, if the
+        training thread waits in the replicated allreduce, abort that allreduce's
+        process group: in a ring of 3 or more replicas a survivor may wait on peers
+        of the evicted one, not on it, and gloo lets it go only when those peers drop
+        their group, at a quorum that waits the lighthouse's join timeout for it.
+        Aborted on every survivor, the group closes once the evicted replica dies;
+        the next quorum, without it, makes a new one."""
         try:
             self._manager.report_error(RuntimeError(text))
-            return True
         except Exception:
             log.debug("trainprobe: Manager.report_error failed", exc_info=True)
             return False
+        if self.state[0] == ALLREDUCE:
+            try:
+                self._manager._pg.abort()
+            except Exception:
+                log.debug("trainprobe: aborting the replicated group failed", exc_info=True)
+        return True
 
 
 class RayReplicaGroup:
