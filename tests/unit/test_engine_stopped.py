@@ -16,12 +16,14 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.core_builders import hello, report
 from tests.unit.test_engine import T0, build
+from trainprobe.sidecar.act.evidence import read_states
 from trainprobe.sidecar.act.procs import proc_start_ticks
 from trainprobe.sidecar.core.hello import VerifiedProcess
 from trainprobe.sidecar.core.model import Verdict, WorkerState
@@ -35,6 +37,12 @@ def stopped_child() -> Iterator[int]:
     child = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(child.pid, signal.SIGSTOP)
+        # The stop takes effect when the child next runs: on a loaded machine,
+        # a moment later. The test starts from a child the kernel shows stopped.
+        deadline = time.monotonic() + 30
+        while read_states([(child.pid, None)]) != ["T"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert read_states([(child.pid, None)]) == ["T"]
         yield child.pid
     finally:
         child.kill()

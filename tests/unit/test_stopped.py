@@ -197,7 +197,8 @@ def test_another_sidecars_silent_rank_holds_the_finding_back() -> None:
     watch.check(ws, now + CONFIRM_GAP_S)
     watch.seen(ws[1], "T", now + CONFIRM_GAP_S)
     assert watch.check(ws, now + 0.3, others=lambda _job: quiet)[1] == []
-    fresh = [RankSummary(rank=2, world_size=3, report_age_s=0.4)]
+    # Its report came after the first T read (0.3 s ago): it ran while rank 1 was stopped.
+    fresh = [RankSummary(rank=2, world_size=3, report_age_s=0.2)]
     assert len(watch.check(ws, now + 0.3, others=lambda _job: fresh)[1]) == 1
 
 
@@ -240,3 +241,16 @@ def test_a_whole_job_stopped_here_is_confirmed_rank_by_rank_for_the_round() -> N
     watch.seen(ws[0], "T", now + 0.3)
     found = watch.check(ws, now + 0.35)[1]
     assert sorted(f.key.rank for f in found) == [0, 1]
+
+
+def test_a_relayed_rank_that_reported_just_before_the_stop_still_holds_it_back() -> None:
+    """A whole job stopped at once, rank 0 relayed: its last report came just
+    before the first T read of rank 1, so its silence is short, but nothing says
+    it ran after: its node's word may yet make this a pause."""
+    ws = job()
+    ws[0].local = False
+    ws[0].last_report_at = T0 + 1.25
+    watch = StoppedWatch()
+    assert confirm(watch, ws, "T", "T") == []
+    ws[0].last_report_at = T0 + 1.56  # a report after the first T read: it runs
+    assert len(watch.check(ws, T0 + 1.6)[1]) == 1

@@ -20,15 +20,16 @@ client's word):
 - any other read waits :data:`READ_EVERY_S` for the next one, so a silent but
   running rank (a C call holding the GIL) costs one small read a second.
 
-The finding stands alone: while another rank of the job is silent too and
-not confirmed stopped here, it waits, and the rules' own clocks (the stall
-floor, the heartbeat) open the episode as before. Such a rank may be held as
-well with its word not in yet (relayed, unverified, another sidecar's: a
-whole job held at once is a pause, not a hang), or run silently, stuck on
-its own, which the episode's round tells only once its silence is
-``stale_after_s`` (and then sweeps it beside the stopped one). A whole job
-stopped on this host is confirmed rank by rank, and its round finds the
-pause. Pure: the engine reads ``/proc`` off its loop and says what it found
+The finding waits while another rank of the job may be held too or is stuck
+on its own, and the rules' own clocks (the stall floor, the heartbeat) open
+the episode as before: a rank this sidecar cannot read (relayed, unverified,
+another sidecar's) that has not reported since the first ``T`` read (a whole
+job held at once is a pause, not a hang, and its word may not be in yet), or
+a local one silent past its threshold that is not confirmed stopped (it runs
+silently: the round tells it stuck only once its silence is
+``stale_after_s``, and then sweeps it beside the stopped one). A whole job
+stopped on this host is read by the episode's round, which finds the pause.
+Pure: the engine reads ``/proc`` off its loop and says what it found
 (:meth:`StoppedWatch.seen`).
 """
 
@@ -169,8 +170,9 @@ class StoppedWatch:
         for w, silence, r in stopped:
             job = w.hello.job_id
             if job not in blocked:
+                since = r.reads[-2][0]
                 blocked[job] = _silent_beside(
-                    job, confirmed, w, workers, now, allowance_s, others(job)
+                    job, confirmed, since, workers, now, allowance_s, others(job)
                 )
             if blocked[job]:
                 continue
@@ -220,26 +222,31 @@ def _wait(reads: list[tuple[float, str]]) -> float:
 def _silent_beside(
     job: str,
     confirmed: set[WorkerKey],
-    stopped: WorkerState,
+    since: float,
     workers: Sequence[WorkerState],
     now: float,
     allowance_s: float,
     remote: Iterable[RankSummary],
 ) -> bool:
-    """Whether another live rank of ``job``, not confirmed stopped here, is silent
-    too: one this sidecar cannot read may be held as well (a pause, its word not
-    in yet), and one that runs silently is stuck on its own, which the episode
-    tells only once its silence is ``stale_after_s`` (``refine``'s ``stuck``)."""
+    """Whether another live rank of ``job``, not confirmed stopped here, may be
+    held too or is stuck on its own (``since``: the first read that found the
+    stopped rank ``T``).
+
+    A rank this sidecar cannot read (relayed, unverified, another sidecar's)
+    runs, on its own word, only if it reported after that read: one that
+    stopped with the whole job (a pause) may have reported a moment before,
+    and its word is not in yet. A local one that runs silently is stuck on its
+    own, which the episode's round tells only once its silence is
+    ``stale_after_s`` (``refine``'s ``stuck``); a local one held too is read
+    held by the round itself (a pause)."""
     for w in workers:
-        if (
-            w.hello.job_id == job
-            and w.key not in confirmed
-            and w.connected
-            and not w.ended
-            and not w.killed_by_us
-            and _silence(w, now, allowance_s) > silent_after_s(heard_every_ms(w))
-        ):
+        if w.hello.job_id != job or w.key in confirmed:
+            continue
+        if not w.connected or w.ended or w.killed_by_us:
+            continue
+        if not _readable(w):
+            if w.last_report_at <= since:
+                return True
+        elif _silence(w, now, allowance_s) > silent_after_s(heard_every_ms(w)):
             return True
-    # Another sidecar's ranks: their interval is not shared, the job's is alike.
-    limit = silent_after_s(stopped.hello.interval_ms)
-    return any(not s.ended and s.report_age_s > limit for s in remote)
+    return any(not s.ended and s.report_age_s >= now - since for s in remote)
