@@ -1,12 +1,15 @@
 """``trainprobe run`` lends no power to others: its lighthouse (whose dashboard
 has a route that kills a replica) listens on ``--master-addr`` only, never on
-every interface, and its log goes into ``--log-dir`` without following a link
-that another user placed there. Real launcher, real torchft lighthouse, a real
-one-rank group that reads the kernel's table of listening sockets.
+every interface, on a port it bound itself (no port handed to it that another
+process could take first), and its log goes into ``--log-dir`` without
+following a link that another user placed there. Real launcher, real torchft
+lighthouse, a real one-rank group that reads the kernel's table of listening
+sockets and which process holds the socket.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 from pathlib import Path
@@ -33,14 +36,38 @@ print("LISTENING", ",".join(found), flush=True)
 """
 
 
-def launch(log_dir: Path) -> subprocess.CompletedProcess[str]:
+# The rank: the process that holds the socket listening on the lighthouse's port,
+# by the socket's inode (/proc/net/tcp) among every process's open files.
+OWNER = r"""
+import os
+port = int(os.environ["TORCHFT_LIGHTHOUSE"].rsplit(":", 1)[1])
+inodes = set()
+for name in ("tcp", "tcp6"):
+    with open(f"/proc/net/{name}") as fh:
+        for line in fh.readlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+owners = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in fds):
+            owners.add(open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip())
+    except OSError:
+        pass
+print("OWNERS", repr(sorted(owners)), flush=True)
+"""
+
+
+def launch(log_dir: Path, rank: str = RANK, **env: str) -> subprocess.CompletedProcess[str]:
     cmd = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "run", "--replicas", "1", "--no-sidecar"]
     return subprocess.run(
-        [*cmd, "--log-dir", str(log_dir), "--", PYTHON, "-c", RANK],
+        [*cmd, "--log-dir", str(log_dir), "--", PYTHON, "-c", rank],
         capture_output=True,
         text=True,
         timeout=90,
-        env=child_env(),
+        env=child_env(**env),
     )
 
 
@@ -50,6 +77,21 @@ def test_the_lighthouse_listens_on_the_master_addr_only() -> None:
     line = next(x for x in done.stdout.splitlines() if "LISTENING" in x)
     # 127.0.0.1 in /proc/net/tcp's byte order; '::' (all zeros) was every interface.
     assert line.split()[-1] == "0100007F", line
+
+
+def test_the_lighthouse_binds_its_own_port_so_none_can_take_it_first() -> None:
+    # A port picked free and then handed to the lighthouse can be bound by another
+    # process in between, which the groups then take for the lighthouse. Bound by
+    # the lighthouse itself (port 0), the port the groups are told of is the one
+    # its socket holds, read back from its log: even with RUST_LOG quietened.
+    done = launch(short_tmpdir("tprun-"), OWNER, RUST_LOG="error")
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if "OWNERS" in x)
+    owners = ast.literal_eval(line.split("OWNERS", 1)[1].strip())
+    assert len(owners) == 1, line
+    argv = owners[0].split()  # torchft's entry point: python .../torchft_lighthouse ...
+    assert any(a.endswith("/torchft_lighthouse") for a in argv[:2]), line
+    assert argv[argv.index("--bind") + 1] == "127.0.0.1:0", line
 
 
 def test_the_log_dir_is_not_a_way_to_overwrite_another_file() -> None:

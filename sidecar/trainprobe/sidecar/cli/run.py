@@ -22,12 +22,8 @@ the same (``--max-restarts``, ``--run-id``, ``--master-addr``, ``--log-dir``).
 from __future__ import annotations
 
 import argparse
-import errno
 import os
-import shutil
 import signal
-import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -35,7 +31,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import grpc
 
@@ -47,9 +43,10 @@ from trainprobe.proto import (
     probe_pb2,
     probe_pb2_grpc,
 )
-from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, MIN_REPLICAS
-from trainprobe.sidecar.cli.extras import install_hint
-from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, free_port, pump, say
+from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS
+from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, pump, say
+from trainprobe.sidecar.cli.run_lighthouse import LaunchError as _LaunchError
+from trainprobe.sidecar.cli.run_lighthouse import start_lighthouse
 
 __all__ = ["add_run_parser", "run_main"]
 
@@ -150,7 +147,7 @@ def run_main(args: argparse.Namespace) -> int:
     helpers: list[subprocess.Popen[bytes]] = []
     groups: list[ReplicaGroup] = []
     try:
-        lighthouse = _lighthouse(args, log_dir, helpers)
+        lighthouse = start_lighthouse(args, log_dir, helpers)
         target = os.environ.get(DEFAULT_TARGET_ENV) or f"unix://{default_socket_path()}"
         if not args.no_sidecar and not _serving(target, 1.0):
             _start_sidecar(target, helpers)
@@ -207,72 +204,6 @@ def run_main(args: argparse.Namespace) -> int:
     failed = [g for g in groups if g.result]
     say(LAUNCHER, "job " + (f"failed: {failed[0].name} given up" if failed else "finished"))
     return int(failed[0].result or 1) if failed else 0
-
-
-class _LaunchError(Exception):
-    pass
-
-
-def _lighthouse(args: argparse.Namespace, log_dir: Path, helpers: list[Any]) -> str:
-    """Start torchft's lighthouse on a free port; its address once it accepts connections."""
-    binary = Path(sys.executable).with_name("torchft_lighthouse")
-    found = str(binary) if binary.exists() else shutil.which("torchft_lighthouse")
-    if not found:
-        raise _LaunchError(f"no torchft_lighthouse: {install_hint('torchft')}")
-    port = free_port(args.master_addr)
-    with _own_log(log_dir / "lighthouse.log") as log:
-        proc = subprocess.Popen(
-            [
-                found,
-                # Never every interface: its dashboard has a route that kills a replica.
-                *("--bind", _bind_address(args.master_addr, port)),
-                *("--min_replicas", str(MIN_REPLICAS)),
-                *("--join_timeout_ms", str(args.join_timeout_ms)),
-                *("--heartbeat_timeout_ms", str(args.heartbeat_timeout_ms)),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    helpers.append(proc)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise _LaunchError(f"the lighthouse exited {proc.returncode}: see {log_dir}")
-        try:
-            socket.create_connection((args.master_addr, port), timeout=0.5).close()
-            return f"http://{args.master_addr}:{port}"
-        except OSError:
-            time.sleep(0.05)
-    raise _LaunchError(f"the lighthouse did not listen within 30 s: see {log_dir}")
-
-
-def _bind_address(host: str, port: int) -> str:
-    """``ip:port`` of ``host``, as the lighthouse's --bind reads it."""
-    try:
-        # IPv4, as free_port bound it (and as the groups reach it by this name).
-        ip = str(socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
-    except OSError as err:
-        raise _LaunchError(f"--master-addr {host}: {err}") from None
-    return f"{ip}:{port}"
-
-
-def _own_log(path: Path) -> IO[bytes]:
-    """``path`` opened to be written afresh, never through a link someone placed there
-    (a --log-dir that another user can write), and only if it is a file of ours."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as err:
-        why = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise _LaunchError(f"cannot write the log {path}: {why}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
-        os.close(fd)
-        raise _LaunchError(f"cannot write the log {path}: not a file of ours alone")
-    os.ftruncate(fd, 0)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "wb")
 
 
 def _serving(target: str, timeout_s: float) -> bool:
