@@ -85,6 +85,9 @@ def fault_trial(how: str, steps: int, step_s: float) -> dict[str, Any]:
         "survivor_resumed_s": round(resumed["t"] - hang["t"], 2),
         "survivor_same_pid": resumed["pid"] == survivor_pid and done[0]["pid"] == survivor_pid,
         "evicted_stepping_s": round(back["t"] - hang["t"], 2),
+        # False: the survivor had finished, so the evicted group trained alone from
+        # scratch (its figure is no rejoin, and the parameters differ).
+        "evicted_met_a_peer": back["t"] < done[0]["t"],
         "params_max_diff": diff,
         # A SIGSTOPped rank the lighthouse already dropped is found silent and killed.
         "actions": [a.get("action") for a in actions if a.get("action") in ("evict", "kill")],
@@ -153,7 +156,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=1)
     p.add_argument("--sections", default="faults,steptime")
     p.add_argument("--faults", default="stop,sleep")
-    p.add_argument("--steps", type=int, default=260, help="fault trials' steps")
+    # Enough for the survivor to still be stepping when a slow restart (about 22 s
+    # after onset at load 8) rejoins it: 260 left it done at 17-19 s.
+    p.add_argument("--steps", type=int, default=500, help="fault trials' steps")
     p.add_argument("--step-s", type=float, default=0.05, help="fault trials' pace")
     p.add_argument("--step-times", default="1.0,0.1", help="paces of the step-time section")
     p.add_argument("--steptime-s", type=float, default=25.0, help="seconds of steps per run")
@@ -182,6 +187,7 @@ def main() -> int:
             "evicted_stepping_s": median([r["evicted_stepping_s"] for r in rs]),
             "survivor_same_pid": all(r["survivor_same_pid"] for r in rs),
             "params_equal": all(r["params_max_diff"] <= 1e-6 for r in rs),
+            "evicted_met_a_peer": all(r.get("evicted_met_a_peer", True) for r in rs),
             "goal_survivor_s": 3.0 if how == "stop" else 12.0,
             "goal_evicted_s": 15.0,
         }

@@ -94,7 +94,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--faults", default="stop,sleep")
-    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--steps", type=int, default=500)
     p.add_argument("--step-s", type=float, default=0.05)
     args = p.parse_args()
     for how in args.faults.split(","):
