@@ -4,6 +4,10 @@
     torchrun --standalone --nproc-per-node 2 --max-restarts 3 \\
         examples/torchrun_train.py --ckpt-dir /tmp/ckpt
 
+(With torch 2.3 add ``--monitor-interval 0.1``: its torchrun looks at its
+ranks every 5 s, later ones every 0.1 s, so a killed rank's restart would
+wait up to 5 s more.)
+
 When a rank hangs, the sidecar names it and kills it (SIGTERM, then SIGKILL
 after ``kill_grace_s``). torchrun's agent sees a failed worker, stops the
 other ranks (they are blocked in a collective with the dead one) and, while
