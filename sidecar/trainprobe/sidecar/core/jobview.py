@@ -168,7 +168,8 @@ class CoordinatorState:
         self.last_sync_at = now
         self._seen.pop(sidecar_id, None)
         self._seen[sidecar_id] = now
-        for sid, t in list(self._seen.items()):  # least recent first: stop at a fresh one
+        while self._seen:  # least recent first: stop at a fresh one (no pass over all)
+            sid, t = next(iter(self._seen.items()))
             if now - t <= self.stale_after_s:
                 break
             del self._seen[sid]
