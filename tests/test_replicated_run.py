@@ -54,8 +54,10 @@ def test_a_hung_replica_is_evicted_the_survivor_goes_on_and_the_group_rejoins(
     work: Path, sidecar: SidecarProcess, how: str
 ) -> None:
     fault = ("--hang-rank", "1", "--hang-at", "15", "--hang-how", how)
-    # 260 steps: the survivor trains on until the evicted group has rejoined.
-    script = example(work / "progress.jsonl", 260, *fault)
+    # 600 steps (about 30 s after the fault): the survivor trains on until the
+    # evicted group has rejoined, which took 17-20 s at a load of 12-15 on 2 cores
+    # (with 260 steps the survivor had finished and the group trained alone).
+    script = example(work / "progress.jsonl", 600, *fault)
     with launched(work, sidecar.target, "--replicas", "2", script=script) as run:
         hang = wait_for(lambda: run.rows("hang"), 120, 0.1, "the hang")[0]
         survivor = run.rows("step", 0)[0]["pid"]
@@ -111,9 +113,9 @@ def test_of_four_groups_only_the_hung_ones_is_evicted_and_three_go_on(
     work: Path, sidecar: SidecarProcess
 ) -> None:
     fault = ("--hang-rank", "2", "--hang-at", "15", "--hang-how", "sleep")
-    # 600 steps: the 3 survivors train on until the evicted group, slower to start
+    # 800 steps: the 3 survivors train on until the evicted group, slower to start
     # beside them, has rejoined.
-    script = example(work / "progress.jsonl", 600, *fault)
+    script = example(work / "progress.jsonl", 800, *fault)
     with launched(work, sidecar.target, "--replicas", "4", script=script) as run:
         hang = wait_for(lambda: run.rows("hang"), 150, 0.1, "the hang")[0]
         pids = {r: run.rows("step", r)[0]["pid"] for r in (0, 1, 3)}
