@@ -1,12 +1,12 @@
 """Run a replicated training script with timestamps of its way to the first step.
 
-    TRAINPROBE_TRACE=trace.jsonl python bench/_replica_trace.py SCRIPT ARGS...
+    TRAINPROBE_TRACE=trace.jsonl python bench/probes/_replica_trace.py SCRIPT ARGS...
 
 Appends one JSON line per mark (``t``, ``pid``, ``mark``) to ``$TRAINPROBE_TRACE``:
 the interpreter up, torch and trainprobe imported, the torchft Manager made,
 each of the first quorum's parts (the lighthouse's answer, the transport's
 configure, the state fetched from a peer) and the first commit. Wraps torchft's
-Manager from outside, so the script runs unchanged. For bench_replicated_path.py.
+Manager from outside, so the script runs unchanged. For replicated_breakdown.py.
 """
 
 from __future__ import annotations

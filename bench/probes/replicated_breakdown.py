@@ -1,7 +1,7 @@
 """Where the evicted replica's way back goes: a breakdown of bench_replicated's fault.
 
 ``trainprobe run --replicas 2`` of examples/ddp_replicated.py (through
-bench/_replica_trace.py) with the sidecar's shipped defaults; rank 1 hangs in
+_replica_trace.py, beside this probe) with the sidecar's shipped defaults; rank 1 hangs in
 step 15 (``stop``: SIGSTOP, ``sleep``). Seconds from onset to: the hung process
 gone (the sidecar's eviction), the launcher's notice and restart, the new
 process's interpreter, imports, torchft Manager, the lighthouse's quorum
@@ -9,7 +9,7 @@ answer, the transport's configure, the state fetched from the peer, its first
 commit and its first step row (bench_replicated's ``evicted_stepping_s``).
 Medians over ``--trials``; prints them, writes nothing to bench/results.
 
-    python bench/bench_replicated_path.py --trials 3 --faults stop,sleep
+    python bench/probes/replicated_breakdown.py --trials 3 --faults stop,sleep
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: F401  (bench/ on the path)
 from _common import add_repo_to_path
 
 add_repo_to_path()
 from tests.support import PYTHON, REPO, SidecarProcess, child_env, read_jsonl, short_tmpdir  # noqa: E402
 
 SCRIPT = REPO / "examples" / "ddp_replicated.py"
-TRACE = REPO / "bench" / "_replica_trace.py"
+TRACE = REPO / "bench" / "probes" / "_replica_trace.py"
 
 
 def _gone(pid: int) -> bool:
