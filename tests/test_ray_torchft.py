@@ -81,6 +81,11 @@ def test_an_evicted_replica_group_is_replaced_alone(fault: str) -> None:
             assert first == ("SIGKILL" if fault == "stop" else None), evicts[0]
             kills = [r for r in records if r.get("type") == "action" and r["action"] != "evict"]
             assert kills == []
+            if fault == "stop":
+                # The Ray node's sidecar read its silent local worker's /proc state
+                # (core/stopped.py): the episode opened on 'stopped', not on a clock.
+                opened = next(r for r in records if r.get("type") == "incident")
+                assert (opened["rule"], opened["ranks"]) == ("stopped", [1]), opened
         finally:
             with contextlib.suppress(Exception):
                 stop_sidecars()
