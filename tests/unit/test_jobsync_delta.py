@@ -332,3 +332,18 @@ def test_another_sidecars_episode_is_followed_once_the_jobs_ranks_are_here() -> 
     view.update("job", c.sync("here", [], None, t0 + 4.6, detail=True), t0 + 4.6)
     (inspect,) = [e for e in tick(state, reg, t0 + 4.6) if isinstance(e, Inspect)]
     assert inspect.incident.targets == [1]
+
+
+def test_a_stopped_rank_here_is_held_back_while_the_other_nodes_ranks_are_not_here() -> None:
+    """With the job's digest only, another node's ranks may be stopped with it (a
+    pause): the early 'stopped' finding waits for them, as for an unread rank;
+    and a rank here gone silent makes the sidecar ask for them at once."""
+    from trainprobe.sidecar.core.stopped import _silent_beside
+
+    assert _silent_beside("job", set(), 10.0, [], 11.0, 0.0, None)
+    assert not _silent_beside("job", set(), 10.0, [], 11.0, 0.0, [])
+    c, now = healthy_job(2)
+    view = JobView()
+    view.update("job", c.sync("s0", node(0, 2), None, now, detail=False), now)
+    assert view.awaiting("job") and view.ask("job", node(0, 2), False, now) == (False, None)
+    assert view.ask("job", node(0, 2), True, now) == (True, None)  # needed: a rank went silent

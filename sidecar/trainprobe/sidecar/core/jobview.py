@@ -227,14 +227,15 @@ class JobView:
         self._jobs: dict[str, _Heard] = {}
 
     def ask(
-        self, job_id: str, local: Sequence[RankSummary], episode_here: bool, now: float
+        self, job_id: str, local: Sequence[RankSummary], needed: bool, now: float
     ) -> tuple[bool, tuple[str, int] | None]:
         """What to ask the job's coordinator for: (details?, since what version).
 
-        Details are asked while :func:`~.jobdigest.needs_detail` says so, and
-        for DETAIL_LINGER_S after, so that a brief doubt does not flap."""
+        Details are asked while :func:`~.jobdigest.needs_detail` says so (or
+        ``needed``: an episode open here, a rank here gone silent), and for
+        DETAIL_LINGER_S after, so that a brief doubt does not flap."""
         heard = self._jobs.get(job_id) or _Heard()
-        episode = episode_here or heard.episode is not None
+        episode = needed or heard.episode is not None
         if needs_detail(local, heard.digest, episode, float("-inf"), now):
             self.want(job_id, now + DETAIL_LINGER_S)
         elif now >= heard.wanted_until:

@@ -112,7 +112,7 @@ class StoppedWatch:
         workers: Sequence[WorkerState],
         now: float,
         allowance_s: float = 0.0,
-        others: Callable[[str], Iterable[RankSummary]] = lambda _job: (),
+        others: Callable[[str], Iterable[RankSummary] | None] = lambda _job: (),
         ask: bool = True,
     ) -> tuple[list[WorkerState], list[Finding]]:
         """(the sessions to read now, the ``stopped`` findings), once a tick.
@@ -162,7 +162,7 @@ class StoppedWatch:
         workers: Sequence[WorkerState],
         now: float,
         allowance_s: float,
-        others: Callable[[str], Iterable[RankSummary]],
+        others: Callable[[str], Iterable[RankSummary] | None],
     ) -> list[Finding]:
         out: list[Finding] = []
         blocked: dict[str, bool] = {}
@@ -226,7 +226,7 @@ def _silent_beside(
     workers: Sequence[WorkerState],
     now: float,
     allowance_s: float,
-    remote: Iterable[RankSummary],
+    remote: Iterable[RankSummary] | None,
 ) -> bool:
     """Whether another live rank of ``job``, not confirmed stopped here, may be
     held too or is stuck on its own (``since``: the first read that found the
@@ -249,4 +249,6 @@ def _silent_beside(
                 return True
         elif _silence(w, now, allowance_s) > silent_after_s(heard_every_ms(w)):
             return True
+    if remote is None:
+        return True  # only the job's digest is here (Ray): its other ranks are on their way
     return any(not s.ended and s.report_age_s >= now - since for s in remote)

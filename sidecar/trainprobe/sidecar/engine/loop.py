@@ -211,7 +211,9 @@ class Engine:
             workers,
             now,
             self.pace.allowance(now),
-            (lambda job: view.remote(job, now, limit_s)) if view is not None else lambda _: (),
+            (lambda job: None if view.awaiting(job) else view.remote(job, now, limit_s))
+            if view is not None
+            else lambda _: (),
             ask,
         )
         if due:

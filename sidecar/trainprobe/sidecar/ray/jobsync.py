@@ -37,6 +37,7 @@ from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, READ_EVERY_S, held_ki
 from trainprobe.sidecar.core.jobdigest import refresh_s
 from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
 from trainprobe.sidecar.core.model import WorkerKey, WorkerState, heard_every_ms
+from trainprobe.sidecar.core.stopped import silent_after_s
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.ray.coordinator import coordinator
 from trainprobe.sidecar.ray.link import RayLink
@@ -114,11 +115,13 @@ class JobSync:
         payload: Payload = {}
         for job in jobs:
             mine = [self._with_word(job, s, workers, now) for s in engine.local_summaries(job, now)]
-            detail, since = (
-                view.ask(job, mine, engine.episode(job) is not None, now)
-                if view is not None
-                else (True, None)
+            # A local rank gone silent may be stopped: its finding waits for the others'.
+            needed = engine.episode(job) is not None or any(
+                now - w.last_report_at > silent_after_s(heard_every_ms(w))
+                for w in workers.values()
+                if w.hello.job_id == job and w.local and w.connected and not w.ended
             )
+            detail, since = view.ask(job, mine, needed, now) if view is not None else (True, None)
             payload[job] = (mine, engine.note(job), detail, since)
         return payload
 
