@@ -175,6 +175,9 @@ EXTRA = [
         *("--json", "bench/results/scale_overload.json"),
     ],
     ["probes/speed_probe.py"],
+    # Issue 38: what the Ray job sync sends each sidecar, 10 to 12,500 nodes of 8
+    # ranks, before (every other rank) and after (a digest, deltas while needed).
+    ["bench_ray_sync.py", "--json", "bench/results/ray_sync.json"],
 ]
 
 
