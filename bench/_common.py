@@ -140,7 +140,7 @@ def bench_telemetry(prefix: str, env: dict[str, str] | None = None) -> tuple[Any
     import tempfile
     from types import SimpleNamespace
 
-    from trainprobe.sidecar.core.registry import Registry
+    from trainprobe.sidecar.core.session.registry import Registry
     from trainprobe.sidecar.otel.telemetry import start_telemetry
 
     settings = SimpleNamespace(

@@ -9,9 +9,9 @@ digest of bounded size while the job is healthy, and the changes since the
 version a sidecar holds while it needs the others' ranks (a suspect rank,
 an episode). This runs the code the actor and the sidecars run, in one
 process and on a simulated clock: the coordinator's
-:class:`~trainprobe.sidecar.core.jobview.CoordinatorState` (the actor's
+:class:`~trainprobe.sidecar.core.job.view.CoordinatorState` (the actor's
 ``sync`` is a call of it) and, for each sidecar, its
-:class:`~trainprobe.sidecar.core.jobview.JobView`, which says what to ask.
+:class:`~trainprobe.sidecar.core.job.view.JobView`, which says what to ask.
 Ray pickles the arguments and the reply; their pickled sizes are what each
 sidecar sends and receives.
 
@@ -47,14 +47,14 @@ from _common import add_repo_to_path, write_result
 
 add_repo_to_path()
 
-from trainprobe.sidecar.core.culprit import GroupProgress, RankSummary  # noqa: E402
-from trainprobe.sidecar.core.jobdigest import refresh_s  # noqa: E402
-from trainprobe.sidecar.core.jobview import (  # noqa: E402
+from trainprobe.sidecar.core.job.digest import refresh_s  # noqa: E402
+from trainprobe.sidecar.core.job.view import (  # noqa: E402
     CoordinatorState,
     EpisodeNote,
     JobView,
     SyncReply,
 )
+from trainprobe.sidecar.core.judge.culprit import GroupProgress, RankSummary  # noqa: E402
 
 INTERVAL_S = 0.5
 STEADY_S = 12.0

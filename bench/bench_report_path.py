@@ -32,9 +32,9 @@ from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.act.actions import Actions  # noqa: E402
 from trainprobe.sidecar.act.incident_log import IncidentLog  # noqa: E402
 from trainprobe.sidecar.act.killers import SignalKiller  # noqa: E402
-from trainprobe.sidecar.core.policy import ActionPolicy  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
-from trainprobe.sidecar.core.rules import RuleConfig, evaluate  # noqa: E402
+from trainprobe.sidecar.core.incident.policy import ActionPolicy  # noqa: E402
+from trainprobe.sidecar.core.judge.rules import RuleConfig, evaluate  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
 from trainprobe.sidecar.engine.loop import Engine  # noqa: E402
 from trainprobe.sidecar.transport import pb as convert  # noqa: E402
 from trainprobe.sidecar.transport.commander import Commander  # noqa: E402

@@ -247,7 +247,7 @@ def run_level(
             for r in load_incidents
             if not set(r["ranks"]) <= lost
         ][:3],
-        # What the sidecar shed as too late to apply in full (core/overload.py).
+        # What the sidecar shed as too late to apply in full (core/session/overload.py).
         "reports_shed": ingest.shed if ingest is not None else None,
         "reports_applied_in_full": ingest.applied if ingest is not None else None,
         "max_ingest_lag_s": ingest.max_lag_s if ingest is not None else None,

@@ -30,8 +30,8 @@ add_repo_to_path()
 
 from loadgen import Sim  # noqa: E402
 
-from trainprobe.sidecar.core import model  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.session import model  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
 from trainprobe.sidecar.transport import pb  # noqa: E402
 
 

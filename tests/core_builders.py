@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core import HelloData, PhaseData, Registry, ReportData, WorkerState
+from trainprobe.sidecar.core.session import HelloData, PhaseData, Registry, ReportData, WorkerState
 
 NS = 1_000_000_000
 

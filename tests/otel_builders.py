@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.session.model import (
     CollectiveData,
     HelloData,
     PhaseData,
     ReportData,
     SyncData,
 )
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.registry import Registry
 
 MS = 1_000_000
 T0 = 1_000_000 * MS  # worker monotonic ns of the first step's start

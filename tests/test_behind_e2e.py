@@ -1,4 +1,4 @@
-"""A sidecar far behind its reports judges no stepping worker (core/pace.py).
+"""A sidecar far behind its reports judges no stepping worker (core/session/pace.py).
 
 Real sidecar process, real gRPC streams, heartbeat limit lowered to 3 s (the
 shipped 10 s would need a backlog past 13 s). Two simulated workers of one

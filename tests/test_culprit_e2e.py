@@ -162,7 +162,7 @@ def test_sigstopped_rank_is_named_and_its_stack_read_from_outside() -> None:
         Workers(4, sc.target, short_tmpdir(), job_id="stop4", args=hang_args(3, 10, "stop")) as w,
     ):
         inc = sc.wait_incident(lambda r: r["job_id"] == "stop4", timeout_s=180)
-        # Read stopped in /proc before its heartbeat ran out (core/stopped.py).
+        # Read stopped in /proc before its heartbeat ran out (core/hang/stopped.py).
         assert inc["rule"] == "stopped" and inc["ranks"] == [3]
         d = inc["diagnosis"]
         assert d["kind"] == "unresponsive" and d["culprits"] == [3]

@@ -52,7 +52,7 @@ def test_rank_sleeping_in_step_is_detected_and_killed() -> None:
 
 def test_sigstopped_rank_is_unresponsive_and_killed() -> None:
     """SIGSTOP freezes the reporter thread too: no reports. Its silence gets its
-    /proc read (core/stopped.py): stopped, UNRESPONSIVE, before the heartbeat
+    /proc read (core/hang/stopped.py): stopped, UNRESPONSIVE, before the heartbeat
     rule's 3 s would have fired (the stall rule is out of the way)."""
     with (
         sidecar("--heartbeat-timeout-s", "3", "--stall-timeout-s", "600") as sc,

@@ -125,9 +125,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_the_product_and_bench() -> None:
     graph = import_graph()
     # The reader works: known edges are found, relative and absolute.
-    assert "trainprobe.sidecar.core.model" in graph["trainprobe.sidecar.core.rules"]
+    assert "trainprobe.sidecar.core.session.model" in graph["trainprobe.sidecar.core.judge.rules"]
     assert "perfdoc.core" in graph["perfdoc.document"]
-    assert "trainprobe.sidecar.core.rule_context" in graph["trainprobe.sidecar.core.worker_rules"]
+    assert (
+        "trainprobe.sidecar.core.judge.rule_context"
+        in graph["trainprobe.sidecar.core.judge.worker_rules"]
+    )
 
 
 def test_a_circle_is_found() -> None:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from trainprobe.sidecar import SidecarThread, load_settings
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.session.model import WorkerState
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDECAR = ROOT / "sidecar" / "trainprobe" / "sidecar"
@@ -32,7 +32,7 @@ def test_core_and_hooks_import_without_grpc_ray_or_opentelemetry() -> None:
         "for m in ('grpc', 'ray', 'opentelemetry', 'torch'):\n"
         "    sys.modules[m] = None\n"
         "import trainprobe.sidecar.core, trainprobe.sidecar.config, trainprobe.hooks\n"
-        "from trainprobe.sidecar.core import evaluate, analyze\n"
+        "from trainprobe.sidecar.core.judge import evaluate, analyze\n"
         "from trainprobe.hooks import LivenessProbeHook\n"
         "print('ok')\n"
     )
@@ -66,14 +66,15 @@ def test_the_blocker_blocks() -> None:
 
 def test_every_core_module_imports_with_protobuf_grpc_ray_and_otel_blocked() -> None:
     names = core_modules()
-    assert "trainprobe.sidecar.core.registry" in names and len(names) > 25
+    assert "trainprobe.sidecar.core.session.registry" in names and len(names) > 25
     out = run_python(
         BLOCKER
         + "import importlib\n"
         + "".join(f"importlib.import_module({n!r})\n" for n in names)
-        + "import trainprobe.sidecar.core as core\n"
-        + "for name in core.__all__:\n"
-        + "    getattr(core, name)\n"
+        + "for pkg in ('session', 'judge', 'job', 'incident', 'hang', 'ray'):\n"
+        + "    core = importlib.import_module('trainprobe.sidecar.core.' + pkg)\n"
+        + "    for name in core.__all__:\n"
+        + "        getattr(core, name)\n"
         + "leaked = sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED\n"
         + "                or m.startswith('trainprobe.proto'))\n"
         + "print(leaked)\n"
@@ -298,12 +299,12 @@ def test_the_folder_map_in_the_docs_is_the_import_rule() -> None:
 def test_the_map_check_finds_a_forbidden_import() -> None:
     rules = import_rules(ARCHITECTURE.read_text())
     graph = {
-        "trainprobe.sidecar.core.rules": {"trainprobe.sidecar.act.procs"},
+        "trainprobe.sidecar.core.judge.rules": {"trainprobe.sidecar.act.procs"},
         "trainprobe.sidecar.engine.loop": {"trainprobe.sidecar.act.actions"},
         "trainprobe.sidecar.engine.ports": {"trainprobe.sidecar.act.evidence"},
     }
     assert [v.split(":")[0] for v in table_violations(graph, rules)] == [
-        "trainprobe.sidecar.core.rules imports trainprobe.sidecar.act.procs",
+        "trainprobe.sidecar.core.judge.rules imports trainprobe.sidecar.act.procs",
         "trainprobe.sidecar.engine.loop imports trainprobe.sidecar.act.actions",
     ]
 
@@ -362,7 +363,7 @@ def session_writes(path: Path, source: str, fields: set[str]) -> list[str]:
 
 
 #: The registry and its report path: the only writers of a WorkerState.
-SESSION_WRITERS = {"core/registry.py", "core/fold.py"}
+SESSION_WRITERS = {"core/session/registry.py", "core/session/fold.py"}
 
 
 def test_only_the_registry_writes_a_worker_state() -> None:

@@ -27,8 +27,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.otel_builders import MS, T0, hello, report
-from trainprobe.sidecar.core.model import CollectiveData, SyncData, WorkerState
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.model import CollectiveData, SyncData, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.otel.folded_export import FoldedSet, FoldingReader
 from trainprobe.sidecar.otel.measures import (
     ARRIVAL_LAG,
@@ -281,8 +281,8 @@ def gauge_points(data: Any) -> dict[tuple[str, frozenset[Any]], tuple[Any, ...]]
 
 def snapshot_of(ranks: int, job: str = "jobA") -> Any:
     """A registry snapshot of ``ranks`` connected ranks, one with GPU memory."""
-    from trainprobe.sidecar.core.model import GpuMemoryData
-    from trainprobe.sidecar.core.overload import IngestLoad
+    from trainprobe.sidecar.core.session.model import GpuMemoryData
+    from trainprobe.sidecar.core.session.overload import IngestLoad
     from trainprobe.sidecar.otel.measures import gauge_snapshot
 
     reg = Registry()

@@ -83,7 +83,7 @@ def test_an_evicted_replica_group_is_replaced_alone(fault: str) -> None:
             assert kills == []
             if fault == "stop":
                 # The Ray node's sidecar read its silent local worker's /proc state
-                # (core/stopped.py): the episode opened on 'stopped', not on a clock.
+                # (core/hang/stopped.py): the episode opened on 'stopped', not on a clock.
                 opened = next(r for r in records if r.get("type") == "incident")
                 assert (opened["rule"], opened["ranks"]) == ("stopped", [1]), opened
         finally:

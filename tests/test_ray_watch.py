@@ -17,7 +17,7 @@ import pytest
 
 from tests.ray_support import init_local_ray, ray_environment
 from tests.support import short_tmpdir
-from trainprobe.sidecar.core.ray_snapshot import RayFinding
+from trainprobe.sidecar.core.ray.snapshot import RayFinding
 from trainprobe.sidecar.ray.watcher import RayWatcher
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

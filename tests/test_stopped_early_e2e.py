@@ -5,7 +5,7 @@ Before, the episode opened when the 3 s stall floor fired on the waiting peer
 (its last report then older than ``stale_after_s`` too), and its first
 evidence round found state T: killed about 3.3 s after the stop. Now the
 sidecar reads a verified local rank once it has been silent 1.2 report
-intervals (core/stopped.py); two T reads 0.25 s apart open the episode with a
+intervals (core/hang/stopped.py); two T reads 0.25 s apart open the episode with a
 ``stopped`` incident, and its round kills at once. Asserted on what the
 sidecar recorded (which rule opened the episode, how long the rank had been
 silent then, the order of the records), not on a wall-clock bound.
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 
 from tests.support import Workers, short_tmpdir, sidecar, wait_for
-from trainprobe.sidecar.core.evidence import stale_after_s
-from trainprobe.sidecar.core.stopped import CONFIRM_GAP_S
+from trainprobe.sidecar.core.hang.stopped import CONFIRM_GAP_S
+from trainprobe.sidecar.core.judge.evidence import stale_after_s
 
 #: A LivenessProbeHook()'s default interval (1 s), 20 ms steps; rank 1 stops itself.
 ARGS = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "1000"]

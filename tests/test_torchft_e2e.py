@@ -38,7 +38,7 @@ from tests.support import (
 pytest.importorskip("torchft")
 
 from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, MIN_REPLICAS
-from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
+from trainprobe.sidecar.core.hang.patience import REPLICA_FLOOR_S
 
 SCRIPT = REPO / "examples" / "torchft_train.py"
 LIGHTHOUSE = Path(PYTHON).with_name("torchft_lighthouse")

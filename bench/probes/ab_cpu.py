@@ -30,9 +30,9 @@ from bench_report_path import make_engine  # noqa: E402
 from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
-from trainprobe.sidecar.core.rules import RuleConfig  # noqa: E402
-from trainprobe.sidecar.core.thresholds import StallPolicy  # noqa: E402
+from trainprobe.sidecar.core.judge.rules import RuleConfig  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.session.thresholds import StallPolicy  # noqa: E402
 
 try:
     from trainprobe.sidecar.transport import pb as convert

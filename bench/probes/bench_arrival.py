@@ -38,7 +38,7 @@ add_repo_to_path()
 from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
 from trainprobe.sidecar.transport import pb as convert  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from _common import add_repo_to_path
 add_repo_to_path()
 
 from trainprobe.proto import PROTOCOL_VERSION, fetch_ticket, probe_pb2  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
 from trainprobe.sidecar.transport.commander import Commander  # noqa: E402
 from trainprobe.sidecar.transport.servicer import SidecarServicer  # noqa: E402
 

@@ -32,7 +32,7 @@ sys.path[:0] = ["bench", "sidecar", "proto", "hooks"]
 from loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
-from trainprobe.sidecar.core.registry import Registry  # noqa: E402
+from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
 from trainprobe.sidecar.otel.telemetry import start_telemetry  # noqa: E402
 from trainprobe.sidecar.transport import pb as convert  # noqa: E402
 

@@ -16,7 +16,8 @@ from tests.unit.test_engine import FakeKiller
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.actions import Actions
 from trainprobe.sidecar.act.incident_log import IncidentLog, read_incident_log
-from trainprobe.sidecar.core import Action, Incident, Registry, Verdict, WorkerKey
+from trainprobe.sidecar.core.incident import Action, Incident
+from trainprobe.sidecar.core.session import Registry, Verdict, WorkerKey
 from trainprobe.sidecar.relay.routes import RELAY_KILL_MARGIN_S, NodeStream, RelayRoute
 from trainprobe.sidecar.transport.commander import Commander
 

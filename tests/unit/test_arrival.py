@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.core_builders import NS, connected, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.session import (
     GroupSeqData,
     Registry,
     SyncData,
     ValidationError,
     validate_report,
 )
-from trainprobe.sidecar.core.arrival import MAX_GROUPS_PER_JOB, MAX_OPEN, STARTS_PER_REPORT
+from trainprobe.sidecar.core.session.arrival import MAX_GROUPS_PER_JOB, MAX_OPEN, STARTS_PER_REPORT
 
 T0 = 100.0
 

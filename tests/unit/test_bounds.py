@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from tests.core_builders import hello, report
-from trainprobe.sidecar.core import RayInfo, Registry, RegistryError, ValidationError
 from trainprobe.sidecar.core.limits import (
     MAX_ID_LEN,
     MAX_LABEL_KEY_LEN,
@@ -18,6 +17,7 @@ from trainprobe.sidecar.core.limits import (
     MAX_LABELS,
     MAX_RECENT,
 )
+from trainprobe.sidecar.core.session import RayInfo, Registry, RegistryError, ValidationError
 
 T0 = 100.0
 

@@ -11,8 +11,8 @@ import pytest
 
 from tests.core_builders import NS, connected
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.core import Registry, WorkerState, validate_report
 from trainprobe.sidecar.core.limits import MAX_RECENT, MAX_STARTS
+from trainprobe.sidecar.core.session import Registry, WorkerState, validate_report
 from trainprobe.sidecar.relay.buffer import Folded, Kind, RelayBuffer
 from trainprobe.sidecar.relay.coalesce import MAX_FOLDED_BYTES, fold_into
 from trainprobe.sidecar.transport.pb import report_from_pb

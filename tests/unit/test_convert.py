@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.core import Registry
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.session import Registry
+from trainprobe.sidecar.core.session.model import (
     CollectiveData,
     GpuMemoryData,
     GroupSeqData,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.culprit import (
+from trainprobe.sidecar.core.judge.culprit import (
     ALL_IN_FLIGHT,
     HEALTHY,
     INCONCLUSIVE,

@@ -14,20 +14,13 @@ from pathlib import Path
 from tests.core_builders import connected, report
 from trainprobe.sidecar.act.actions import Actions
 from trainprobe.sidecar.act.incident_log import IncidentLog, read_incident_log
-from trainprobe.sidecar.core import (
-    ActionPolicy,
-    CulpritPolicy,
-    GroupSeqData,
-    JobView,
-    Registry,
-    RuleConfig,
-    StallPolicy,
-    SyncData,
-    SyncReply,
-    Verdict,
-)
-from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.patience import PatienceBook
+from trainprobe.sidecar.core.hang import CulpritPolicy
+from trainprobe.sidecar.core.hang.patience import PatienceBook
+from trainprobe.sidecar.core.incident import ActionPolicy
+from trainprobe.sidecar.core.job import JobView, SyncReply
+from trainprobe.sidecar.core.judge import RuleConfig
+from trainprobe.sidecar.core.session import GroupSeqData, Registry, StallPolicy, SyncData, Verdict
+from trainprobe.sidecar.core.session.model import WorkerState
 from trainprobe.sidecar.engine import Engine
 from trainprobe.sidecar.ray.link import RayLink
 from trainprobe.sidecar.transport.commander import Commander

@@ -4,7 +4,7 @@ A real child process, really SIGSTOPped (state T in its /proc), is the
 session's verified pid; the engine reads it with its own reader
 (``ports.proc_states``, a worker thread) and opens the episode with a
 ``stopped`` incident after two reads, long before the 3 s stall floor. While
-the sidecar is itself behind its reports (core/pace.py), the same silence is
+the sidecar is itself behind its reports (core/session/pace.py), the same silence is
 its own lateness: nothing is read and nothing opens. Registry, rules, the
 hang machine, Actions and the incident log are real; the killer records
 (tests/unit/test_engine.py's ``FakeKiller``), so no signal is sent.
@@ -25,10 +25,10 @@ from tests.core_builders import hello, report
 from tests.unit.test_engine import T0, build
 from trainprobe.sidecar.act.evidence import read_states
 from trainprobe.sidecar.act.procs import proc_start_ticks
-from trainprobe.sidecar.core.hello import VerifiedProcess
-from trainprobe.sidecar.core.model import Verdict, WorkerState
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.stopped import CONFIRM_GAP_S
+from trainprobe.sidecar.core.hang.stopped import CONFIRM_GAP_S
+from trainprobe.sidecar.core.session.hello import VerifiedProcess
+from trainprobe.sidecar.core.session.model import Verdict, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine import Engine
 
 

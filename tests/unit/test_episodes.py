@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 from tests.core_builders import connected, hello, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.hang import CulpritPolicy, JobEpisodes, plan_targets
+from trainprobe.sidecar.core.hang.records import IncidentUpdate
+from trainprobe.sidecar.core.incident import (
     ActionPolicy,
-    CulpritPolicy,
-    Diagnosis,
     FindingEdges,
-    JobEpisodes,
     KillBudget,
-    Registry,
-    RuleConfig,
-    StallPolicy,
-    SyncData,
-    Verdict,
     decide,
-    evaluate,
     group_incidents,
-    plan_targets,
 )
-from trainprobe.sidecar.core.culprit import INCONCLUSIVE, STRAGGLER
-from trainprobe.sidecar.core.records import IncidentUpdate
+from trainprobe.sidecar.core.judge import Diagnosis, RuleConfig, evaluate
+from trainprobe.sidecar.core.judge.culprit import INCONCLUSIVE, STRAGGLER
+from trainprobe.sidecar.core.session import Registry, StallPolicy, SyncData, Verdict
 
 T0 = 100.0
 STRAGGLING_2 = Diagnosis(STRAGGLER, culprits=(2,), waiting=(0, 1, 3), confidence=0.95)
@@ -188,7 +181,7 @@ def test_a_coordinator_episode_is_followed_once() -> None:
 
 
 def test_an_inconclusive_kill_stalled_episode_kills_ranks_that_stall_a_tick_later() -> None:
-    from trainprobe.sidecar.core.episodes import late_stalled
+    from trainprobe.sidecar.core.hang.episodes import late_stalled
 
     reg, cfg = hung_job(4)
     tracker = FindingEdges()

@@ -5,7 +5,8 @@ every time is a number passed in."""
 from __future__ import annotations
 
 from tests.core_builders import connected
-from trainprobe.sidecar.core.culprit import (
+from trainprobe.sidecar.core.hang.patience import AUTO_FLOOR_S, PatienceBook
+from trainprobe.sidecar.core.judge.culprit import (
     INCONCLUSIVE,
     MISMATCH,
     STRAGGLER,
@@ -15,8 +16,8 @@ from trainprobe.sidecar.core.culprit import (
     RankSummary,
     analyze,
 )
-from trainprobe.sidecar.core.decision import judge, refine, suspect_line
-from trainprobe.sidecar.core.evidence import (
+from trainprobe.sidecar.core.judge.decision import judge, refine, suspect_line
+from trainprobe.sidecar.core.judge.evidence import (
     ProcSample,
     RankEvidence,
     StackSample,
@@ -25,10 +26,9 @@ from trainprobe.sidecar.core.evidence import (
     definitive_reason,
     stale_after_s,
 )
-from trainprobe.sidecar.core.model import heard_every_ms
-from trainprobe.sidecar.core.patience import AUTO_FLOOR_S, PatienceBook
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.stackframes import Frame, parse_stacks, training_thread
+from trainprobe.sidecar.core.judge.stackframes import Frame, parse_stacks, training_thread
+from trainprobe.sidecar.core.session.model import heard_every_ms
+from trainprobe.sidecar.core.session.registry import Registry
 
 SITE = "/venv/lib/python3.11/site-packages"
 

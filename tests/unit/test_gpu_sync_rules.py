@@ -9,7 +9,8 @@ import pytest
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.cli.ctl import format_status
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import (
     CollectiveData,
     GpuMemoryData,
     GroupSeqData,
@@ -17,12 +18,10 @@ from trainprobe.sidecar.core import (
     PhaseData,
     Registry,
     ReportData,
-    RuleConfig,
     SyncData,
     ValidationError,
     Verdict,
     WorkerState,
-    evaluate,
 )
 from trainprobe.sidecar.transport import pb as convert
 

@@ -1,7 +1,7 @@
 """The hang machine alone: plain data in, effects out, time passed by hand.
 
 Nothing is applied here: no registry writer, no log, no action runner. Each
-test steps :func:`trainprobe.sidecar.core.hang.step` with sessions built in a
+test steps :func:`trainprobe.sidecar.core.hang.machine.step` with sessions built in a
 real registry (only to fold reports the way the sidecar does), the rules'
 own findings and hand-made evidence rounds, and reads the effects it returns.
 """
@@ -12,24 +12,8 @@ from collections.abc import Sequence
 
 from tests.core_builders import connected, report
 from tests.unit.test_engine import seq
-from trainprobe.sidecar.core import (
-    ActionPolicy,
-    CulpritPolicy,
-    EpisodeNote,
-    HangConfig,
-    HangState,
-    JobView,
-    PatienceBook,
-    Registry,
-    RuleConfig,
-    StallPolicy,
-    SyncReply,
-    Verdict,
-    evaluate,
-    step,
-    summarize,
-)
-from trainprobe.sidecar.core.effects import (
+from trainprobe.sidecar.core.hang import CulpritPolicy, HangConfig, HangState, PatienceBook, step
+from trainprobe.sidecar.core.hang.effects import (
     Effect,
     EvidenceRound,
     ExecuteAction,
@@ -45,11 +29,15 @@ from trainprobe.sidecar.core.effects import (
     Sweep,
     Watch,
 )
-from trainprobe.sidecar.core.evidence import RankEvidence
-from trainprobe.sidecar.core.hangstate import ROUND_S, plan_round
-from trainprobe.sidecar.core.hangstate import note as note_for_coordinator
-from trainprobe.sidecar.core.model import WorkerKey, WorkerState
-from trainprobe.sidecar.core.records import ActDecision, PauseDecision, StallEnded
+from trainprobe.sidecar.core.hang.records import ActDecision, PauseDecision, StallEnded
+from trainprobe.sidecar.core.hang.state import ROUND_S, plan_round
+from trainprobe.sidecar.core.hang.state import note as note_for_coordinator
+from trainprobe.sidecar.core.incident import ActionPolicy
+from trainprobe.sidecar.core.job import EpisodeNote, JobView, SyncReply
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate, summarize
+from trainprobe.sidecar.core.judge.evidence import RankEvidence
+from trainprobe.sidecar.core.session import Registry, StallPolicy, Verdict
+from trainprobe.sidecar.core.session.model import WorkerKey, WorkerState
 
 T0 = 100.0
 RULES = RuleConfig(stall=StallPolicy(timeout_s=3.0), heartbeat_timeout_s=1e6)
@@ -278,8 +266,8 @@ def test_another_sidecars_episode_is_followed_stacks_first() -> None:
 
 def test_a_replicated_stall_that_ends_by_itself_records_the_replicated_patience() -> None:
     from tests.unit.test_replicas import rank
-    from trainprobe.sidecar.core.jobview import analyze_job
-    from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
+    from trainprobe.sidecar.core.hang.patience import REPLICA_FLOOR_S
+    from trainprobe.sidecar.core.job.view import analyze_job
 
     state = machine(patience_s=None)
     reg, (w,) = stalled()

@@ -12,11 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.core_builders import connected, report
-from trainprobe.sidecar.core import Registry
-from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.evidence import ProcSample, assess, definitive_reason, stale_after_s
-from trainprobe.sidecar.core.hangstate import plan_round
-from trainprobe.sidecar.core.held import (
+from trainprobe.sidecar.core.hang.held import (
     READ_EVERY_S,
     HeldWatch,
     awaiting_word,
@@ -24,10 +20,19 @@ from trainprobe.sidecar.core.held import (
     held_kind,
     relayed_samples,
 )
+from trainprobe.sidecar.core.hang.pause import paused_reason
+from trainprobe.sidecar.core.hang.state import plan_round
+from trainprobe.sidecar.core.judge.culprit import RankSummary
+from trainprobe.sidecar.core.judge.evidence import (
+    ProcSample,
+    assess,
+    definitive_reason,
+    stale_after_s,
+)
 from trainprobe.sidecar.core.limits import MAX_HELD, MAX_HELD_AGE_MS
-from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.pause import paused_reason
-from trainprobe.sidecar.core.validate import ValidationError, validate_held
+from trainprobe.sidecar.core.session import Registry
+from trainprobe.sidecar.core.session.model import WorkerState
+from trainprobe.sidecar.core.session.validate import ValidationError, validate_held
 
 T0 = 100.0
 NODE = object()  # the Relay stream that vouched for (owns) a session
@@ -203,10 +208,10 @@ def test_only_the_owning_relay_stream_sets_a_ranks_word() -> None:
 
 def test_a_patience_kill_waits_for_a_relay_nodes_word_then_goes_on() -> None:
     from tests.unit.test_hang_machine import machine, tick
-    from trainprobe.sidecar.core import step
-    from trainprobe.sidecar.core.effects import EvidenceRound, ExecuteAction, Watch
-    from trainprobe.sidecar.core.evidence import RankEvidence
-    from trainprobe.sidecar.core.hangstate import plan_round
+    from trainprobe.sidecar.core.hang import step
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, ExecuteAction, Watch
+    from trainprobe.sidecar.core.hang.state import plan_round
+    from trainprobe.sidecar.core.judge.evidence import RankEvidence
 
     def run(held: tuple[str, float] | None, now: float) -> list[object]:
         state = machine()  # patience 0: anything but a pause or a wait kills at once
@@ -262,9 +267,9 @@ def _job_of_three(rank2: str | None, words: dict[int, str] | None = None) -> lis
     The effects of one evidence round at each of T0+5.5 (node A's word may
     still be on its way) and T0+6.6 (it had its time), patience 0."""
     from tests.unit.test_hang_machine import machine, tick
-    from trainprobe.sidecar.core import step
-    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
-    from trainprobe.sidecar.core.model import heard_every_ms
+    from trainprobe.sidecar.core.hang import step
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.session.model import heard_every_ms
 
     out: list[object] = []
     for now in (T0 + 5.5, T0 + 6.6):
@@ -298,7 +303,7 @@ def _job_of_three(rank2: str | None, words: dict[int, str] | None = None) -> lis
 
 def _kills(effects: object) -> dict[int, str]:
     """rank -> why, for each rank an action or a sweep orders killed."""
-    from trainprobe.sidecar.core.effects import ExecuteAction, Sweep
+    from trainprobe.sidecar.core.hang.effects import ExecuteAction, Sweep
 
     out: dict[int, str] = {}
     for e in effects:  # type: ignore[attr-defined]
@@ -310,8 +315,8 @@ def _kills(effects: object) -> dict[int, str]:
 
 
 def _paused(effects: object) -> list[str]:
-    from trainprobe.sidecar.core.effects import Record
-    from trainprobe.sidecar.core.records import PauseDecision
+    from trainprobe.sidecar.core.hang.effects import Record
+    from trainprobe.sidecar.core.hang.records import PauseDecision
 
     return [
         e.record.why  # type: ignore[attr-defined]
@@ -350,8 +355,8 @@ def _ten_ranks(held: int) -> list[object]:
     (their node's word), the rest hung silently (their node saw them run). The
     effects of a round at T0+6.6, patience 0; the round samples ranks 0-7."""
     from tests.unit.test_hang_machine import machine, tick
-    from trainprobe.sidecar.core import step
-    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hang import step
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, Watch
 
     now = T0 + 6.6
     state, reg = machine(), Registry()

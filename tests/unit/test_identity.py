@@ -18,7 +18,7 @@ from tests.support import short_tmpdir
 from trainprobe.proto import fetch_ticket, ident_socket_path
 from trainprobe.sidecar.act.procs import proc_start_ticks, protected_pid
 from trainprobe.sidecar.act.stacks import open_stack_file
-from trainprobe.sidecar.core import Registry, RegistryError, VerifiedProcess
+from trainprobe.sidecar.core.session import Registry, RegistryError, VerifiedProcess
 from trainprobe.sidecar.transport.identity import Peer, TicketDesk
 
 T0 = 100.0

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from tests.core_builders import connected, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.incident import (
     ActionPolicy,
     FindingEdges,
     KillBudget,
-    Registry,
-    RuleConfig,
-    StallPolicy,
-    Verdict,
     decide,
-    evaluate,
     group_incidents,
-    p99,
-    stall_threshold,
 )
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import Registry, StallPolicy, Verdict, p99, stall_threshold
 
 T0 = 100.0
 
@@ -103,7 +98,7 @@ def test_an_incidents_job_name_is_its_verified_sessions_not_an_unverified_culpri
     from dataclasses import replace
 
     from tests.core_builders import hello
-    from trainprobe.sidecar.core.model import VerifiedProcess
+    from trainprobe.sidecar.core.session.model import VerifiedProcess
 
     reg = Registry()
     liar = reg.open(replace(hello(rank=1), job_name="renamed"), T0)

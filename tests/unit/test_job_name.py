@@ -107,8 +107,8 @@ def test_the_sidecar_carries_the_name_and_refuses_one_that_could_forge_a_row() -
 
     from tests.core_builders import hello
     from trainprobe.proto import probe_pb2
-    from trainprobe.sidecar.core import Registry
-    from trainprobe.sidecar.core.validate import ValidationError, validate_hello
+    from trainprobe.sidecar.core.session import Registry
+    from trainprobe.sidecar.core.session.validate import ValidationError, validate_hello
     from trainprobe.sidecar.transport.pb import hello_from_pb, status_pb
 
     data = hello_from_pb(

@@ -1,7 +1,7 @@
 """The Ray job sync's protocol: a digest while healthy, deltas while details are needed.
 
 Pure: the coordinator's state (:class:`CoordinatorState`, its
-:class:`~trainprobe.sidecar.core.jobstore.RankStore`) and a sidecar's
+:class:`~trainprobe.sidecar.core.job.store.RankStore`) and a sidecar's
 :class:`JobView`, stepped by hand on a fake clock.
 """
 
@@ -13,24 +13,20 @@ from collections.abc import Callable
 
 from tests.core_builders import connected, report
 from tests.unit.test_engine import seq
-from trainprobe.sidecar.core import (
-    ActionPolicy,
-    CulpritPolicy,
-    HangConfig,
-    HangState,
-    Registry,
-    RuleConfig,
-)
-from trainprobe.sidecar.core.culprit import HEALTHY, GroupProgress, RankSummary
-from trainprobe.sidecar.core.hangstate import diagnose
-from trainprobe.sidecar.core.jobdigest import (
+from trainprobe.sidecar.core.hang import CulpritPolicy, HangConfig, HangState
+from trainprobe.sidecar.core.hang.state import diagnose
+from trainprobe.sidecar.core.incident import ActionPolicy
+from trainprobe.sidecar.core.job.digest import (
     DETAIL_LINGER_S,
     DIGEST_MAX_SUSPECTS,
     is_suspect,
     refresh_s,
     same_summary,
 )
-from trainprobe.sidecar.core.jobview import CoordinatorState, JobView
+from trainprobe.sidecar.core.job.view import CoordinatorState, JobView
+from trainprobe.sidecar.core.judge import RuleConfig
+from trainprobe.sidecar.core.judge.culprit import HEALTHY, GroupProgress, RankSummary
+from trainprobe.sidecar.core.session import Registry
 
 WORLD_PER_NODE = 8
 
@@ -262,11 +258,11 @@ def test_an_evidence_round_waits_for_the_other_nodes_ranks_while_only_the_digest
     as a digest only, the job would look held whole (a pause) on this node's
     ranks alone: the round waits for the ranks, then kills."""
     from tests.unit.test_hang_machine import RULES, kinds, tick
-    from trainprobe.sidecar.core import PatienceBook, step
-    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
-    from trainprobe.sidecar.core.evidence import RankEvidence
-    from trainprobe.sidecar.core.hangstate import plan_round
-    from trainprobe.sidecar.core.jobdigest import DETAIL_WAIT_S
+    from trainprobe.sidecar.core.hang import PatienceBook, step
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hang.state import plan_round
+    from trainprobe.sidecar.core.job.digest import DETAIL_WAIT_S
+    from trainprobe.sidecar.core.judge.evidence import RankEvidence
 
     t0 = 100.0
     stopped = {r: RankEvidence(r, state="stopped", samples=2) for r in (0, 1)}
@@ -310,8 +306,10 @@ def test_another_sidecars_episode_is_followed_once_the_jobs_ranks_are_here() -> 
     """Which culprits are this sidecar's to act on needs the job's ranks: with
     the digest only, the episode is followed at the sync that brings them."""
     from tests.unit.test_hang_machine import RULES, tick
-    from trainprobe.sidecar.core import EpisodeNote, PatienceBook, summarize
-    from trainprobe.sidecar.core.effects import Inspect
+    from trainprobe.sidecar.core.hang import PatienceBook
+    from trainprobe.sidecar.core.hang.effects import Inspect
+    from trainprobe.sidecar.core.job import EpisodeNote
+    from trainprobe.sidecar.core.judge import summarize
 
     t0 = 100.0
     config = HangConfig(RULES, ActionPolicy(), CulpritPolicy(), "here", reads_stacks=True)
@@ -338,7 +336,7 @@ def test_a_stopped_rank_here_is_held_back_while_the_other_nodes_ranks_are_not_he
     """With the job's digest only, another node's ranks may be stopped with it (a
     pause): the early 'stopped' finding waits for them, as for an unread rank;
     and a rank here gone silent makes the sidecar ask for them at once."""
-    from trainprobe.sidecar.core.stopped import _silent_beside
+    from trainprobe.sidecar.core.hang.stopped import _silent_beside
 
     assert _silent_beside("job", set(), 10.0, [], 11.0, 0.0, None)
     assert not _silent_beside("job", set(), 10.0, [], 11.0, 0.0, [])

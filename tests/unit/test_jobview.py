@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.job import (
     CoordinatorState,
     EpisodeNote,
-    GroupProgress,
     JobView,
-    RankSummary,
     aged,
     analyze_job,
     merge_summaries,
 )
-from trainprobe.sidecar.core.culprit import HEALTHY, STRAGGLER, UNRESPONSIVE
+from trainprobe.sidecar.core.judge import GroupProgress, RankSummary
+from trainprobe.sidecar.core.judge.culprit import HEALTHY, STRAGGLER, UNRESPONSIVE
 
 
 def rank(r: int, world: int = 4, inflight: float | None = None, seq: int = 42, **kw: object):  # type: ignore[no-untyped-def]

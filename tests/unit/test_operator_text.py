@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import logging
 
-from trainprobe.sidecar.core import Incident, Verdict
+from trainprobe.sidecar.core.incident import Incident
+from trainprobe.sidecar.core.session import Verdict
 from trainprobe.sidecar.core.text import SafeLogFormatter, printable
 from trainprobe.sidecar.otel.incident_spans import incident_attributes
 

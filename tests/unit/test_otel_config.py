@@ -10,8 +10,8 @@ import pytest
 
 from tests.otel_builders import coll, hello, report
 from trainprobe.sidecar.config.settings import SettingsError, load_settings
-from trainprobe.sidecar.core.model import GpuMemoryData, Verdict
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.model import GpuMemoryData, Verdict
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.otel import ExportHealth, gauge_snapshot, resource_attributes
 from trainprobe.sidecar.otel.config import SPAN_DELAY_MS, telemetry_config
 from trainprobe.sidecar.otel.measures import (

@@ -10,11 +10,11 @@ import json
 from dataclasses import replace
 
 from tests.otel_builders import MS, T0, WMM, coll, hello, report
-from trainprobe.sidecar.core.incidents import FindingEdges, Incident, group_incidents
-from trainprobe.sidecar.core.model import GroupSeqData, PhaseData, ReportData, SyncData
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.rules import RuleConfig, evaluate
-from trainprobe.sidecar.core.thresholds import StallPolicy
+from trainprobe.sidecar.core.incident.incidents import FindingEdges, Incident, group_incidents
+from trainprobe.sidecar.core.judge.rules import RuleConfig, evaluate
+from trainprobe.sidecar.core.session.model import GroupSeqData, PhaseData, ReportData, SyncData
+from trainprobe.sidecar.core.session.registry import Registry
+from trainprobe.sidecar.core.session.thresholds import StallPolicy
 from trainprobe.sidecar.otel import IncidentTracer, TraceBuilder, span_id, step_trace_id
 from trainprobe.sidecar.otel.incident_spans import incident_step
 

@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from tests.otel_builders import MS, T0, WMM, apply, coll, hello, report
-from trainprobe.sidecar.core.model import PhaseData, RayInfo, Verdict
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.model import PhaseData, RayInfo, Verdict
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.otel import (
     TraceBuilder,
     span_id,

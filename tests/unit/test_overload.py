@@ -1,13 +1,14 @@
-"""The shedding rule (core/overload.py) with a fake clock, and what a late report keeps."""
+"""The shedding rule (core/session/overload.py) with a fake clock, and what a late report keeps."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.core_builders import hello, report
-from trainprobe.sidecar.core import Registry, RuleConfig, Shedder, evaluate
-from trainprobe.sidecar.core.incidents import group_incidents
-from trainprobe.sidecar.core.model import WorkerState, trim_applied
+from trainprobe.sidecar.core.incident.incidents import group_incidents
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import Registry, Shedder
+from trainprobe.sidecar.core.session.model import WorkerState, trim_applied
 
 
 def test_a_report_is_late_past_one_second_or_two_intervals() -> None:
@@ -97,7 +98,7 @@ def test_an_applied_report_keeps_only_its_slowest_collective_sample() -> None:
     among the samples (it was cut to the last 16, ~4 KB a session)."""
     import dataclasses
 
-    from trainprobe.sidecar.core.model import CollectiveData, SyncData
+    from trainprobe.sidecar.core.session.model import CollectiveData, SyncData
 
     samples = tuple(
         CollectiveData(

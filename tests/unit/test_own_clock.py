@@ -11,8 +11,9 @@ from pathlib import Path
 
 from tests.core_builders import connected, report
 from trainprobe.sidecar.act.incident_log import IncidentLog
-from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, evaluate
-from trainprobe.sidecar.core.policy import ActionPolicy
+from trainprobe.sidecar.core.incident.policy import ActionPolicy
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import Registry, StallPolicy
 from trainprobe.sidecar.engine.loop import Engine
 
 T0 = 100.0

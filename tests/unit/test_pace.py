@@ -1,4 +1,4 @@
-"""A starved sidecar stays honest (core/pace.py), with a fake clock.
+"""A starved sidecar stays honest (core/session/pace.py), with a fake clock.
 
 The sidecar's own lateness (tick lag, the floor of its reports' ingest lags)
 holds back every verdict that is an age, so a backlog of its own ages no
@@ -14,11 +14,12 @@ import pytest
 
 from tests.core_builders import connected, report
 from trainprobe.sidecar.act.incident_log import IncidentLog
-from trainprobe.sidecar.core import Registry, RuleConfig, evaluate
-from trainprobe.sidecar.core.incidents import group_incidents
-from trainprobe.sidecar.core.model import Finding, Verdict, WorkerKey
-from trainprobe.sidecar.core.pace import BEHIND_S, MAX_ALLOWANCE_S, Pace, defer
-from trainprobe.sidecar.core.policy import ActionPolicy
+from trainprobe.sidecar.core.incident.incidents import group_incidents
+from trainprobe.sidecar.core.incident.policy import ActionPolicy
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import Registry
+from trainprobe.sidecar.core.session.model import Finding, Verdict, WorkerKey
+from trainprobe.sidecar.core.session.pace import BEHIND_S, MAX_ALLOWANCE_S, Pace, defer
 from trainprobe.sidecar.engine.loop import Engine
 
 T0 = 100.0

@@ -8,11 +8,17 @@ rank held while a peer runs and waits is a hang, its culprit definitive.
 from __future__ import annotations
 
 from tests.core_builders import connected, report
-from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, evaluate
-from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.decision import judge, refine, stuck_sweep_s
-from trainprobe.sidecar.core.evidence import ProcSample, RankEvidence, assess, definitive_reason
-from trainprobe.sidecar.core.pause import pause_check, paused_line, paused_reason
+from trainprobe.sidecar.core.hang.pause import pause_check, paused_line, paused_reason
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.judge.culprit import RankSummary
+from trainprobe.sidecar.core.judge.decision import judge, refine, stuck_sweep_s
+from trainprobe.sidecar.core.judge.evidence import (
+    ProcSample,
+    RankEvidence,
+    assess,
+    definitive_reason,
+)
+from trainprobe.sidecar.core.session import Registry, StallPolicy
 
 T0 = 100.0
 CFG = RuleConfig(heartbeat_timeout_s=3.0, stall=StallPolicy(timeout_s=2.0))
@@ -67,7 +73,7 @@ def test_a_sampled_rank_nobody_says_is_held_runs() -> None:
 
 
 def test_silent_ranks_stuck_beside_a_stopped_one_are_swept_when_their_patience_is_spent() -> None:
-    from trainprobe.sidecar.core.culprit import Diagnosis
+    from trainprobe.sidecar.core.judge.culprit import Diagnosis
 
     diag = Diagnosis(kind="unresponsive", culprits=(2,), confidence=0.5, summary="")
     waiting = RankEvidence(3, state="sleeping", activity="collective", reporter_alive=False)
@@ -185,9 +191,9 @@ def _ten_local(held: int, kernel: dict[int, str] | None = None) -> list[object]:
     ``kernel``: the engine's read of the others' /proc state letter. The
     effects of that round and of a tick, patience 0."""
     from tests.unit.test_hang_machine import machine, tick
-    from trainprobe.sidecar.core import step
-    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
-    from trainprobe.sidecar.core.hangstate import plan_round
+    from trainprobe.sidecar.core.hang import step
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hang.state import plan_round
 
     now = T0 + 6.6
     state, reg = machine(), Registry()
@@ -248,18 +254,17 @@ def _two_nodes(word: str, now: float, age_s: float = 0.4) -> list[object]:
     ``word`` on it ("" unread), read ``age_s`` ago. The effects of one evidence round at ``now``
     (and a tick), patience 0, heartbeat limit 2 s."""
     from tests.unit.test_hang_machine import tick
-    from trainprobe.sidecar.core import (
-        ActionPolicy,
+    from trainprobe.sidecar.core.hang import (
         CulpritPolicy,
         HangConfig,
         HangState,
-        JobView,
         PatienceBook,
-        SyncReply,
         step,
     )
-    from trainprobe.sidecar.core.effects import EvidenceRound, Watch
-    from trainprobe.sidecar.core.hangstate import plan_round
+    from trainprobe.sidecar.core.hang.effects import EvidenceRound, Watch
+    from trainprobe.sidecar.core.hang.state import plan_round
+    from trainprobe.sidecar.core.incident import ActionPolicy
+    from trainprobe.sidecar.core.job import JobView, SyncReply
 
     rules = RuleConfig(stall=StallPolicy(timeout_s=3.0), heartbeat_timeout_s=2.0)
     view = JobView()

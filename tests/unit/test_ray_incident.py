@@ -18,13 +18,13 @@ from tests.unit.test_ray_watch_core import (
     pg,
     snap,
 )
-from trainprobe.sidecar.core.actions import Action
-from trainprobe.sidecar.core.model import Verdict
-from trainprobe.sidecar.core.policy import KillBudget
-from trainprobe.sidecar.core.ray_incident import decide_ray, ray_incident, ray_targets
-from trainprobe.sidecar.core.ray_placement import PlacementHistory, PlacementLimits, judge_placement
-from trainprobe.sidecar.core.ray_snapshot import ActorInfo
-from trainprobe.sidecar.core.ray_wait import CycleJudge
+from trainprobe.sidecar.core.incident.actions import Action
+from trainprobe.sidecar.core.incident.policy import KillBudget
+from trainprobe.sidecar.core.ray.incident import decide_ray, ray_incident, ray_targets
+from trainprobe.sidecar.core.ray.placement import PlacementHistory, PlacementLimits, judge_placement
+from trainprobe.sidecar.core.ray.snapshot import ActorInfo
+from trainprobe.sidecar.core.ray.wait import CycleJudge
+from trainprobe.sidecar.core.session.model import Verdict
 
 MONO = 500.0  # the sidecar's monotonic clock at detection
 CONTROLLER = ActorInfo("c" * 32, "", "TrainController", "ALIVE", pid=77, job_id=JOB)

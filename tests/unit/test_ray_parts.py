@@ -17,18 +17,10 @@ from tests.support import PYTHON, child_env, free_port, short_tmpdir
 from trainprobe.hooks import HandleRegistration, resolve_target
 from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket_path
 from trainprobe.sidecar import SettingsError, load_settings
-from trainprobe.sidecar.core import (
-    HelloData,
-    RayInfo,
-    RecoveryWatch,
-    ReportData,
-    WorkerKey,
-    WorkerState,
-    actor_summary,
-    kill_settled,
-    plan_ray_kill,
-)
-from trainprobe.sidecar.core.fold import note_offset
+from trainprobe.sidecar.core.incident import RecoveryWatch
+from trainprobe.sidecar.core.ray import actor_summary, kill_settled, plan_ray_kill
+from trainprobe.sidecar.core.session import HelloData, RayInfo, ReportData, WorkerKey, WorkerState
+from trainprobe.sidecar.core.session.fold import note_offset
 from trainprobe.sidecar.ray import HandleStore, RayUnavailable, settings_for_node
 from trainprobe.sidecar.ray.link import probe_address
 from trainprobe.sidecar.ray.naming import is_node_actor_name, node_incident_log

@@ -7,13 +7,13 @@ fake clock: ``now`` is passed in.
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.ray_placement import (
+from trainprobe.sidecar.core.ray.placement import (
     PlacementHistory,
     PlacementLimits,
     infeasible_reasons,
     judge_placement,
 )
-from trainprobe.sidecar.core.ray_snapshot import (
+from trainprobe.sidecar.core.ray.snapshot import (
     ActorInfo,
     Bundle,
     NodeInfo,
@@ -23,7 +23,7 @@ from trainprobe.sidecar.core.ray_snapshot import (
     WaitRecord,
     producer_task_id,
 )
-from trainprobe.sidecar.core.ray_wait import (
+from trainprobe.sidecar.core.ray.wait import (
     CycleJudge,
     build_graph,
     render_dot,
@@ -261,8 +261,8 @@ Thread 6609 (idle): "PythonGCThread"
 
 
 def test_ray_get_call_site_from_a_py_spy_dump() -> None:
-    from trainprobe.sidecar.core.ray_snapshot import ray_get_site
-    from trainprobe.sidecar.core.stackframes import parse_stacks
+    from trainprobe.sidecar.core.judge.stackframes import parse_stacks
+    from trainprobe.sidecar.core.ray.snapshot import ray_get_site
 
     assert ray_get_site(parse_stacks(SPY.format(wrapper=""))) == "explore2.py:19 in A.g"
     behind = SPY.format(wrapper="get (hooks/ray_wait.py:98)\n    ")

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tests.core_builders import connected, hello, phase, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.session import (
     CollectiveData,
     GpuMemoryData,
     GroupSeqData,
@@ -18,7 +18,7 @@ from trainprobe.sidecar.core import (
     ValidationError,
     validate_report,
 )
-from trainprobe.sidecar.core.fold import note_offset
+from trainprobe.sidecar.core.session.fold import note_offset
 
 T0 = 100.0
 
@@ -176,7 +176,7 @@ def test_offset_estimate_is_the_window_minimum_at_every_step() -> None:
     """note_offset keeps the window minimum incrementally; it must equal a full min()."""
     import random
 
-    from trainprobe.sidecar.core.model import HelloData, WorkerState
+    from trainprobe.sidecar.core.session.model import HelloData, WorkerState
 
     rng = random.Random(7)
     hello = HelloData(

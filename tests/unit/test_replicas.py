@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.actions import (
+from trainprobe.sidecar.core.hang.episodes import CulpritPolicy, plan_targets
+from trainprobe.sidecar.core.hang.patience import (
+    BACKOFF_WINDOW_S,
+    MAX_BACKOFF_S,
+    REPLICA_FLOOR_S,
+    PatienceBook,
+)
+from trainprobe.sidecar.core.incident.actions import (
     ACTIONS,
     Action,
     eviction_line,
     for_replicas,
     is_destructive,
 )
-from trainprobe.sidecar.core.culprit import (
+from trainprobe.sidecar.core.job.view import analyze_job
+from trainprobe.sidecar.core.judge.culprit import (
     INCONCLUSIVE,
     STRAGGLER,
     UNRESPONSIVE,
@@ -18,15 +26,7 @@ from trainprobe.sidecar.core.culprit import (
     RankSummary,
     analyze,
 )
-from trainprobe.sidecar.core.episodes import CulpritPolicy, plan_targets
-from trainprobe.sidecar.core.jobview import analyze_job
-from trainprobe.sidecar.core.patience import (
-    BACKOFF_WINDOW_S,
-    MAX_BACKOFF_S,
-    REPLICA_FLOOR_S,
-    PatienceBook,
-)
-from trainprobe.sidecar.core.replicas import (
+from trainprobe.sidecar.core.judge.replicas import (
     apply_replicas,
     culprit_onset,
     replica_evidence,
@@ -191,8 +191,8 @@ def test_replicated_patience_acts_before_torchft_timeouts_and_backs_off() -> Non
 
 
 def test_a_thread_waiting_inside_torchft_counts_as_a_collective_wait() -> None:
-    from trainprobe.sidecar.core.evidence import COLLECTIVE, classify_frames
-    from trainprobe.sidecar.core.stackframes import Frame
+    from trainprobe.sidecar.core.judge.evidence import COLLECTIVE, classify_frames
+    from trainprobe.sidecar.core.judge.stackframes import Frame
 
     sp = "/venv/lib/python3.11/site-packages"
     frames = [  # innermost first: the quorum future's wait, called from training
@@ -269,9 +269,9 @@ def test_a_real_hang_in_one_replica_evicts_that_replica_alone_whatever_the_liars
 
 def test_the_normal_step_time_is_the_ranks_own_and_ages_on_the_clock() -> None:
     from tests.core_builders import hello, report
-    from trainprobe.sidecar.core import Registry
-    from trainprobe.sidecar.core.model import VerifiedProcess
-    from trainprobe.sidecar.core.summary import summarize
+    from trainprobe.sidecar.core.judge.summary import summarize
+    from trainprobe.sidecar.core.session import Registry
+    from trainprobe.sidecar.core.session.model import VerifiedProcess
 
     t0, reg = 100.0, Registry()
     mine = reg.open(hello(rank=0, interval_ms=100), t0, VerifiedProcess(1000, 1000, 1))

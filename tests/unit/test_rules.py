@@ -7,15 +7,14 @@ from dataclasses import replace
 import pytest
 
 from tests.core_builders import connected, phase, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import (
     GpuMemoryData,
     GroupSeqData,
     Registry,
-    RuleConfig,
     StallPolicy,
     SyncData,
     Verdict,
-    evaluate,
 )
 
 T0 = 100.0  # sidecar and worker clocks agree in these tests (offset 0)

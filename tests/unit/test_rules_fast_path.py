@@ -12,19 +12,18 @@ import random
 from collections import deque
 
 from tests.core_builders import hello, report
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.judge.rules import JobContext, evaluate_worker
+from trainprobe.sidecar.core.session import (
     GpuMemoryData,
     GroupSeqData,
     Registry,
-    RuleConfig,
     StallPolicy,
     SyncData,
     WorkerState,
-    evaluate,
 )
-from trainprobe.sidecar.core.model import ActivePhase, Finding
-from trainprobe.sidecar.core.rules import JobContext, evaluate_worker
-from trainprobe.sidecar.core.thresholds import stall_threshold
+from trainprobe.sidecar.core.session.model import ActivePhase, Finding
+from trainprobe.sidecar.core.session.thresholds import stall_threshold
 
 NOW = 1000.0
 

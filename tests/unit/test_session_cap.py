@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.core_builders import hello, report
-from trainprobe.sidecar.core import Registry, RegistryError
 from trainprobe.sidecar.core.limits import MAX_ENDED_SESSIONS, MAX_SESSIONS
+from trainprobe.sidecar.core.session import Registry, RegistryError
 
 
 def test_ten_thousand_live_sessions_then_one_more_is_refused() -> None:

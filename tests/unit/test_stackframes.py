@@ -7,7 +7,7 @@ import tempfile
 import threading
 
 from trainprobe.hooks.stacks import format_all_stacks
-from trainprobe.sidecar.core.stackframes import parse_stacks, stuck_at
+from trainprobe.sidecar.core.judge.stackframes import parse_stacks, stuck_at
 
 PY_SPY = """\
 Process 5696: /venv/bin/python train.py

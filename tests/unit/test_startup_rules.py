@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from tests.core_builders import connected, hello, phase, report
-from trainprobe.sidecar.core import Registry, RuleConfig, StallPolicy, analyze, evaluate
-from trainprobe.sidecar.core.culprit import ALL_IN_FLIGHT, STRAGGLER
-from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
-from trainprobe.sidecar.core.summary import summarize
+from trainprobe.sidecar.core.judge import RuleConfig, analyze, evaluate
+from trainprobe.sidecar.core.judge.culprit import ALL_IN_FLIGHT, STRAGGLER
+from trainprobe.sidecar.core.judge.summary import summarize
+from trainprobe.sidecar.core.session import Registry, StallPolicy
+from trainprobe.sidecar.core.session.model import VerifiedProcess, WorkerState
 
 T0 = 100.0
 CFG = RuleConfig(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from trainprobe.sidecar.core.thresholds import StepWindow, p99, stored_step_time
+from trainprobe.sidecar.core.session.thresholds import StepWindow, p99, stored_step_time
 
 f32 = stored_step_time  # ``x`` as the window keeps it
 

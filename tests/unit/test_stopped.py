@@ -1,4 +1,4 @@
-"""The early read of a silent local rank (core/stopped.py), on a fake clock.
+"""The early read of a silent local rank (core/hang/stopped.py), on a fake clock.
 
 A verified local session silent for 1.2 report intervals is read from /proc;
 two ``T`` reads at least ``CONFIRM_GAP_S`` apart make a ``stopped`` finding
@@ -8,16 +8,16 @@ two ``T`` reads at least ``CONFIRM_GAP_S`` apart make a ``stopped`` finding
 from __future__ import annotations
 
 from tests.core_builders import hello, report
-from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.hello import VerifiedProcess
-from trainprobe.sidecar.core.model import Verdict, WorkerState
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.stopped import (
+from trainprobe.sidecar.core.hang.stopped import (
     CONFIRM_GAP_S,
     READ_EVERY_S,
     StoppedWatch,
     silent_after_s,
 )
+from trainprobe.sidecar.core.judge.culprit import RankSummary
+from trainprobe.sidecar.core.session.hello import VerifiedProcess
+from trainprobe.sidecar.core.session.model import Verdict, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 
 T0 = 100.0
 
@@ -125,7 +125,7 @@ def test_a_verified_session_on_a_relay_stream_is_not_read_here() -> None:
 
 
 def test_the_sidecars_own_lateness_ages_nobody() -> None:
-    """Behind by 0.8 s (core/pace.py): 1.3 s of silence is 0.5 s as judged, so
+    """Behind by 0.8 s (core/session/pace.py): 1.3 s of silence is 0.5 s as judged, so
     nothing is read; nor is a session whose silence began at our own freeze."""
     ws = job()
     watch = StoppedWatch()

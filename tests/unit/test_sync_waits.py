@@ -9,17 +9,16 @@ rank 0. A collective that both ranks entered together and that still took
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core import (
+from trainprobe.sidecar.core.judge import RuleConfig, evaluate
+from trainprobe.sidecar.core.session import (
     CollectiveData,
     GroupSeqData,
     HelloData,
     Registry,
     ReportData,
-    RuleConfig,
     SyncData,
     Verdict,
     WorkerState,
-    evaluate,
 )
 
 CFG = RuleConfig(sync_latency_s=5, sync_timeout_s=600, heartbeat_timeout_s=1e6)

@@ -17,9 +17,9 @@ from typing import Any
 
 from trainprobe.sidecar.act.killers import Killer, SignalKiller
 from trainprobe.sidecar.config.settings import Settings
-from trainprobe.sidecar.core.policy import ActionPolicy
-from trainprobe.sidecar.core.rules import RuleConfig
-from trainprobe.sidecar.core.thresholds import StallPolicy
+from trainprobe.sidecar.core.incident.policy import ActionPolicy
+from trainprobe.sidecar.core.judge.rules import RuleConfig
+from trainprobe.sidecar.core.session.thresholds import StallPolicy
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.transport.commander import Commander
 

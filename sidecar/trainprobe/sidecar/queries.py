@@ -20,8 +20,8 @@ from typing import Any
 from trainprobe.proto import VERSION, probe_pb2
 from trainprobe.sidecar.core.jobnames import job_label, names_of, resolve_job
 from trainprobe.sidecar.core.limits import MAX_DIAGNOSE_CHARS, MAX_STATUS_BYTES
-from trainprobe.sidecar.core.overload import Shedder
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.overload import Shedder
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.transport.pb import status_pb
 

@@ -29,11 +29,11 @@ from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.killers import Killer, KillerFactory
 from trainprobe.sidecar.act.stacks import StackCollector
 from trainprobe.sidecar.config.settings import Settings
-from trainprobe.sidecar.core.episodes import CulpritPolicy
-from trainprobe.sidecar.core.jobview import JobView
-from trainprobe.sidecar.core.patience import PatienceBook
-from trainprobe.sidecar.core.recovery import RecoveryWatch
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.hang.episodes import CulpritPolicy
+from trainprobe.sidecar.core.hang.patience import PatienceBook
+from trainprobe.sidecar.core.incident.recovery import RecoveryWatch
+from trainprobe.sidecar.core.job.view import JobView
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.queries import Queries

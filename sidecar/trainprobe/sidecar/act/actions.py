@@ -1,7 +1,7 @@
 """Carrying out an incident's action: observe, dump, kill or restart.
 
 Every outcome is appended to the incident log as an ``action`` record that
-names its incident (:func:`~trainprobe.sidecar.core.actions.action_record`).
+names its incident (:func:`~trainprobe.sidecar.core.incident.actions.action_record`).
 Killing goes through a :class:`~trainprobe.sidecar.act.killers.Killer`.
 """
 
@@ -16,16 +16,16 @@ from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.act.killers import DUMP_TIMEOUT_S, Killer
 from trainprobe.sidecar.act.stacks import proc_uid, remove_stack_file
-from trainprobe.sidecar.core.actions import (
+from trainprobe.sidecar.core.incident.actions import (
     Action,
     action_record,
     eviction_line,
     is_destructive,
 )
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import ReportData, WorkerKey, WorkerState
-from trainprobe.sidecar.core.recovery import RecoveryWatch
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.incident.recovery import RecoveryWatch
+from trainprobe.sidecar.core.session.model import ReportData, WorkerKey, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.transport.commander import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
@@ -39,7 +39,8 @@ ActionListener = Callable[[Incident, dict[str, object]], None]
 
 class RecoveryLog:
     """Report listener: logs a ``recovery`` record when a killed rank's replacement
-    completes its first step (see :class:`~trainprobe.sidecar.core.recovery.RecoveryWatch`)."""
+    completes its first step (see
+    :class:`~trainprobe.sidecar.core.incident.recovery.RecoveryWatch`)."""
 
     def __init__(
         self, watch: RecoveryWatch, incident_log: IncidentLog, clock: Callable[[], float]

@@ -1,6 +1,6 @@
 """Gathering a suspect job's evidence: /proc samples and stack samples, per rank.
 
-The pure half (what the samples mean) is :mod:`trainprobe.sidecar.core.evidence`.
+The pure half (what the samples mean) is :mod:`trainprobe.sidecar.core.judge.evidence`.
 Here the samples are taken without blocking the event loop: /proc is read in a
 worker thread (a stuck /proc read, e.g. of a process in a hung NFS mount, then
 costs a thread, not the loop), and stacks come from the
@@ -21,16 +21,16 @@ from typing import Protocol
 from trainprobe.sidecar.act.cgroups import frozen
 from trainprobe.sidecar.act.pidproc import stat_fields
 from trainprobe.sidecar.act.procs import proc_sample, proc_start_ticks
-from trainprobe.sidecar.core.evidence import (
+from trainprobe.sidecar.core.hang.held import relayed_samples
+from trainprobe.sidecar.core.judge.evidence import (
     ProcSample,
     RankEvidence,
     StackSample,
     assess,
     stale_after_s,
 )
-from trainprobe.sidecar.core.held import relayed_samples
-from trainprobe.sidecar.core.model import WorkerState, heard_every_ms
-from trainprobe.sidecar.core.stackframes import parse_stacks, training_thread
+from trainprobe.sidecar.core.judge.stackframes import parse_stacks, training_thread
+from trainprobe.sidecar.core.session.model import WorkerState, heard_every_ms
 
 __all__ = ["KEEP", "EvidenceGatherer", "StackReader", "read_procs", "read_states"]
 
@@ -64,7 +64,7 @@ def read_procs(targets: Sequence[tuple[int, int | None]]) -> list[tuple]:
 def read_states(targets: Sequence[tuple[int, int | None]]) -> list[str]:
     """The kernel's state letter of each (pid, start ticks), "" where gone or the
     pid was reused: one read of ``/proc/<pid>/stat`` each, for a worker thread
-    (the engine's early read of silent ranks: ``core/stopped.py``)."""
+    (the engine's early read of silent ranks: ``core/hang/stopped.py``)."""
     out = []
     for pid, start in targets:
         fields = stat_fields(pid) if pid > 0 else None

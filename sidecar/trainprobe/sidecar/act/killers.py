@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.signals import KillOutcome, terminate
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.session.model import WorkerState
 from trainprobe.sidecar.transport.commander import Commander
 
 if TYPE_CHECKING:

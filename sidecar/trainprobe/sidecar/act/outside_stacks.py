@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from trainprobe.sidecar.act.procs import protected_pid
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.session.model import WorkerState
 
 __all__ = [
     "MAX_STACK_FILE_BYTES",

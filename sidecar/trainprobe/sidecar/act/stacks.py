@@ -41,8 +41,8 @@ from trainprobe.sidecar.act.outside_stacks import (
     remove_stack_file,
 )
 from trainprobe.sidecar.act.procs import pid_alive, proc_start_ticks, proc_stopped, protected_pid
-from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.stackframes import stuck_at
+from trainprobe.sidecar.core.judge.stackframes import stuck_at
+from trainprobe.sidecar.core.session.model import WorkerState
 from trainprobe.sidecar.transport.commander import Commander
 
 __all__ = [

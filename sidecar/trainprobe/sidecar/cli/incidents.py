@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainprobe.sidecar.core.actions import is_destructive
+from trainprobe.sidecar.core.incident.actions import is_destructive
 from trainprobe.sidecar.core.jobnames import job_label, names_of, resolve_job
 from trainprobe.sidecar.core.text import printable
 

@@ -10,7 +10,7 @@ first failure (an evicted group's way back waits for nothing), then, while it
 keeps failing within ``reset_s`` of a start, after 1 s, doubled each time,
 capped; a group that ran longer than ``reset_s`` starts over at once. A group
 that cannot start is never restarted in a tight loop (and the sidecar backs
-off its own evictions of one place: core/patience.py). A group whose processes
+off its own evictions of one place: core/hang/patience.py). A group whose processes
 all exit 0 is done. Every output line is printed with its group and rank in
 front (``[replica1:0] ...``).
 """

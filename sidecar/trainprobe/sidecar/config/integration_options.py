@@ -9,7 +9,7 @@ from trainprobe.sidecar.config import parsers as v
 from trainprobe.sidecar.config.option import INTEGRATIONS as _I
 from trainprobe.sidecar.config.option import RELAY as _L
 from trainprobe.sidecar.config.option import Option
-from trainprobe.sidecar.core.ray_incident import RAY_FINDING_ACTIONS
+from trainprobe.sidecar.core.ray.incident import RAY_FINDING_ACTIONS
 
 __all__ = ["INTEGRATION_OPTIONS"]
 

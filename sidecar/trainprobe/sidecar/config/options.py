@@ -13,9 +13,9 @@ from trainprobe.sidecar.config.option import ACTIONS_SECTION as _A
 from trainprobe.sidecar.config.option import ENV_PREFIX, Option
 from trainprobe.sidecar.config.option import RULES as _R
 from trainprobe.sidecar.config.option import SERVING as _S
-from trainprobe.sidecar.core.actions import ACTIONS, DEGRADED_ACTIONS
-from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
-from trainprobe.sidecar.core.patience import REPLICA_FLOOR_S
+from trainprobe.sidecar.core.hang.episodes import INCONCLUSIVE_CHOICES
+from trainprobe.sidecar.core.hang.patience import REPLICA_FLOOR_S
+from trainprobe.sidecar.core.incident.actions import ACTIONS, DEGRADED_ACTIONS
 
 __all__ = ["ENV_PREFIX", "OPTIONS", "OPTIONS_BY_NAME", "Option"]
 

@@ -26,11 +26,11 @@ from trainprobe.sidecar.config.options import (
     Option,
 )
 from trainprobe.sidecar.config.tls import tls_problem
-from trainprobe.sidecar.core.actions import Action
-from trainprobe.sidecar.core.episodes import INCONCLUSIVE_CHOICES
-from trainprobe.sidecar.core.rules import RuleConfig
+from trainprobe.sidecar.core.hang.episodes import INCONCLUSIVE_CHOICES
+from trainprobe.sidecar.core.incident.actions import Action
+from trainprobe.sidecar.core.judge.rules import RuleConfig
+from trainprobe.sidecar.core.session.thresholds import StallPolicy
 from trainprobe.sidecar.core.text import did_you_mean
-from trainprobe.sidecar.core.thresholds import StallPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,7 +78,8 @@ class Settings:
     tick_interval_ms: int = 100
     settle_s: float = 1.0
     engine_stall_s: float = 5.0
-    # rules: the defaults are the core's (one source: core/rules.py, core/thresholds.py)
+    # rules: the defaults are the core's (one source: core/judge/rules.py,
+    # core/session/thresholds.py)
     heartbeat_timeout_s: float = _RULES.heartbeat_timeout_s
     stall_timeout_s: float | None = _STALL.timeout_s
     stall_floor_s: float = _STALL.floor_s

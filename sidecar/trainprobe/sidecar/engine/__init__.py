@@ -1,5 +1,5 @@
 """The judging loop: each tick runs the rules over the registry, steps the
-hang machine (:func:`trainprobe.sidecar.core.hang.step`) and applies the
+hang machine (:func:`trainprobe.sidecar.core.hang.machine.step`) and applies the
 effects it returns (:mod:`.runner`), through the protocols of :mod:`.ports`.
 
 Public API: :class:`Engine`, :class:`EffectRunner`.

@@ -1,7 +1,7 @@
 """The tick: evaluate the rules, step the hang machine, apply its effects.
 
 Data flows one way: registry -> rules -> findings -> the hang machine
-(:func:`~trainprobe.sidecar.core.hang.step`: incidents, episodes, decisions)
+(:func:`~trainprobe.sidecar.core.hang.machine.step`: incidents, episodes, decisions)
 -> effects, which one runner (:class:`~trainprobe.sidecar.engine.runner.EffectRunner`)
 applies: the incident log, exporters, actions, and the registry's named
 writers. Actions and evidence rounds run as tasks, so a slow kill never
@@ -16,11 +16,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from trainprobe.sidecar.core.culprit import Diagnosis, RankSummary
-from trainprobe.sidecar.core.effects import Effect, Evidence, Opened
-from trainprobe.sidecar.core.episodes import CulpritPolicy, Episode
-from trainprobe.sidecar.core.hang import step
-from trainprobe.sidecar.core.hangstate import (
+from trainprobe.sidecar.core.hang.effects import Effect, Evidence, Opened
+from trainprobe.sidecar.core.hang.episodes import CulpritPolicy, Episode
+from trainprobe.sidecar.core.hang.machine import step
+from trainprobe.sidecar.core.hang.patience import PatienceBook
+from trainprobe.sidecar.core.hang.state import (
     HangConfig,
     HangState,
     RoundPlan,
@@ -29,15 +29,15 @@ from trainprobe.sidecar.core.hangstate import (
     note,
     plan_round,
 )
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.jobview import EpisodeNote, JobView
-from trainprobe.sidecar.core.model import Finding, WorkerState
-from trainprobe.sidecar.core.pace import BEHIND_S, Pace, defer
-from trainprobe.sidecar.core.patience import PatienceBook
-from trainprobe.sidecar.core.policy import ActionPolicy
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.rules import RuleConfig, evaluate, evaluate_worker, job_contexts
-from trainprobe.sidecar.core.stopped import StoppedWatch
+from trainprobe.sidecar.core.hang.stopped import StoppedWatch
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.incident.policy import ActionPolicy
+from trainprobe.sidecar.core.job.view import EpisodeNote, JobView
+from trainprobe.sidecar.core.judge.culprit import Diagnosis, RankSummary
+from trainprobe.sidecar.core.judge.rules import RuleConfig, evaluate, evaluate_worker, job_contexts
+from trainprobe.sidecar.core.session.model import Finding, WorkerState
+from trainprobe.sidecar.core.session.pace import BEHIND_S, Pace, defer
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.ports import (
     ActionRunner,
     GathererFactory,
@@ -120,7 +120,7 @@ class Engine:
         self.freeze_after_s = FREEZE_MIN_S
         self.freezes = 0
         self._last_tick_at: float | None = None
-        #: The sidecar's own lateness (core/pace.py): the servicer notes each
+        #: The sidecar's own lateness (core/session/pace.py): the servicer notes each
         #: report's ingest lag into it, the loop each tick's lag.
         self.pace = Pace()
         #: The tick interval once run() ticks (tick lag means nothing before).
@@ -159,7 +159,7 @@ class Engine:
 
     def _judge(self, workers: list[WorkerState], now: float) -> list[Finding]:
         """The rules' findings, judged as of the sidecar's own lateness ago while it
-        is behind (core/pace.py): its lateness ages nobody."""
+        is behind (core/session/pace.py): its lateness ages nobody."""
         allowance = self.pace.allowance(now)
         behind = allowance >= BEHIND_S
         if behind != self._behind:
@@ -198,7 +198,7 @@ class Engine:
         return findings
 
     def _stopped(self, workers: list[WorkerState], now: float) -> list[Finding]:
-        """Ranks the kernel holds stopped (core/stopped.py), and the reads that
+        """Ranks the kernel holds stopped (core/hang/stopped.py), and the reads that
         confirm them: one batch at a time, off the loop (a tick outside a
         running loop reads nothing)."""
         view, limit_s = self.state.job_view, self.rules.heartbeat_timeout_s

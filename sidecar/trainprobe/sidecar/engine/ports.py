@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
-from trainprobe.sidecar.core.evidence import RankEvidence
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.judge.evidence import RankEvidence
+from trainprobe.sidecar.core.session.model import WorkerState
 
 __all__ = [
     "ActionRunner",
@@ -109,7 +109,7 @@ def evidence_gatherers(
 
 #: The kernel's state letter of each session's process ("" where it is gone or
 #: its pid was reused), read off the event loop: the early read of silent
-#: local ranks (``core/stopped.py``).
+#: local ranks (``core/hang/stopped.py``).
 StateReader = Callable[[Sequence[WorkerState]], Awaitable[list[str]]]
 
 

@@ -1,6 +1,6 @@
 """The one place that carries out the hang machine's effects.
 
-:func:`~trainprobe.sidecar.core.hang.step` decides; :class:`EffectRunner`
+:func:`~trainprobe.sidecar.core.hang.machine.step` decides; :class:`EffectRunner`
 applies what it returns, in order, through the protocols of :mod:`.ports`:
 verdicts, kill marks and resumes go to the registry's named writers, records
 and published incidents to the incident log and the sinks, kill decisions to
@@ -18,8 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from trainprobe.sidecar.core.actions import action_record
-from trainprobe.sidecar.core.effects import (
+from trainprobe.sidecar.core.hang.effects import (
     Effect,
     Evidence,
     EvidenceRound,
@@ -37,11 +36,12 @@ from trainprobe.sidecar.core.effects import (
     Sweep,
     Watch,
 )
-from trainprobe.sidecar.core.episodes import Episode
-from trainprobe.sidecar.core.hangstate import ROUND_S, RoundPlan
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import Verdict, WorkerKey, WorkerState
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.hang.episodes import Episode
+from trainprobe.sidecar.core.hang.state import ROUND_S, RoundPlan
+from trainprobe.sidecar.core.incident.actions import action_record
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.session.model import Verdict, WorkerKey, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.ports import (
     ActionRunner,
     GathererFactory,

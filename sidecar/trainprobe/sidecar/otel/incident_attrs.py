@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from trainprobe.sidecar.core.incidents import Incident
+from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.otel.spans import AttrValue
 
 __all__ = [

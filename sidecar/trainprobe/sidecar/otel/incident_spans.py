@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.session.model import (
     CollectiveData,
     Verdict,
     WorkerKey,

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import HelloData, ReportData, WorkerState
-from trainprobe.sidecar.core.overload import IngestLoad
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.session.model import HelloData, ReportData, WorkerState
+from trainprobe.sidecar.core.session.overload import IngestLoad
 from trainprobe.sidecar.otel.spans import AttrValue
 
 #: Bucket bounds in seconds: 1 ms .. 100 s for steps, 100 µs .. 60 s for syncs.
@@ -91,7 +91,7 @@ GPU_MEMORY_USAGE = InstrumentSpec(
 )
 GPU_MEMORY_LIMIT = InstrumentSpec("hw.gpu.memory.limit", "updown", "By", "GPU memory size")
 
-#: The sidecar's own load (core/overload.py): 1 while it sheds late reports.
+#: The sidecar's own load (core/session/overload.py): 1 while it sheds late reports.
 OVERLOADED = InstrumentSpec(
     "trainprobe.sidecar.overloaded",
     "gauge",
@@ -110,7 +110,7 @@ INGEST_LAG = InstrumentSpec(
     "s",
     "The largest lag from a report's send to the sidecar applying it, over the last 10-20 s",
 )
-#: The sidecar's own lateness (core/pace.py): the rules judge that much earlier.
+#: The sidecar's own lateness (core/session/pace.py): the rules judge that much earlier.
 BEHIND = InstrumentSpec(
     "trainprobe.sidecar.behind",
     "gauge",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import CollectiveData, HelloData, PhaseData
+from trainprobe.sidecar.core.session.model import CollectiveData, HelloData, PhaseData
 from trainprobe.sidecar.otel.ids import span_id
 
 #: What an attribute value may be (the OpenTelemetry attribute types).

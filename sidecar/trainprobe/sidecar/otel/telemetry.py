@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.model import ReportData, WorkerState
-from trainprobe.sidecar.core.overload import IngestLoad
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.session.model import ReportData, WorkerState
+from trainprobe.sidecar.core.session.overload import IngestLoad
 from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError, telemetry_config
 from trainprobe.sidecar.otel.incident_spans import IncidentTracer
 from trainprobe.sidecar.otel.measures import (

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from trainprobe.sidecar.core.limits import MAX_SESSIONS
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.session.model import (
     CollectiveData,
     HelloData,
     PhaseData,

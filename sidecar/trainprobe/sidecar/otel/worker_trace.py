@@ -14,8 +14,8 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.model import CollectiveData, HelloData, WorkerState
 from trainprobe.sidecar.core.ring import Ring
+from trainprobe.sidecar.core.session.model import CollectiveData, HelloData, WorkerState
 from trainprobe.sidecar.otel.spans import (
     AttrValue,
     SpanDesc,
@@ -25,7 +25,7 @@ from trainprobe.sidecar.otel.spans import (
 )
 
 #: Steps remembered per worker. What reads them: an incident's last step, the
-#: steps of the last report's window (at most ``core.model.KEPT_RECENT``) and
+#: steps of the last report's window (at most ``core.session.model.KEPT_RECENT``) and
 #: the step that held a collective of that report. 32 covers them with the
 #: report before: at 256 the ring was 8 KB of a session's ~25 after its first
 #: report, at 64 2 KB.

@@ -6,7 +6,7 @@ episode note, and gets back the job's open hang episode and either the
 job's digest (bounded in size, whatever the number of nodes) or, while it
 asks for them, the other sidecars' ranks that changed since the version it
 holds (with their age on the coordinator's clock). The logic is the
-pure :class:`~trainprobe.sidecar.core.jobview.CoordinatorState`; this actor
+pure :class:`~trainprobe.sidecar.core.job.view.CoordinatorState`; this actor
 only holds it. It uses no CPU, and exits by itself once no sidecar has
 synced for ``idle_exit_s`` (60 s), which frees its name.
 """
@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.jobdigest import REPORTING_REFRESH_S
-from trainprobe.sidecar.core.jobview import CoordinatorState, EpisodeNote, SyncReply
+from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S
+from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
+from trainprobe.sidecar.core.judge.culprit import RankSummary
 from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_job_actor_name, job_coordinator_name
 
 __all__ = ["IDLE_EXIT_S", "JobCoordinator", "coordinator", "stop_coordinators"]

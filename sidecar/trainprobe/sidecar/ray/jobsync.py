@@ -3,7 +3,7 @@
 Every ``job_sync_interval_ms``, for each job it serves, the sidecar sends
 its ranks' summaries and its episode note to the job's coordinator
 (:mod:`~trainprobe.sidecar.ray.coordinator`) and stores the answer in the
-engine's :class:`~trainprobe.sidecar.core.jobview.JobView`, which also says
+engine's :class:`~trainprobe.sidecar.core.job.view.JobView`, which also says
 what to ask: the other sidecars' ranks (the changes since the version held)
 only while a rank of the job is suspect, an episode is open or a
 ``diagnose`` wants them, else the job's digest. Summaries are
@@ -12,7 +12,7 @@ and run on a thread of their own, bounded by ``timeout_s``. A coordinator
 that cannot be reached only means the analysis sees this sidecar's ranks.
 
 A silent rank's summary carries the kernel's word on it
-(:attr:`~trainprobe.sidecar.core.diagnosis.RankSummary.kernel`): this node's
+(:attr:`~trainprobe.sidecar.core.judge.diagnosis.RankSummary.kernel`): this node's
 verified workers that stopped reporting are read from ``/proc`` and the
 freezer, as a relay node reads them (:func:`~.act.evidence.read_procs`), at
 most once a second each and never for longer than a read wait per sync, so
@@ -31,13 +31,13 @@ from dataclasses import replace
 from typing import Any
 
 from trainprobe.sidecar.act.evidence import read_procs
-from trainprobe.sidecar.core.culprit import RankSummary
-from trainprobe.sidecar.core.evidence import ProcSample, assess, stale_after_s
-from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, READ_EVERY_S, held_kind
-from trainprobe.sidecar.core.jobdigest import refresh_s
-from trainprobe.sidecar.core.jobview import EpisodeNote, SyncReply
-from trainprobe.sidecar.core.model import WorkerKey, WorkerState, heard_every_ms
-from trainprobe.sidecar.core.stopped import silent_after_s
+from trainprobe.sidecar.core.hang.held import NODE_READ_WAIT_S, READ_EVERY_S, held_kind
+from trainprobe.sidecar.core.hang.stopped import silent_after_s
+from trainprobe.sidecar.core.job.digest import refresh_s
+from trainprobe.sidecar.core.job.view import EpisodeNote, SyncReply
+from trainprobe.sidecar.core.judge.culprit import RankSummary
+from trainprobe.sidecar.core.judge.evidence import ProcSample, assess, stale_after_s
+from trainprobe.sidecar.core.session.model import WorkerKey, WorkerState, heard_every_ms
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.ray.coordinator import coordinator
 from trainprobe.sidecar.ray.link import RayLink

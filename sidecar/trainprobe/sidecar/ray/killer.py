@@ -43,13 +43,13 @@ from trainprobe.sidecar.act.pidproc import Proc, open_proc
 from trainprobe.sidecar.act.procs import pid_alive, proc_stopped, protected_pid, wait_gone
 from trainprobe.sidecar.act.signals import terminate
 from trainprobe.sidecar.act.tree import end_procs, stop_descendants, tree_records
-from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.ray_kill import (
+from trainprobe.sidecar.core.ray.kill import (
     RayKillPlan,
     actor_summary,
     kill_settled,
     plan_ray_kill,
 )
+from trainprobe.sidecar.core.session.model import WorkerState
 from trainprobe.sidecar.ray.link import RayLink
 
 log = logging.getLogger("trainprobe.sidecar")

@@ -1,7 +1,7 @@
 """The Ray watcher's findings, answered like every other incident.
 
-Each finding becomes an :class:`~trainprobe.sidecar.core.incidents.Incident`
-(:func:`~trainprobe.sidecar.core.ray_incident.ray_incident`), is published
+Each finding becomes an :class:`~trainprobe.sidecar.core.incident.incidents.Incident`
+(:func:`~trainprobe.sidecar.core.ray.incident.ray_incident`), is published
 through the engine (incident log, spans, metrics: the same path and format as
 a stall), and, with ``on_ray_finding`` kill or restart, its actors are ended
 (:mod:`~trainprobe.sidecar.ray.ending`) on a thread, under the engine's task
@@ -20,11 +20,11 @@ from typing import Any
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.actions import ActionListener
-from trainprobe.sidecar.core.actions import Action, action_record
-from trainprobe.sidecar.core.incidents import Incident
-from trainprobe.sidecar.core.ray_incident import decide_ray, ray_incident
-from trainprobe.sidecar.core.ray_snapshot import RayFinding
-from trainprobe.sidecar.core.ray_wait import edge_record, render_dot, render_text
+from trainprobe.sidecar.core.incident.actions import Action, action_record
+from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.ray.incident import decide_ray, ray_incident
+from trainprobe.sidecar.core.ray.snapshot import RayFinding
+from trainprobe.sidecar.core.ray.wait import edge_record, render_dot, render_text
 
 __all__ = ["RayFindingResponder"]
 

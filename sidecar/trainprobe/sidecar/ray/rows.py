@@ -1,4 +1,4 @@
-"""Ray State API and GCS rows -> the core's plain data (``core/ray_snapshot.py``).
+"""Ray State API and GCS rows -> the core's plain data (``core/ray/snapshot.py``).
 
 Every field is read with a default: a row of another Ray version that lacks
 one gives an empty value, never an exception that would lose the snapshot.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainprobe.sidecar.core.ray_snapshot import (
+from trainprobe.sidecar.core.ray.snapshot import (
     ActorInfo,
     Bundle,
     NodeInfo,

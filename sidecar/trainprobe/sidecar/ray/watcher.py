@@ -37,8 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from trainprobe.sidecar.act.stacks import find_py_spy
-from trainprobe.sidecar.core.ray_placement import PlacementHistory, PlacementLimits, judge_placement
-from trainprobe.sidecar.core.ray_snapshot import (
+from trainprobe.sidecar.core.judge.stackframes import parse_stacks
+from trainprobe.sidecar.core.ray.placement import PlacementHistory, PlacementLimits, judge_placement
+from trainprobe.sidecar.core.ray.snapshot import (
     NodeInfo,
     RayFinding,
     RaySnapshot,
@@ -46,7 +47,7 @@ from trainprobe.sidecar.core.ray_snapshot import (
     WaitRecord,
     ray_get_site,
 )
-from trainprobe.sidecar.core.ray_wait import (
+from trainprobe.sidecar.core.ray.wait import (
     RUNNING_STATES,
     CycleJudge,
     WaitGraph,
@@ -54,7 +55,6 @@ from trainprobe.sidecar.core.ray_wait import (
     render_dot,
     render_text,
 )
-from trainprobe.sidecar.core.stackframes import parse_stacks
 from trainprobe.sidecar.ray.rows import (
     actor_info,
     node_info,

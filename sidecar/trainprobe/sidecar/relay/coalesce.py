@@ -15,7 +15,7 @@ both. The one figure that cannot be folded exactly is the sync window's
 median: the folded window's ``p50_s`` is the larger of the two (it is shown,
 never judged on). Reports are left unfolded, and sent as they are, whenever
 folding would not be equivalent: either report invalid by the upstream's
-own :func:`~trainprobe.sidecar.core.validate.validate_report` (its error must
+own :func:`~trainprobe.sidecar.core.session.validate.validate_report` (its error must
 reach the upstream as it was sent), a sum past a limit the upstream enforces
 (:mod:`~trainprobe.sidecar.core.limits`), clocks or step totals going back,
 two NVML samples (the GPU-memory rule counts samples), a hook without
@@ -43,7 +43,7 @@ from trainprobe.sidecar.core.limits import (
     MAX_SAMPLES,
     MAX_STARTS,
 )
-from trainprobe.sidecar.core.validate import ValidationError, validate_report
+from trainprobe.sidecar.core.session.validate import ValidationError, validate_report
 from trainprobe.sidecar.transport.pb import report_from_pb
 
 #: A folded report takes no more once its parts reach this many bytes (about 40

@@ -5,9 +5,9 @@ is paused, not hung, and that is the kernel's word. For a relayed rank only
 its node can read it: :class:`NodeHeld` reads the node's verified workers with
 the same ``/proc`` and freezer reads an evidence round does
 (:func:`~trainprobe.sidecar.act.evidence.read_procs`), judged by the same
-:func:`~trainprobe.sidecar.core.evidence.assess`, and sends the result as
+:func:`~trainprobe.sidecar.core.judge.evidence.assess`, and sends the result as
 ``RelayBatch.held``. When to read and what to send is the pure
-:class:`~trainprobe.sidecar.core.held.HeldWatch`. :func:`take_held` is the
+:class:`~trainprobe.sidecar.core.hang.held.HeldWatch`. :func:`take_held` is the
 upstream's half: bounded, and taken only for a session that the Relay stream
 carrying it vouched for and owns.
 """
@@ -25,12 +25,12 @@ import grpc
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.evidence import read_procs
-from trainprobe.sidecar.core.evidence import ProcSample, assess
-from trainprobe.sidecar.core.held import NODE_READ_WAIT_S, HeldWatch, held_kind
+from trainprobe.sidecar.core.hang.held import NODE_READ_WAIT_S, HeldWatch, held_kind
+from trainprobe.sidecar.core.judge.evidence import ProcSample, assess
 from trainprobe.sidecar.core.limits import MAX_HELD_AGE_MS
-from trainprobe.sidecar.core.model import WorkerState
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.validate import ValidationError, validate_held
+from trainprobe.sidecar.core.session.model import WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
+from trainprobe.sidecar.core.session.validate import ValidationError, validate_held
 
 __all__ = ["NodeHeld", "take_held"]
 

@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
-from trainprobe.sidecar.core.registry import Registry
+from trainprobe.sidecar.core.session.model import VerifiedProcess, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
 from trainprobe.sidecar.relay.routes import NodeStream, RelayRoute
 from trainprobe.sidecar.transport.servicer import Ending, Refusal, SidecarServicer

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.core.model import WorkerKey
+from trainprobe.sidecar.core.session.model import WorkerKey
 
 log = logging.getLogger("trainprobe.sidecar")
 

@@ -20,9 +20,9 @@ Two services:
   then has the kubelet restart it, without Ray.
 
 - ``trainprobe.ingest``: NOT_SERVING while the sidecar sheds load (a report
-  reached it too late to apply in full in the last 10 s, core/overload.py)
+  reached it too late to apply in full in the last 10 s, core/session/overload.py)
   or is behind its reports (its own lateness reached 0.5 s in the last 10 s,
-  core/pace.py: it then defers verdicts that its lateness would make),
+  core/session/pace.py: it then defers verdicts that its lateness would make),
   SERVING otherwise. For readiness probes and alerts: an overloaded sidecar
   still judges every worker, so nothing should be restarted for it.
   ``trainprobe status`` gives the detail (``StatusReply.ingest``).
@@ -50,7 +50,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from trainprobe.sidecar.act.procs import lives
-from trainprobe.sidecar.core.model import WorkerState
+from trainprobe.sidecar.core.session.model import WorkerState
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ import dataclasses
 from typing import Any
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.core.arrival import LagStats
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.session.arrival import LagStats
+from trainprobe.sidecar.core.session.model import (
     CollectiveData,
     GpuMemoryData,
     GroupSeqData,

@@ -17,16 +17,16 @@ import grpc
 
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.act.procs import still_alive
-from trainprobe.sidecar.core.model import (
+from trainprobe.sidecar.core.session.model import (
     ReportData,
     VerifiedProcess,
     WorkerState,
     heard_every_ms,
     trim_applied,
 )
-from trainprobe.sidecar.core.overload import Shedder
-from trainprobe.sidecar.core.registry import Registry
-from trainprobe.sidecar.core.validate import ValidationError
+from trainprobe.sidecar.core.session.overload import Shedder
+from trainprobe.sidecar.core.session.registry import Registry
+from trainprobe.sidecar.core.session.validate import ValidationError
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander, StreamSink
@@ -68,7 +68,7 @@ class SidecarServicer:
         self._diagnose_ray = diagnose_ray
         self._clock = clock
         self.report_listeners: list[ReportListener] = []
-        #: Which reports are too late to apply in full (core/overload.py), and counts.
+        #: Which reports are too late to apply in full (core/session/overload.py), and counts.
         self.shedder = Shedder()
         self._closing = TaskSet()
         self.reclaimer = Reclaimer()

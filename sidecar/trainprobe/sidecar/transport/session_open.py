@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 from trainprobe.sidecar.act.procs import mono_ahead_ns
-from trainprobe.sidecar.core.model import VerifiedProcess, WorkerState
-from trainprobe.sidecar.core.registry import Registry, RegistryError
+from trainprobe.sidecar.core.session.model import VerifiedProcess, WorkerState
+from trainprobe.sidecar.core.session.registry import Registry, RegistryError
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.identity import TicketDesk
 from trainprobe.sidecar.transport.streams import Malformed
