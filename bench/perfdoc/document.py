@@ -13,6 +13,7 @@ from .faults import faults_section
 from .headlines import headlines
 from .more import gpu_section, hardening_section, install_section
 from .pressure import incident_log_section, starved_section
+from .ray_sync import ray_sync_section
 from .recovery import recovery_section
 from .restart import restart_section
 from .scale import job_scale_section, scale_section
@@ -50,6 +51,7 @@ NAMES = (
     "replicated",
     "starved",
     "incident_log",
+    "ray_sync",
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -93,6 +95,7 @@ def markdown(results: Path = RESULTS) -> str:
         *restart_section(res["restart"], res["replicated"], res["torchft"], res["restart_quiet"]),
         *scale_section(res),
         *job_scale_section(res),
+        *ray_sync_section(res["ray_sync"]),
         *sessions_section(
             res["session_cost"],
             res["session_cost_relayed"],
@@ -114,12 +117,13 @@ def markdown(results: Path = RESULTS) -> str:
 def plots(results: Path, out: Path) -> list[Path]:
     """Every plot the document links that has its result; returns the files written."""
     from . import figures as rp  # matplotlib only when plots are asked for
-    from . import figures_restart
+    from . import figures_restart, ray_sync
 
     res = load(results)
     out.mkdir(parents=True, exist_ok=True)
     makers: dict[str, Callable[[dict[str, Result | None], Path], bool]] = {
         **rp.MAKERS,
         **figures_restart.MAKERS,
+        "ray_sync": ray_sync.ray_sync_plot,
     }
     return [out / f"{n}.png" for n, make in makers.items() if make(res, out / f"{n}.png")]

@@ -10,6 +10,7 @@ from .detection import current_stall_floor, default_floor
 from .faults import fault_goals
 from .pressure import INCIDENT_LOG_ANCHOR, STARVED_ANCHOR, incident_log_goals, starved_goals
 from .ray_recovery import ray_survivor_goals
+from .ray_sync import RAY_SYNC_ANCHOR, ray_sync_goals
 from .recovery import recovery_goals
 from .restart import RESTART_ANCHOR, restart_goals
 from .scale import job_scale
@@ -87,6 +88,10 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         add("sidecar at job scale, telemetry on", "the-sidecars-cpu-at-job-scale-as-shipped",
             "≥ 20,000 reports per CPU-second, 1,000 ranks", f"{1e6 / m:,.0f} ({m:.1f} µs a report)",
             "NVRx: a monitor process per rank", 1e6 / m >= 20000)
+    if rs := res["ray_sync"]:
+        for phase, (got, ok) in ray_sync_goals(rs).items():
+            add(f"Ray: a sidecar's sync, {phase}", RAY_SYNC_ANCHOR, "does not grow with the nodes",
+                got, "before: every rank, every sync", ok)
     for name, label in (("scale", "direct streams"), ("scale_telemetry", "direct, telemetry on"),
                         ("scale_relay", "relayed, 100 ms batches"),
                         ("scale_relay_200ms", "relayed, 200 ms batches")):
