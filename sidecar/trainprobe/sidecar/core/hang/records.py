@@ -39,12 +39,7 @@ class IncidentUpdate:
             "type": "incident_update",
             "incident_id": self.episode_id,
             "job_id": inc.job_id,
-            "rule": inc.rule,
-            "verdict": inc.verdict.value,
-            "ranks": inc.ranks,
-            "culprits": inc.culprits,
-            "waiting": inc.waiting,
-            "pids": inc.pids,
+            **inc.finding(),
             "expected": self.expected,
             "evidence": inc.evidence,
         }
@@ -88,18 +83,17 @@ class StallEnded:
     patience_s: float
 
     def to_record(self) -> dict[str, object]:
-        return {
-            "type": "decision",
-            "incident_id": self.episode_id,
-            "job_id": self.job_id,
-            "act": False,
-            "rule": "resumed",
-            "why": f"the stall ended by itself after {self.stalled_s:.1f}s: nothing was killed",
-            "stalled_s": round(self.stalled_s, 3),
-            "where": self.where,
-            "activity": self.activity,
-            "patience_s": self.patience_s,
-        }
+        why = f"the stall ended by itself after {self.stalled_s:.1f}s: nothing was killed"
+        return _no_kill(
+            self.episode_id,
+            self.job_id,
+            "resumed",
+            why,
+            stalled_s=round(self.stalled_s, 3),
+            where=self.where,
+            activity=self.activity,
+            patience_s=self.patience_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -112,15 +106,7 @@ class PauseDecision:
     evidence: dict[str, object] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, object]:
-        return {
-            "type": "decision",
-            "incident_id": self.incident_id,
-            "job_id": self.job_id,
-            "act": False,
-            "rule": "paused",
-            "why": self.why,
-            "evidence": self.evidence,
-        }
+        return _no_kill(self.incident_id, self.job_id, "paused", self.why, evidence=self.evidence)
 
 
 @dataclass(frozen=True)
@@ -132,16 +118,28 @@ class PauseEnded:
     paused_s: float
 
     def to_record(self) -> dict[str, object]:
-        return {
-            "type": "decision",
-            "incident_id": self.episode_id,
-            "job_id": self.job_id,
-            "act": False,
-            "rule": "resumed",
-            "why": "the job was paused (every live rank held) and resumed: nothing was killed; "
-            "its clocks restart at the resume",
-            "paused_s": round(self.paused_s, 3),
-        }
+        why = (
+            "the job was paused (every live rank held) and resumed: nothing was killed; "
+            "its clocks restart at the resume"
+        )
+        return _no_kill(
+            self.episode_id, self.job_id, "resumed", why, paused_s=round(self.paused_s, 3)
+        )
+
+
+def _no_kill(
+    incident_id: str, job_id: str, rule: str, why: str, **more: object
+) -> dict[str, object]:
+    """A ``decision`` record that decided against a kill, ``more`` after its reason."""
+    return {
+        "type": "decision",
+        "incident_id": incident_id,
+        "job_id": job_id,
+        "act": False,
+        "rule": rule,
+        "why": why,
+        **more,
+    }
 
 
 #: Every record the hang machine writes.

@@ -96,14 +96,9 @@ class Incident:
         limit = f"{patience:.0f}" if isinstance(patience, int | float) else "?"
         return f" once sure (definitive evidence, or {limit}s stalled)"
 
-    def to_record(self) -> dict[str, object]:
-        """The JSON-ready object for the incident log."""
+    def finding(self) -> dict[str, object]:
+        """What the rule found, as the incident's record and each update of it say it."""
         return {
-            "type": "incident",
-            "id": self.id,
-            "time": round(self.time, 6),
-            "job_id": self.job_id,
-            "job_name": self.job_name,
             "rule": self.rule,
             "verdict": self.verdict.value,
             # The ranks the rule flagged (kept as it was: tools read it); who is
@@ -112,6 +107,17 @@ class Incident:
             "culprits": self.culprits,
             "waiting": self.waiting,
             "pids": self.pids,
+        }
+
+    def to_record(self) -> dict[str, object]:
+        """The JSON-ready object for the incident log."""
+        return {
+            "type": "incident",
+            "id": self.id,
+            "time": round(self.time, 6),
+            "job_id": self.job_id,
+            "job_name": self.job_name,
+            **self.finding(),
             "hosts": self.hosts,
             "action": self.action,
             "action_reason": self.action_reason,
