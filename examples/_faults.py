@@ -39,7 +39,8 @@ __all__ = ["FAULTS", "checkpoint", "demo_args", "evaluate", "fault", "job_rank",
 FAULTS = ("sleep", "stop", "stall8", "deadlock", "gil", "kill9", "loader")
 
 
-def demo_args(doc: str | None) -> argparse.Namespace:
+def demo_args(doc: str | None, argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's flags, from ``argv`` (the command line's when None)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
@@ -50,7 +51,7 @@ def demo_args(doc: str | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default="", help="torch.save there (else a 0.5 s pause)")
     p.add_argument("--eval-batches", type=int, default=0, help="an eval after each checkpoint")
     p.add_argument("--progress", default="", help="append the hang, steps, params (JSON lines)")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def job_rank() -> int:
