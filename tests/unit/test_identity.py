@@ -152,6 +152,30 @@ def test_a_vouched_rank_is_bound_to_the_node_stream_that_owns_it() -> None:
     assert reg.open(hello(pid=10), T0 + 1002, me(), node=node_b) is w and w.node is node_b
 
 
+def test_a_verified_process_of_another_uid_cannot_join_a_job() -> None:
+    """With --socket-access group/all another local user's process is verified for
+    its own pid; joining a job of another uid would change how that job's ranks
+    are judged (a whole-job stop made a kill: tests/test_security_jobs.py)."""
+    reg = Registry(takeover_after_s=10.0)
+    reg.open(hello(rank=0, pid=10), T0, me(pid=10))
+    other = VerifiedProcess(pid=20, uid=1001, start_ticks=7)
+    with pytest.raises(RegistryError) as err:
+        reg.open(hello(rank=1, pid=20), T0 + 1, other)
+    assert err.value.code == "PERMISSION_DENIED"
+    assert "uid 1001" in str(err.value) and "uid 1000" in str(err.value)
+    assert reg.open(hello(rank=1, pid=11), T0 + 1, me(pid=11)).verified  # its own uid
+    assert reg.open(hello(rank=0, job="theirs", pid=20), T0 + 1, other).uid == 1001
+    assert not reg.open(hello(rank=2, pid=30), T0 + 1).verified  # unverified: judged as before
+    # Another node's vouched rank (another kernel's uid) is not compared.
+    far = VerifiedProcess(pid=40, uid=1001, start_ticks=7)
+    assert reg.open(hello(rank=3, pid=40), T0 + 1, far, node=object()).verified
+    # Once the job's ranks of uid 1000 have ended, another uid may use its name.
+    for w in reg.workers():
+        if w.uid == 1000:
+            reg.close(w, w.generation, "goodbye", T0 + 2, False)
+    assert reg.open(hello(rank=1, pid=20), T0 + 3, other).uid == 1001
+
+
 # -- tickets ------------------------------------------------------------------------------
 
 

@@ -26,7 +26,12 @@ from trainprobe.sidecar.core.session.model import (
     WorkerKey,
     WorkerState,
 )
-from trainprobe.sidecar.core.session.session_rule import held_by, same_process, takes_over
+from trainprobe.sidecar.core.session.session_rule import (
+    held_by,
+    other_uid,
+    same_process,
+    takes_over,
+)
 from trainprobe.sidecar.core.session.validate import validate_hello, validate_report
 
 #: Protocol versions this sidecar accepts.
@@ -100,7 +105,8 @@ class Registry:
         (``core/session/session_rule.py``, docs/SECURITY.md).
 
         Raises :class:`RegistryError` for an unsupported protocol, a bad
-        identity, or a rank another live process of the job holds.
+        identity, a rank another live process of the job holds, or a job of
+        another uid.
         """
         try:
             validate_hello(hello, SUPPORTED_PROTOCOLS)
@@ -118,6 +124,9 @@ class Registry:
             old.generation += 1
             self._ended.pop(old.key, None)
             return old
+        foreign = other_uid(self._workers.values(), hello, verified, node)
+        if foreign:
+            raise RegistryError("PERMISSION_DENIED", foreign)
         if old is not None and old.connected:
             if not takes_over(old, verified, now, self.takeover_after_s):
                 raise RegistryError("ALREADY_EXISTS", held_by(old, hello, node))

@@ -16,6 +16,12 @@ process the same one again; a pid and a host are public. So
 - Anything else is refused with ALREADY_EXISTS (:func:`held_by` says by
   whom). An ended session a newcomer does not resume is replaced by a fresh
   one: no history of another process carries over.
+- A job belongs to the uid of its live verified ranks: a verified process of
+  another uid (on the same kernel) is refused it with PERMISSION_DENIED
+  (:func:`other_uid`). ``--socket-access group``/``all`` let other users'
+  processes in, each for its own pid; one that joined a job of another uid
+  would change how that job's ranks are judged (its running rank made a
+  whole job's stop a kill of ranks it could never signal itself).
 
 These are predicates over plain data; :class:`~trainprobe.sidecar.core.session.registry.Registry`,
 the one writer of sessions, applies them.
@@ -24,6 +30,7 @@ the one writer of sessions, applies them.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 
 from trainprobe.sidecar.core.session.model import (
     HelloData,
@@ -32,7 +39,7 @@ from trainprobe.sidecar.core.session.model import (
     heard_every_ms,
 )
 
-__all__ = ["held_by", "same_process", "takes_over"]
+__all__ = ["held_by", "other_uid", "same_process", "takes_over"]
 
 
 def takes_over(
@@ -58,6 +65,34 @@ def held_by(old: WorkerState, hello: HelloData, node: object | None) -> str:
         "; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
         "LivenessProbeHook"
     )
+
+
+def other_uid(
+    workers: Iterable[WorkerState],
+    hello: HelloData,
+    verified: VerifiedProcess | None,
+    node: object | None,
+) -> str:
+    """Why a verified ``hello`` may not join its job ("" if it may): a live
+    verified rank of that job, vouched for by the same kernel (``node``: None
+    here, else the relay stream), belongs to another uid. Unverified sessions
+    name no uid and bind no job."""
+    if verified is None:
+        return ""
+    for w in workers:
+        if (
+            w.connected
+            and w.verified
+            and w.node is node
+            and w.uid != verified.uid
+            and w.hello.job_id == hello.job_id
+        ):
+            return (
+                f"job {hello.job_id!r} belongs to uid {w.uid} (rank {w.hello.rank}, "
+                f"verified pid {w.hello.pid}); a process of uid {verified.uid} cannot "
+                "join it: set TRAINPROBE_JOB_ID or pass job_id= to LivenessProbeHook"
+            )
+    return ""
 
 
 def same_process(

@@ -1,0 +1,84 @@
+"""A job belongs to the uid of its verified ranks: another local user cannot join it.
+
+With ``--socket-access group`` or ``all`` the sidecar takes Hellos from
+processes of other uids (a trainer container of another UID). Each is
+verified for its own pid, so it can never be signalled in another's place;
+but a rank of another uid that joins a job changes how the job's other ranks
+are judged. Tried for real: a job of two gloo ranks (the sidecar's uid)
+SIGSTOPped as a whole is a pause, never a kill; a process of uid 1001 that
+joins that job as a third rank and reports on, running, made the same pause a
+hang and the sidecar SIGKILLed both stopped ranks, processes uid 1001 could
+never signal itself. Now a verified process of another uid is refused the job
+(``PERMISSION_DENIED``; core/session/session_rule.py ``other_uid``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.support import PYTHON, Workers, child_env, short_tmpdir, sidecar, wait_for
+from tests.test_pause_e2e import FLAGS, TRAIN, records, stepping
+from tests.test_pod_dirs import as_uid
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a real second uid")
+
+OTHER_UID = 1001
+
+
+def _other_uid_rank(
+    target: str, job: str, rank: int, world: int, seconds: float
+) -> subprocess.Popen[str]:
+    """A hooked process of another uid that says it is ``rank`` of ``job`` and steps."""
+    home = short_tmpdir("tp-home-")
+    os.chown(home, OTHER_UID, OTHER_UID)
+    code = (
+        "import time, sys; from trainprobe.hooks import LivenessProbeHook as H; "
+        f"h = H(interval_ms=100, job_id={job!r}, rank={rank}, world_size={world}); "
+        f"[h.on_step_end(i) or time.sleep(0.1) for i in range({int(seconds * 10)})]; h.close()"
+    )
+    return subprocess.Popen(
+        [*as_uid(OTHER_UID), PYTHON, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(TRAINPROBE_TARGET=target, HOME=str(home)),
+    )
+
+
+def test_another_uid_joining_a_paused_job_does_not_make_its_pause_a_kill() -> None:
+    job = "uidpause"
+    with (
+        sidecar(*FLAGS, "--socket-access", "all") as sc,
+        Workers(2, sc.target, short_tmpdir(), job_id=job, args=TRAIN) as w,
+    ):
+        stepping(w, 10)
+        intruder = _other_uid_rank(sc.target, job, 2, 3, 40.0)
+        try:
+            time.sleep(3.0)  # its Hello is in, whatever came of it
+            for pid in w.pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                wait_for(
+                    lambda: (
+                        any(d["rule"] == "paused" for d in records(sc, job, "decision"))
+                        or records(sc, job, "action")
+                    ),
+                    30,
+                    what="a pause or a kill",
+                )
+                time.sleep(2.0)  # patience 0: a kill would have come by now
+                assert records(sc, job, "action") == [], records(sc, job, "action")
+                assert all(p.poll() is None for p in w.procs), "a stopped rank was killed"
+            finally:
+                for pid in w.pids:
+                    os.kill(pid, signal.SIGCONT)
+        finally:
+            intruder.kill()
+            intruder.communicate(timeout=10)
+        assert "PERMISSION_DENIED" in sc.log_text() and "uid 1001 cannot join" in sc.log_text()
+        assert 2 not in {r.rank for r in sc.status(job).workers}
