@@ -8,16 +8,14 @@ rank 1 is started by Lightning itself.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sidecar, wait_for
+from tests.framework_support import hung_rank_killed_alone, phases_until_exit, session_job
+from tests.support import PYTHON, REPO, read_jsonl, short_tmpdir, sidecar, wait_for
 
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
@@ -27,22 +25,12 @@ WORKER = REPO / "tests" / "lightning_worker.py"
 
 @contextlib.contextmanager
 def lightning_job(target: str, job_id: str, *args: str) -> Iterator[tuple[subprocess.Popen, Path]]:
-    """Run the two-rank job; yields (rank 0's process, progress file)."""
+    """Run the two-rank job (rank 1 is rank 0's child); yields (rank 0's process, progress file)."""
     workdir = short_tmpdir("tp-pl-")
     progress = workdir / "progress.jsonl"
-    env = child_env(TRAINPROBE_TARGET=target, TRAINPROBE_JOB_ID=job_id)
     cmd = [PYTHON, str(WORKER), "--progress", str(progress), "--workdir", str(workdir), *args]
-    with open(workdir / "job.log", "wb") as log:
-        # Its own session: rank 1 is rank 0's child, and cleanup must reach both.
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
+    with session_job(cmd, workdir, target, job_id) as proc:
         yield proc, progress
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def test_a_hung_rank_is_named_and_killed_alone_without_waiting_for_lightning() -> None:
@@ -51,19 +39,8 @@ def test_a_hung_rank_is_named_and_killed_alone_without_waiting_for_lightning() -
         sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8", "--hang-patience-s", "0") as sc,
         lightning_job(sc.target, "pl-hang", "--hang-rank", "1", "--hang-at", "15") as (proc, _),
     ):
-        inc = sc.wait_incident(lambda r: r["job_id"] == "pl-hang", timeout_s=90)
-        d = inc["diagnosis"]
         # Named through the DDP comm hook the callback registered by itself.
-        assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0], d
-        assert "rank 1 on " in d["text"] and "never entered allreduce #" in d["text"]
-        where = d["stacks"]["1"]["where"]
-        assert "lightning_worker.py" in where and "training_step" in where
-        assert inc["targets"] == [1] and inc["action"] == "kill"
-        action = wait_for(
-            lambda: [r for r in sc.incidents("action") if r["incident_id"] == inc["id"]], 30
-        )[0]
-        assert list(action["outcomes"]) == ["1"]
-        out = action["outcomes"]["1"]
+        out = hung_rank_killed_alone(sc, "pl-hang", "lightning_worker.py", timeout_s=90)
         # Lightning's SIGTERM handler only sets a flag: SIGKILL follows in 0.5 s, not 5.
         assert out["sigterm_caught"] and out["signals"] == ["SIGTERM", "SIGCONT", "SIGKILL"]
         assert out["exited"] and out["seconds"] < 2.0, out
@@ -80,13 +57,7 @@ def test_long_validation_sanity_check_and_checkpoints_are_never_stalls() -> None
     ]
     flags = ("--stall-timeout-s", "2", "--sync-timeout-s", "2", "--startup-timeout-s", "2.5")
     with sidecar(*flags) as sc, lightning_job(sc.target, "pl-long", *args) as (proc, progress):
-        phases: set[str] = set()
-        deadline = time.monotonic() + 110
-        while proc.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                workers = sc.status("pl-long").workers
-                phases |= {n for w in workers for n in w.phase.split(",") if n}
-            time.sleep(0.2)
+        phases = phases_until_exit(sc, "pl-long", proc, 110)
         assert proc.wait(5) == 0
         rows = read_jsonl(progress)
         assert sorted(r["rank"] for r in rows if r["event"] == "done") == [0, 1]

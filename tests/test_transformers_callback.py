@@ -8,19 +8,16 @@ The job's script has one trainprobe line, ``callbacks=[LivenessProbeCallback()]`
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.framework_support import hung_rank_killed_alone, phases_until_exit, session_job
 from tests.support import (
     PYTHON,
     REPO,
-    child_env,
     free_port,
     read_jsonl,
     short_tmpdir,
@@ -40,23 +37,13 @@ def torchrun_job(target: str, job_id: str, *args: str) -> Iterator[tuple[subproc
     """``torchrun --nproc-per-node 2 hf_worker.py ARGS``; yields (torchrun, progress file)."""
     workdir = short_tmpdir("tp-hf-")
     progress = workdir / "progress.jsonl"
-    env = child_env(TRAINPROBE_TARGET=target, TRAINPROBE_JOB_ID=job_id)
     cmd = [
         *(PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
         *("--master-addr", "127.0.0.1", "--master-port", str(free_port())),
         *(str(WORKER), "--progress", str(progress), "--output-dir", str(workdir / "out"), *args),
     ]
-    with open(workdir / "job.log", "wb") as log:
-        # Its own session, so that cleanup reaches torchrun's workers too.
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
+    with session_job(cmd, workdir, target, job_id) as proc:
         yield proc, progress
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def test_a_hung_rank_is_named_and_killed_alone() -> None:
@@ -65,19 +52,8 @@ def test_a_hung_rank_is_named_and_killed_alone() -> None:
         sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "8", "--hang-patience-s", "0") as sc,
         torchrun_job(sc.target, "hf-hang", "--hang-rank", "1", "--hang-at", "15") as (proc, _),
     ):
-        inc = sc.wait_incident(lambda r: r["job_id"] == "hf-hang", timeout_s=100)
-        d = inc["diagnosis"]
         # Named through the DDP wrapper the callback found and watched by itself.
-        assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0], d
-        assert "rank 1 on " in d["text"] and "never entered allreduce #" in d["text"]
-        where = d["stacks"]["1"]["where"]
-        assert "hf_worker.py" in where and "training_step" in where
-        assert inc["targets"] == [1] and inc["action"] == "kill"
-        action = wait_for(
-            lambda: [r for r in sc.incidents("action") if r["incident_id"] == inc["id"]], 30
-        )[0]
-        assert list(action["outcomes"]) == ["1"]
-        out = action["outcomes"]["1"]
+        out = hung_rank_killed_alone(sc, "hf-hang", "hf_worker.py", timeout_s=100)
         assert out["exited"] and out["signals"][:2] == ["SIGTERM", "SIGCONT"], out
         assert proc.wait(60) != 0  # torchrun ends the job once a worker failed
         assert len(sc.incidents()) == 1
@@ -96,12 +72,7 @@ def test_long_evaluation_and_checkpoints_are_never_stalls(trainer: str) -> None:
         sidecar("--stall-timeout-s", "2", "--sync-timeout-s", "2") as sc,
         torchrun_job(sc.target, job, *args) as (proc, progress),
     ):
-        phases: set[str] = set()
-        deadline = time.monotonic() + 110
-        while proc.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                phases |= {n for w in sc.status(job).workers for n in w.phase.split(",") if n}
-            time.sleep(0.2)
+        phases = phases_until_exit(sc, job, proc, 110)
         assert proc.wait(5) == 0
         rows = read_jsonl(progress)
         assert sorted(r["rank"] for r in rows if r["event"] == "done") == [0, 1]
