@@ -2,7 +2,9 @@
 has a route that kills a replica) listens on ``--master-addr`` only, never on
 every interface, on a port it bound itself (no port handed to it that another
 process could take first), and its log goes into ``--log-dir`` without
-following a link that another user placed there. Real launcher, real torchft
+following a link that another user placed there. A replica's output (data it
+prints, say) reaches the operator's terminal escaped: no retitle, clear, or
+line forged with a carriage return. Real launcher, real torchft
 lighthouse, a real one-rank group that reads the kernel's table of listening
 sockets and which process holds the socket.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -105,3 +108,27 @@ def test_the_log_dir_is_not_a_way_to_overwrite_another_file() -> None:
     assert victim.read_text() == "precious\n"
     assert done.returncode == 1, done.stdout + done.stderr
     assert "lighthouse.log" in done.stderr and "symbolic link" in done.stderr, done.stderr
+
+
+# The rank: a terminal's worst in what it prints (an OSC title, a screen clear, a
+# concealment left on, a C1 CSI, a bidi override, a carriage return that would
+# write a forged launcher line over the group's prefix), and a line of bytes.
+HOSTILE = r"""
+import sys
+sys.stdout.write("\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b[8m\n")
+sys.stdout.write("\x9b31m \u202egnp.exe\r[trainprobe run] replica1 finished\n")
+sys.stdout.flush()
+sys.stdout.buffer.write(b"\x1b[41m raw bytes \xff\x07\n")
+"""
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_a_replicas_output_reaches_the_terminal_escaped() -> None:
+    done = launch(short_tmpdir("tprun-"), HOSTILE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    bad = RAW.search(done.stdout + done.stderr)
+    assert bad is None, f"a raw {bad.group()!r} reached the terminal:\n{done.stdout!r}"
+    assert "\\x1b]0;pwned\\x07" in done.stdout and "\\x9b31m" in done.stdout, done.stdout
+    assert [x for x in done.stdout.splitlines() if "replica1 finished" in x] == [
+        "[replica0:0] \\x9b31m \\u202egnp.exe\\r[trainprobe run] replica1 finished"
+    ], done.stdout
