@@ -30,7 +30,6 @@ import threading
 import time
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 __all__ = ["FAULTS", "checkpoint", "demo_args", "evaluate", "fault", "job_rank", "note"]
@@ -55,8 +54,16 @@ def demo_args(doc: str | None, argv: list[str] | None = None) -> argparse.Namesp
 
 
 def job_rank() -> int:
-    """The rank the demo's flags name: job-wide, as a replica group's ranks start at 0."""
-    return int(os.environ.get("REPLICA_GROUP_ID", 0)) * dist.get_world_size() + dist.get_rank()
+    """The rank the demo's flags name: job-wide, as a replica group's ranks start at 0.
+
+    From torchrun's variables, which ``trainprobe run`` sets per replica group and
+    Ray Train job-wide (its replica groups' process groups are each a group's)."""
+    return int(os.environ.get("REPLICA_GROUP_ID", 0)) * _world() + int(os.environ.get("RANK", 0))
+
+
+def _world() -> int:
+    """WORLD_SIZE: the replica group's ranks under ``trainprobe run``, the job's elsewhere."""
+    return int(os.environ.get("WORLD_SIZE", 1) or 1)
 
 
 def fault(args: argparse.Namespace, rank: int, step: int) -> None:
@@ -105,7 +112,7 @@ def first_fault(progress: str, done: list[bool] = []) -> bool:  # noqa: B006 (on
         if any(r["event"] == "hang" for r in rows):
             done.append(True)
             return False
-        ranks = int(os.environ.get("NUM_REPLICA_GROUPS", 1)) * dist.get_world_size()
+        ranks = int(os.environ.get("NUM_REPLICA_GROUPS", 1)) * _world()
         if len({r["rank"] for r in rows if r["event"] == "step"}) < ranks:
             return False  # a later step, then
     done.append(True)
