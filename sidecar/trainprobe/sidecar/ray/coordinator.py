@@ -5,9 +5,11 @@ every ``job_sync_interval_ms`` with its ranks' compact summaries and its
 episode note, and gets back the job's open hang episode and either the
 job's digest (bounded in size, whatever the number of nodes) or, while it
 asks for them, the other sidecars' ranks that changed since the version it
-holds (with their age on the coordinator's clock). The logic is the
+holds (with their age on the coordinator's clock); past 64 other ranks, its
+own verdict on the whole job and the few ranks it names instead, so that an
+incident's syncs do not grow with the nodes either. The logic is the
 pure :class:`~trainprobe.sidecar.core.job.view.CoordinatorState`; this actor
-only holds it. It uses no CPU, and exits by itself once no sidecar has
+only holds it. It uses no CPU while the job is healthy, and exits by itself once no sidecar has
 synced for ``idle_exit_s`` (60 s), which frees its name.
 """
 
@@ -51,11 +53,13 @@ class JobCoordinator:
         detail: bool = True,
         since: tuple[str, int] | None = None,
         refresh: float = REPORTING_REFRESH_S,
+        bounded: bool = False,
     ) -> SyncReply:
         """Store one sidecar's ranks and episode note; return the episode and the
-        digest, or the others' ranks (changed ``since``) when it asks for ``detail``."""
+        digest, or the others' ranks (changed ``since``) when it asks for ``detail``
+        (``bounded``: for a large job, the job's verdict and the ranks it names)."""
         now = time.monotonic()
-        return self.state.sync(sidecar_id, summaries, note, now, detail, since, refresh)
+        return self.state.sync(sidecar_id, summaries, note, now, detail, since, refresh, bounded)
 
     async def info(self) -> dict[str, Any]:
         return {

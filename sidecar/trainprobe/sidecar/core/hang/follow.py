@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 from trainprobe.sidecar.core.hang.effects import Effect, ExecuteAction, Log, Publish, StacksRead
 from trainprobe.sidecar.core.hang.episodes import HANG_VERDICTS, Episode, plan_targets
-from trainprobe.sidecar.core.hang.state import MAX_INSPECTED, HangState, VerdictOf, summaries
+from trainprobe.sidecar.core.hang.state import (
+    MAX_INSPECTED,
+    HangState,
+    VerdictOf,
+    job_verdict,
+    summaries,
+)
 from trainprobe.sidecar.core.incident.actions import Action, for_replicas, is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident, next_incident_id
 from trainprobe.sidecar.core.incident.policy import decide
@@ -62,7 +68,8 @@ def follow(
             continue  # which culprits are ours needs the job's ranks: the next sync brings them
         # The sidecar that opened it judged the job in trouble: no health gate.
         ranks = summaries(state, workers, job_id, now, verdict_of)
-        diag = apply_replicas(ranks, analyze(ranks))
+        verdict = job_verdict(state, job_id)  # a job too large to send whole: the coordinator's
+        diag = apply_replicas(ranks, verdict.diagnosis(False) if verdict else analyze(ranks))
         incident = _remote_incident(note, job_id, now, wall)
         action = _plan(state, incident, diag, mine, findings, now)
         pids = {r: w.hello.pid for r, w in mine.items() if not w.ended}

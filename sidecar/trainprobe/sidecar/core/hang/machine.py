@@ -45,7 +45,7 @@ from trainprobe.sidecar.core.hang.episodes import Episode, late_stalled
 from trainprobe.sidecar.core.hang.follow import follow, served, stacks_read
 from trainprobe.sidecar.core.hang.records import IncidentUpdate, PauseEnded, StallEnded
 from trainprobe.sidecar.core.hang.rounds import judge_round, kill_decided, patience_for, signals_for
-from trainprobe.sidecar.core.hang.state import HangState, VerdictOf, summaries
+from trainprobe.sidecar.core.hang.state import HangState, VerdictOf, job_verdict, summaries
 from trainprobe.sidecar.core.incident.actions import Action, is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident, group_incidents
 from trainprobe.sidecar.core.incident.policy import decide
@@ -207,7 +207,8 @@ def _open(
     the incident and acts when the evidence is definitive or the patience is
     spent. Until then the episode observes.
     """
-    diag = analyze_job(summaries(state, workers, incident.job_id, now, verdict_of))
+    ranks = summaries(state, workers, incident.job_id, now, verdict_of)
+    diag = analyze_job(ranks, job_verdict(state, incident.job_id))
     mine = served(incident.job_id, workers)
     incident.diagnosis = diag.to_record()
     pids = {r: w.hello.pid for r, w in mine.items() if not w.ended}

@@ -43,7 +43,7 @@ from trainprobe.sidecar.core.hang.pause import (
     pause_check,
 )
 from trainprobe.sidecar.core.hang.records import ActDecision
-from trainprobe.sidecar.core.hang.state import HangConfig, HangState, summaries
+from trainprobe.sidecar.core.hang.state import HangConfig, HangState, job_verdict, summaries
 from trainprobe.sidecar.core.incident.actions import Action, for_replicas, is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.incident.policy import decide
@@ -127,7 +127,8 @@ def judge_round(
     evidence = rnd.evidence
     dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
     # A replicated job: after the stacks, a waiting replica is still never a culprit.
-    diag = apply_replicas(ranks, refine(analyze_job(ranks), seen, awaiting), dead)
+    base = analyze_job(ranks, job_verdict(state, ep.job_id))
+    diag = apply_replicas(ranks, refine(base, seen, awaiting), dead)
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
     patience_s, basis = patience_for(state, ep.job_id, diag, now)

@@ -19,7 +19,13 @@ from trainprobe.sidecar.core.hang.patience import PatienceBook
 from trainprobe.sidecar.core.incident.incidents import FindingEdges
 from trainprobe.sidecar.core.incident.policy import ActionPolicy, KillBudget
 from trainprobe.sidecar.core.job.digest import DETAIL_LINGER_S, is_suspect
-from trainprobe.sidecar.core.job.view import EpisodeNote, JobView, analyze_job, merge_summaries
+from trainprobe.sidecar.core.job.view import (
+    EpisodeNote,
+    JobVerdict,
+    JobView,
+    analyze_job,
+    merge_summaries,
+)
 from trainprobe.sidecar.core.judge.culprit import ALL_IN_FLIGHT, HEALTHY, Diagnosis, RankSummary
 from trainprobe.sidecar.core.judge.evidence import stale_after_s
 from trainprobe.sidecar.core.judge.rules import RuleConfig, heartbeat_limit_s
@@ -35,6 +41,7 @@ __all__ = [
     "RoundPlan",
     "VerdictOf",
     "diagnose",
+    "job_verdict",
     "local_summaries",
     "note",
     "plan_round",
@@ -141,6 +148,12 @@ def summaries(
     return merge_summaries(local_summaries(state, workers, job_id, now, verdict_of), remote)
 
 
+def job_verdict(state: HangState, job_id: str) -> JobVerdict | None:
+    """The job's coordinator's analysis, when it sent only the ranks it names
+    (a job too large to send whole): then that is the job's analysis."""
+    return state.job_view.verdict(job_id) if state.job_view is not None else None
+
+
 def diagnose(
     state: HangState, workers: Iterable[WorkerState], job_id: str, now: float
 ) -> tuple[Diagnosis, Episode | None]:
@@ -160,7 +173,11 @@ def diagnose(
         if ep is None and digest is not None and digest.healthy and not any(map(is_suspect, ranks)):
             return Diagnosis(HEALTHY, summary=digest.summary()), None
     # While this sidecar watches the job, its diagnosis has the evidence in it.
-    diag = ep.diagnosis if ep is not None and ep.leader else analyze_job(ranks)
+    diag = (
+        ep.diagnosis
+        if ep is not None and ep.leader
+        else analyze_job(ranks, job_verdict(state, job_id))
+    )
     remote = view.episode(job_id) if view is not None else None
     where = {**(remote.where if remote else {}), **(ep.where if ep else {})}
     return diag.with_where({r: p for r, p in where.items() if r in diag.culprits}), ep

@@ -1,6 +1,7 @@
 """A job seen whole across sidecars: this sidecar's ranks plus the summaries the
 others share, the job coordinator's versioned rank store, and the bounded
-digest a healthy job syncs instead.
+digest a healthy job syncs instead, and the coordinator's own verdict on a job
+too large to send whole.
 
 It may import ``session``, ``judge``, the modules at the top of ``core/`` and
 the standard library, nothing else: tests/test_import_cycles.py checks it.
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from trainprobe.sidecar.core.job.view import (
         CoordinatorState,
         EpisodeNote,
+        JobVerdict,
         JobView,
         SyncReply,
         aged,
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CoordinatorState",
     "EpisodeNote",
+    "JobVerdict",
     "JobView",
     "SyncReply",
     "aged",
@@ -36,6 +39,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "CoordinatorState": "view",
         "EpisodeNote": "view",
+        "JobVerdict": "view",
         "JobView": "view",
         "SyncReply": "view",
         "aged": "view",

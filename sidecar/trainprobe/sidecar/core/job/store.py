@@ -19,7 +19,7 @@ range (at most once a second), read every rank.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.job.digest import (
@@ -126,6 +126,25 @@ class RankStore:
             marks[rank] = None
         else:
             marks.pop(rank, None)
+
+    def owned(self, sidecar_id: str) -> frozenset[int]:
+        """The ranks ``sidecar_id`` uploaded last."""
+        return self._owned.get(sidecar_id, frozenset())
+
+    def held(self) -> Iterable[Held]:
+        """Every rank held (a view: read it before the next upload)."""
+        return self._held.values()
+
+    def these(
+        self, ranks: Iterable[int], sidecar_id: str, now: float
+    ) -> tuple[tuple[RankSummary, float], ...]:
+        """The ranks named that another sidecar owns, with their age on this clock."""
+        out = []
+        for rank in ranks:
+            h = self._held.get(rank)
+            if h is not None and h.owner != sidecar_id:
+                out.append((h.summary, max(0.0, now - h.received_at)))
+        return tuple(out)
 
     def full(self, sidecar_id: str, now: float) -> tuple[tuple[RankSummary, float], ...]:
         """Every rank the other sidecars own, with its age on this clock."""

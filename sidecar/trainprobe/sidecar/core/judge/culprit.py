@@ -64,7 +64,8 @@ def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:
     if not live:
         return Diagnosis(HEALTHY, summary="no live ranks")
     world = max(r.world_size for r in ranks)
-    missing = [rank for rank in range(world) if rank not in {r.rank for r in ranks}]
+    present = {r.rank for r in ranks}  # once: at the coordinator a job has 100,000 ranks
+    missing = [rank for rank in range(world) if rank not in present]
     silent = sorted([r.rank for r in live.values() if not r.reporting] + missing)
     waiting = tuple(sorted(r.rank for r in live.values() if r.reporting and r.in_flight))
     if silent:

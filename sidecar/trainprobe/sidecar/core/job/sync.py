@@ -1,0 +1,167 @@
+"""What a job's coordinator keeps and answers: :class:`CoordinatorState`.
+
+Every sidecar of a job calls :meth:`CoordinatorState.sync` with its ranks'
+summaries and its episode note (on Ray through the job's coordinator actor,
+:mod:`~trainprobe.sidecar.ray.coordinator`), and gets a :class:`SyncReply`:
+
+- without ``detail``, the job's bounded digest (:mod:`.digest`);
+- with ``detail``, the other sidecars' ranks: all of them, or those changed
+  since a version (:mod:`.store`);
+- with ``detail`` and ``bounded``, the same while the others' ranks fit in
+  :data:`~.verdict.MAX_SENT`; past that, the coordinator's own analysis of the
+  whole job (a :class:`~.verdict.JobVerdict`) and at most MAX_SENT summaries
+  (:func:`~.verdict.exemplars`), so that what a sidecar receives during an
+  incident does not grow with the nodes either.
+
+``now`` is the coordinator's own monotonic clock; ages in replies are
+measured on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, JobDigest
+from trainprobe.sidecar.core.job.store import RankStore
+from trainprobe.sidecar.core.job.verdict import (
+    ANALYZE_EVERY_S,
+    MAX_SENT,
+    JobAnalysis,
+    JobVerdict,
+    aged,
+    judge_job,
+)
+from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+
+__all__ = ["CoordinatorState", "EpisodeNote", "SyncReply"]
+
+
+@dataclass(frozen=True)
+class EpisodeNote:
+    """A job's open hang episode, as the sidecar that opened it announces it."""
+
+    id: str
+    job_id: str
+    opened_by: str
+    verdict: str
+    rule: str
+    kind: str = ""
+    culprits: tuple[int, ...] = ()
+    text: str = ""
+    #: Where culprits are stuck, as their own sidecars found out (rank -> place).
+    where: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncReply:
+    """The coordinator's answer to one sidecar: the others' ranks (or a digest), the episode.
+
+    A sidecar that asked for no detail gets ``detail=False``, no ranks and the
+    digest; one that asked for the changes since a version gets them
+    (``full=False``) and ``gone``, the ranks to drop; otherwise every other rank.
+    A ``bounded`` ask of a job too large to send whole gets ``verdict`` (the
+    coordinator's analysis) and, in ``others``, only the ranks it names
+    (``full=True``, ``since=None``).
+    """
+
+    #: (summary, seconds since the coordinator received it) of other sidecars' ranks.
+    others: tuple[tuple[RankSummary, float], ...] = ()
+    episode: EpisodeNote | None = None
+    digest: JobDigest | None = None
+    detail: bool = True
+    full: bool = True
+    gone: tuple[int, ...] = ()
+    #: What to ask the next delta since: (the store's instance, its version).
+    since: tuple[str, int] | None = None
+    #: The whole job's analysis, when ``others`` are only the ranks it names.
+    verdict: JobVerdict | None = None
+
+
+class CoordinatorState:
+    """The coordinator's memory for one job: its ranks (:class:`RankStore`), and the episode.
+
+    A sidecar silent for ``stale_after_s`` is forgotten with its ranks, and so
+    is an episode whose opener is.
+    """
+
+    def __init__(self, stale_after_s: float = 30.0, instance: str = "") -> None:
+        self.stale_after_s = stale_after_s
+        self.store = RankStore(instance)
+        #: Each sidecar's last sync, the least recent first.
+        self._seen: dict[str, float] = {}
+        self.episode: EpisodeNote | None = None
+        self.last_sync_at = 0.0
+        #: The last analysis of the whole job (bounded answers), and how many ran.
+        self.analysis: JobAnalysis | None = None
+        self.analyses = 0
+
+    def sync(
+        self,
+        sidecar_id: str,
+        summaries: Sequence[RankSummary],
+        note: EpisodeNote | None,
+        now: float,
+        detail: bool = True,
+        since: tuple[str, int] | None = None,
+        refresh: float = REPORTING_REFRESH_S,
+        bounded: bool = False,
+    ) -> SyncReply:
+        """Store ``sidecar_id``'s ranks and episode note; answer with the episode, and
+        the others' ranks (all, or those changed ``since``) or, without ``detail``,
+        the job's digest. ``refresh``: :func:`~.digest.refresh_s` of the
+        sidecar's heartbeat limit. ``bounded``: past MAX_SENT other ranks,
+        the job's verdict and the ranks it names instead (the module docstring)."""
+        self.last_sync_at = now
+        self._seen.pop(sidecar_id, None)
+        self._seen[sidecar_id] = now
+        while self._seen:  # least recent first: stop at a fresh one (no pass over all)
+            sid, t = next(iter(self._seen.items()))
+            if now - t <= self.stale_after_s:
+                break
+            del self._seen[sid]
+            self.store.forget(sid)
+        store = self.store
+        store.upload(sidecar_id, summaries, now, refresh)
+        self.episode = ep = self._episode(sidecar_id, note)
+        digest = store.digest(now)
+        upto = (store.instance, store.version)
+        if not detail:
+            return SyncReply((), ep, digest, detail=False, full=False)
+        mine = store.owned(sidecar_id)
+        if bounded and len(store) - len(mine) > MAX_SENT:
+            a = self._analyse(now, refresh)
+            sent = store.these((r for r in a.exemplars if r not in mine), sidecar_id, now)
+            return SyncReply(sent, ep, digest, verdict=a.verdict_for(mine))
+        if since is None or since[0] != store.instance or since[1] > store.version:
+            return SyncReply(store.full(sidecar_id, now), ep, digest, since=upto)
+        others, gone = store.delta(sidecar_id, since[1], now)
+        return SyncReply(others, ep, digest, full=False, gone=gone, since=upto)
+
+    def _analyse(self, now: float, refresh: float) -> JobAnalysis:
+        """The job's analysis, at most ANALYZE_EVERY_S old (one pass over every
+        rank: it runs only while a sidecar asks, during an incident)."""
+        a = self.analysis
+        if a is not None and now - a.at < ANALYZE_EVERY_S:
+            return a
+        # Held summaries are as old as their upload: age them to now. A rank's
+        # sidecar re-sends a reporting rank every ``refresh``: three of them
+        # unheard is the heartbeat limit that made ``refresh`` (digest.refresh_s).
+        limit = 3.0 * refresh
+        held = (aged(h.summary, now - h.received_at, limit) for h in self.store.held())
+        self.analysis = judge_job(held, self.store.version, now)
+        self.analyses += 1
+        return self.analysis
+
+    def _episode(self, sidecar_id: str, note: EpisodeNote | None) -> EpisodeNote | None:
+        ep = self.episode
+        if ep is not None and ep.opened_by not in self._seen:
+            ep = None  # its opener is gone
+        if ep is not None and ep.opened_by == sidecar_id and (note is None or note.id != ep.id):
+            ep = None  # closed by the sidecar that opened it
+        if note is not None and note.opened_by == sidecar_id and ep is None:
+            ep = note  # first come: one episode per job at a time
+        elif note is not None and ep is not None and note.id == ep.id and note.where:
+            # Followers add where their culprits are stuck.
+            ep = replace(ep, where={**ep.where, **note.where})
+        return ep

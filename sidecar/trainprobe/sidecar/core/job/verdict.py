@@ -1,0 +1,251 @@
+"""The job's verdict, judged where every rank's summary is: at its coordinator.
+
+While a rank is suspect or an episode is open, every sidecar of a job needs
+the cross-node analysis (which rank the others wait for, who waits, which
+replicas). Sending each of them every other rank makes what a sidecar
+receives grow with the nodes. So a large job's coordinator runs the analysis
+itself, on the summaries it holds (:func:`judge_job`, at most every
+ANALYZE_EVERY_S and only when they changed), and answers each sidecar with a
+:class:`JobVerdict` of bounded size plus a bounded set of whole summaries
+(:func:`exemplars`): the culprits, one rank of each kind of state (so a
+pause, a silent rank whose word is on its way or a reporting rank is still
+seen), the ranks of the replicas involved, and a few waiting ranks. Ranks of
+the asking sidecar it names in full: those are the ones it acts on.
+
+A job whose other ranks fit in MAX_SENT is answered as before (all of them,
+or the changes since a version) and analysed by each sidecar itself.
+
+Pure: summaries in, plain values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from trainprobe.sidecar.core.judge.culprit import HEALTHY, Diagnosis, RankSummary, analyze
+from trainprobe.sidecar.core.judge.replicas import apply_replicas, replica_evidence
+
+__all__ = [
+    "ANALYZE_EVERY_S",
+    "MAX_NAMED",
+    "MAX_SENT",
+    "MAX_TEXT",
+    "JobAnalysis",
+    "JobVerdict",
+    "aged",
+    "exemplars",
+    "healthy_diagnosis",
+    "judge_job",
+]
+
+#: A job whose other ranks are at most this many is sent whole; past it a
+#: sidecar gets the verdict and at most this many summaries.
+MAX_SENT = 64
+#: Most ranks a verdict names in each list (culprits, waiting, a replica's
+#: ranks), besides the asking sidecar's own; the counts are always exact.
+MAX_NAMED = 32
+#: Longest summary text a verdict carries.
+MAX_TEXT = 2000
+#: The coordinator analyses a changed job at most this often. A verdict needs
+#: 3 s without progress: a second's lag still names the culprit within 5 s.
+ANALYZE_EVERY_S = 1.0
+#: Waiting ranks sent whole, as examples of what the others see.
+_WAITING_SAMPLE = 8
+
+#: Verdicts that make a job worth diagnosing.
+_TROUBLE = frozenset({"HUNG", "UNRESPONSIVE"})
+
+
+def aged(s: RankSummary, dt_s: float, heartbeat_limit_s: float) -> RankSummary:
+    """``s`` as it stands ``dt_s`` seconds after it was taken.
+
+    Every age grows by ``dt_s``; a rank not heard of for longer than the
+    heartbeat limit no longer counts as reporting (its sidecar may be gone).
+    """
+    if dt_s <= 0:
+        return s
+    groups = tuple(
+        g if g.inflight_age_s is None else replace(g, inflight_age_s=g.inflight_age_s + dt_s)
+        for g in s.groups
+    )
+    report_age = s.report_age_s + dt_s
+    return replace(
+        s,
+        report_age_s=round(report_age, 3),
+        step_age_s=round(s.step_age_s + dt_s, 3) if s.has_step else s.step_age_s,
+        groups=groups,
+        reporting=s.reporting and report_age <= heartbeat_limit_s,
+        kernel_age_s=round(s.kernel_age_s + dt_s, 3) if s.kernel else 0.0,
+    )
+
+
+def healthy_diagnosis(ranks: Sequence[RankSummary]) -> Diagnosis | None:
+    """A HEALTHY diagnosis when every rank reports and none is hung or
+    unresponsive, else None: the instantaneous picture of a running job (some
+    ranks in an allreduce, others still computing) must not read as a straggler."""
+    live = [r for r in ranks if r.ended != "goodbye"]
+    world = max((r.world_size for r in ranks), default=0)
+    troubled = any(r.verdict in _TROUBLE or not r.reporting or r.ended for r in live)
+    if not live or troubled or len({r.rank for r in ranks}) < world:
+        return None
+    steps = [r.step for r in live if r.has_step]
+    at = f"steps {min(steps)}..{max(steps)}" if steps else "no step yet"
+    return Diagnosis(
+        HEALTHY, summary=f"no rank is hung or unresponsive ({len(live)} ranks reporting, {at})"
+    )
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    """The coordinator's analysis of the whole job, bounded for one sidecar.
+
+    ``culprits`` and ``waiting`` name the asking sidecar's ranks in full and
+    at most MAX_NAMED others; ``culprit_count`` and ``waiting_count`` count
+    them all. ``healthy``: the job's health gate passed (:func:`healthy_diagnosis`).
+    """
+
+    version: int
+    kind: str
+    healthy: bool = False
+    culprits: tuple[int, ...] = ()
+    waiting: tuple[int, ...] = ()
+    culprit_count: int = 0
+    waiting_count: int = 0
+    confidence: float = 0.0
+    summary: str = ""
+    evidence: dict[str, object] = field(default_factory=dict)
+    ranks: int = 0
+
+    def diagnosis(self, gated: bool = True) -> Diagnosis:
+        """The verdict as a diagnosis; with ``gated``, a healthy job's is HEALTHY."""
+        if gated and self.healthy:
+            return Diagnosis(HEALTHY, summary=self.summary)
+        return Diagnosis(
+            self.kind, self.culprits, self.waiting, self.confidence, self.summary, self.evidence
+        )
+
+
+@dataclass(frozen=True)
+class JobAnalysis:
+    """The coordinator's cached analysis of every rank it holds."""
+
+    version: int
+    at: float
+    diagnosis: Diagnosis
+    healthy: Diagnosis | None
+    #: Ranks sent whole to every sidecar (less its own), in priority order.
+    exemplars: tuple[int, ...]
+    ranks: int
+    culprit_set: frozenset[int] = frozenset()
+    waiting_set: frozenset[int] = frozenset()
+
+    def verdict_for(self, mine: Collection[int]) -> JobVerdict:
+        """The verdict bounded for the sidecar that owns ``mine``."""
+        d = self.diagnosis
+        if self.healthy is not None:
+            return JobVerdict(self.version, d.kind, True, summary=self.healthy.summary)
+        return JobVerdict(
+            self.version,
+            d.kind,
+            False,
+            _named(d.culprits, self.culprit_set, mine),
+            _named(d.waiting, self.waiting_set, mine),
+            len(d.culprits),
+            len(d.waiting),
+            d.confidence,
+            d.summary if len(d.summary) <= MAX_TEXT else d.summary[: MAX_TEXT - 1] + "…",
+            _bounded_evidence(d.evidence, mine),
+            self.ranks,
+        )
+
+
+def judge_job(held: Iterable[RankSummary], version: int, now: float) -> JobAnalysis:
+    """Analyse every rank of a job (ungated, replicas applied, as a follower
+    does), with its health gate and the ranks to send whole."""
+    ranks = sorted(held, key=lambda s: s.rank)
+    diag = apply_replicas(ranks, analyze(ranks))
+    return JobAnalysis(
+        version,
+        now,
+        diag,
+        healthy_diagnosis(ranks),
+        exemplars(ranks, diag),
+        len(ranks),
+        frozenset(diag.culprits),
+        frozenset(diag.waiting),
+    )
+
+
+def exemplars(ranks: Sequence[RankSummary], diag: Diagnosis) -> tuple[int, ...]:
+    """The ranks a sidecar gets whole (at most MAX_SENT): whatever the analysis
+    names, and one rank of each kind of state, so that a sidecar's own checks on
+    the job's ranks (a pause needs every live rank held, a word still on its way
+    waits) read on the sample as they would on every rank."""
+    out: dict[int, None] = dict.fromkeys(diag.culprits[:MAX_NAMED])
+    # Per kind, the least and the most recently heard of: a check on how long
+    # ago the others reported ("any silent since the read?", "a word that may
+    # still come?") reads the same on the two as on all.
+    kinds: dict[tuple[object, ...], tuple[RankSummary, RankSummary]] = {}
+    for s in ranks:
+        key = (
+            s.reporting,
+            s.ended,
+            s.kernel,
+            s.in_flight,
+            s.verdict,
+            bool(s.ft_wait),
+            bool(s.phases),
+        )
+        lo_hi = kinds.get(key)
+        if lo_hi is None:
+            kinds[key] = (s, s)
+        elif s.report_age_s < lo_hi[0].report_age_s:
+            kinds[key] = (s, lo_hi[1])
+        elif s.report_age_s > lo_hi[1].report_age_s:
+            kinds[key] = (lo_hi[0], s)
+    out.update(dict.fromkeys(sorted({s.rank for pair in kinds.values() for s in pair})))
+    rep = replica_evidence(diag.evidence)
+    if rep is not None:
+        out.update(dict.fromkeys(rep.ranks_of(rep.culprits)[:MAX_NAMED]))
+        out.update(
+            dict.fromkeys(rep.groups[w][0] for w in rep.waiting[:MAX_NAMED] if rep.groups.get(w))
+        )
+    out.update(dict.fromkeys(diag.waiting[:_WAITING_SAMPLE]))
+    return tuple(out)[:MAX_SENT]
+
+
+def _named(ranks: Sequence[int], among: Collection[int], mine: Collection[int]) -> tuple[int, ...]:
+    """The first MAX_NAMED of ``ranks`` (all of them: ``among``) and every one of ``mine``."""
+    if len(ranks) <= MAX_NAMED:
+        return tuple(ranks)
+    return tuple(sorted({*ranks[:MAX_NAMED], *(r for r in mine if r in among)}))
+
+
+def _bounded_evidence(evidence: dict[str, object], mine: Collection[int]) -> dict[str, object]:
+    """The diagnosis's evidence with every list cut to MAX_NAMED, and the
+    replicas to those involved: the culprit replicas, the asker's, and the
+    first MAX_NAMED others."""
+    out: dict[str, object] = {}
+    for key, value in evidence.items():
+        if isinstance(value, (list, tuple)) and len(value) > MAX_NAMED:
+            out[key] = list(value[:MAX_NAMED])
+            out[f"{key}_count"] = len(value)
+        elif key != "replicas":
+            out[key] = value
+    rep = replica_evidence(evidence)
+    if rep is not None:
+        own = set(mine)
+        keep = [
+            name
+            for i, (name, ranks) in enumerate(sorted(rep.groups.items()))
+            if i < MAX_NAMED or name in rep.culprits or own.intersection(ranks)
+        ]
+        groups = {name: list(rep.groups[name][: MAX_NAMED * 8]) for name in keep}
+        out["replicas"] = {
+            "groups": groups,
+            "culprits": list(rep.culprits[:MAX_NAMED]),
+            "waiting": [w for w in rep.waiting if w in groups],
+            "count": len(rep.groups),
+        }
+    return out

@@ -1,0 +1,166 @@
+"""The coordinator's verdict on a job too large to send whole: bounded answers, same verdicts.
+
+Pure: the coordinator's state and a sidecar's view stepped by hand on a fake
+clock, the job's ranks as their sidecars would summarise them.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+from tests.unit.test_jobsync_delta import WORLD_PER_NODE, rank
+from trainprobe.sidecar.core.hang.pause import pause_check, remote_evidence
+from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_NAMED, MAX_SENT
+from trainprobe.sidecar.core.job.view import (
+    CoordinatorState,
+    JobView,
+    SyncReply,
+    aged,
+    analyze_job,
+    merge_summaries,
+)
+from trainprobe.sidecar.core.judge.culprit import STRAGGLER, UNRESPONSIVE, RankSummary
+
+T = 1000.0
+
+
+def hung(nodes: int, culprit: int = 3, silent: frozenset[int] = frozenset(), **kw: object):  # type: ignore[no-untyped-def]
+    """Every node's ranks: ``culprit`` stopped stepping outside any collective,
+    the others wait for it in an allreduce (HUNG); ``silent`` ranks stopped reporting."""
+    world = nodes * WORLD_PER_NODE
+
+    def one(r: int) -> RankSummary:
+        if r in silent:
+            return rank(r, world, step_age_s=6.0, report_age_s=6.0, reporting=False, **kw)
+        if r == culprit:
+            return rank(r, world, step_age_s=6.0)
+        return rank(r, world, inflight=5.0, step_age_s=6.0, verdict="HUNG", **kw)
+
+    return [[one(n * WORLD_PER_NODE + i) for i in range(WORLD_PER_NODE)] for n in range(nodes)]
+
+
+def coordinator(by_node: list[list[RankSummary]]) -> CoordinatorState:
+    c = CoordinatorState(instance="c1")
+    for n, ranks in enumerate(by_node):
+        c.sync(f"s{n}", ranks, None, T + n * 1e-6, detail=False)
+    return c
+
+
+def asked(
+    c: CoordinatorState, by_node: list[list[RankSummary]], n: int
+) -> tuple[SyncReply, JobView]:
+    view = JobView()
+    reply = c.sync(f"s{n}", by_node[n], None, T + 0.1, detail=True, bounded=True)
+    view.update("job", reply, T + 0.1)
+    return reply, view
+
+
+def seen_by(view: JobView, mine: list[RankSummary]) -> list[RankSummary]:
+    return merge_summaries(mine, view.remote("job", T + 0.1, 10.0))
+
+
+def test_an_incidents_answer_does_not_grow_with_the_nodes_and_names_the_same_culprit() -> None:
+    sizes = {}
+    for nodes in (10, 1250):
+        by_node = hung(nodes)
+        c = coordinator(by_node)
+        everyone = [s for ranks in by_node for s in ranks]
+        truth = analyze_job([aged(s, 0.1, 10.0) for s in everyone])  # as of the ask
+        reply, view = asked(c, by_node, nodes - 1)
+        assert reply.verdict is not None and len(reply.others) <= MAX_SENT
+        sizes[nodes] = len(pickle.dumps(reply))
+        diag = analyze_job(seen_by(view, by_node[-1]), view.verdict("job"))
+        assert (diag.kind, diag.culprits) == (truth.kind, truth.culprits) == (STRAGGLER, (3,))
+        assert diag.summary == truth.summary and diag.confidence == truth.confidence
+        # Waiting: the asker's own ranks named, the others counted.
+        assert set(by_node[-1][i].rank for i in range(WORLD_PER_NODE)) <= set(diag.waiting)
+        assert (
+            reply.verdict.waiting_count == len(truth.waiting) and len(diag.waiting) <= 2 * MAX_NAMED
+        )
+        assert 3 in {s.rank for s, _ in reply.others}  # the culprit comes whole
+    assert sizes[1250] <= 1.5 * sizes[10] and sizes[1250] < 16 * 1024, sizes
+
+
+def test_a_job_whose_other_ranks_fit_is_sent_whole_and_judged_by_the_sidecar() -> None:
+    by_node = hung(MAX_SENT // WORLD_PER_NODE)
+    reply, view = asked(coordinator(by_node), by_node, 0)
+    assert reply.verdict is None and view.verdict("job") is None
+    assert len(reply.others) == MAX_SENT - WORLD_PER_NODE and reply.since is not None
+
+
+def test_a_sidecars_own_culprits_are_named_however_many_there_are() -> None:
+    """200 silent ranks, the asker's among the last: it is told they are culprits
+    (it kills its own), the rest are counted."""
+    nodes = 1250
+    silent = frozenset(range(8000, 8200))
+    by_node = hung(nodes, silent=silent)
+    everyone = [s for ranks in by_node for s in ranks]
+    truth = analyze_job(everyone)
+    assert truth.kind == UNRESPONSIVE and len(truth.culprits) == 200
+    asker = 8192 // WORLD_PER_NODE  # ranks 8192..8199: silent, past the first MAX_NAMED
+    reply, view = asked(coordinator(by_node), by_node, asker)
+    verdict = reply.verdict
+    assert verdict is not None and verdict.culprit_count == 200
+    assert analyze_job(seen_by(view, by_node[asker]), view.verdict("job")).kind == UNRESPONSIVE
+    assert (
+        set(range(8192, 8200)) <= set(verdict.culprits) and len(verdict.culprits) <= MAX_NAMED + 8
+    )
+    assert set(verdict.culprits) <= set(truth.culprits)
+    assert len(verdict.evidence["missing"]) == 0  # type: ignore[arg-type]
+    assert len(pickle.dumps(reply)) < 24 * 1024
+
+
+def test_a_whole_job_held_is_a_pause_on_the_sample_as_on_every_rank() -> None:
+    """A pause needs every live rank held: judged on the ranks a bounded answer
+    carries, it reads as on all of them, and one rank anywhere that still
+    reports, or whose word is still on its way, keeps it from being one."""
+    nodes = 250
+    world = nodes * WORLD_PER_NODE
+
+    def stopped(r: int, **kw: object) -> RankSummary:
+        fields: dict[str, object] = {
+            "reporting": False,
+            "report_age_s": 4.0,
+            "kernel": "stopped",
+            "kernel_age_s": 0.5,
+        }
+        fields.update(kw)
+        return rank(r, world, **fields)
+
+    cases = {
+        "paused": {},
+        "one reports": {1500: {"reporting": True, "report_age_s": 0.2, "kernel": ""}},
+        "one word on its way": {1801: {"kernel": "", "report_age_s": 1.0}},
+    }
+    for name, odd in cases.items():
+        by_node = [
+            [stopped(r, **odd.get(r, {})) for r in range(n * 8, n * 8 + 8)] for n in range(nodes)
+        ]
+        everyone = [s for ranks in by_node for s in ranks]
+        _, view = asked(coordinator(by_node), by_node, 0)
+        sample = view.remote("job", T + 0.1, 10.0)
+        assert len(sample) <= MAX_SENT
+        got = []
+        for ranks in (everyone[8:], sample):
+            evidence, awaiting = remote_evidence(ranks, T + 0.1, 12.0)
+            reason, pending = pause_check(evidence, ranks, awaiting)
+            got.append((bool(reason), bool(pending)))
+        assert got[0] == got[1], name
+        assert got[0] == {"paused": (True, False), "one reports": (False, False)}.get(
+            name, (False, True)
+        )
+
+
+def test_the_coordinator_analyses_a_large_job_at_most_once_a_second() -> None:
+    by_node = hung(100)
+    c = coordinator(by_node)
+    for i in range(300):
+        now = T + 0.1 + i * 0.003  # 300 syncs in 0.9 s
+        c.sync(f"s{i % 100}", by_node[i % 100], None, now, detail=True, bounded=True)
+    assert c.analyses == 1
+    c.sync("s0", by_node[0], None, T + 0.1 + ANALYZE_EVERY_S, detail=True, bounded=True)
+    assert c.analyses == 2
+    # A healthy job's sidecars ask for no detail: no analysis at all.
+    quiet = coordinator(by_node)
+    quiet.sync("s0", by_node[0], None, T + 5, detail=False, bounded=True)
+    assert quiet.analyses == 0
