@@ -4,34 +4,35 @@
         [--sampled 3] [--json bench/results/ray_sync.json]
 
 Every sidecar of a job syncs with the job's coordinator actor every 500 ms.
-Before, each sync answered every other sidecar's ranks; now it answers a
-digest of bounded size while the job is healthy, and the changes since the
-version a sidecar holds while it needs the others' ranks (a suspect rank,
-an episode). This runs the code the actor and the sidecars run, in one
-process and on a simulated clock: the coordinator's
-:class:`~trainprobe.sidecar.core.job.view.CoordinatorState` (the actor's
-``sync`` is a call of it) and, for each sidecar, its
+Before, each sync answered every other sidecar's ranks. Now it answers a
+digest of bounded size while the job is healthy; while a sidecar needs the
+others' ranks (a suspect rank, an episode), the changes since the version it
+holds if the others' ranks fit in 64, else the coordinator's own verdict on
+the whole job and at most 64 summaries it names. This runs the code the actor
+and the sidecars run, in one process and on a simulated clock: the
+coordinator's :class:`~trainprobe.sidecar.core.job.view.CoordinatorState` (the
+actor's ``sync`` is a call of it) and, for the sampled sidecars, their
 :class:`~trainprobe.sidecar.core.job.view.JobView`, which says what to ask.
 Ray pickles the arguments and the reply; their pickled sizes are what each
 sidecar sends and receives.
 
 A job of ``--nodes`` sidecars, ``--ranks-per-node`` ranks each, trains
 healthily (two steps a second, a report a second, collectives briefly in
-flight) for 12 s (measured from 11 s on: while the job assembles, ranks are
-missing and every sidecar fetches the details, then for 10 s more), then
-one rank of node 0 stops inside a step and every other rank waits for it in
-an allreduce; at 3 s they are HUNG, and node 0's
-sidecar opens an episode. The incident is followed for 8 s. Every sidecar
-uploads its ranks at every sync; the replies of ``--sampled`` sidecars (the
-last nodes: none serves the culprit) are measured, as are the old protocol's
-(every other rank, every sync) for the same state. All other sidecars ask
-only for the digest: the store answers each sidecar alone, so a sampled
-sidecar's reply is what each would get.
+flight) for 12 s (measured from 11 s on), then one rank of node 0 stops
+inside a step and every other rank waits for it in an allreduce; at 3 s they
+are HUNG, and node 0's sidecar opens an episode. The incident is followed for
+8 s, during which every sidecar asks for the job (bounded), as it would with
+a suspect anywhere. The replies of ``--sampled`` sidecars (the last nodes:
+none serves the culprit) are measured, as are the old protocol's (every other
+rank, every sync) for the same state, and one more sidecar's that asks as
+before this protocol (all, then the changes: *deltas*).
 
 Printed, and written to ``--json``: per sidecar and sync, the bytes and
 summaries received (steady state; the incident's first sync, its mean and
-its largest), the bytes sent, and the coordinator's CPU per sync (thread
-time of ``sync``, steady state).
+its largest), the bytes sent, the coordinator's CPU per sync (thread time of
+``sync``: steady state, and during the incident with the job's analyses,
+at most one a second, included), what that makes in cores at two syncs a
+second per node, and the culprits the sidecars' verdict names.
 """
 
 from __future__ import annotations
@@ -134,10 +135,15 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
     job = Job(nodes, per_node)
     state = CoordinatorState(instance="bench")
     views = {n: JobView() for n in range(max(0, nodes - sampled), nodes)}
-    steady: dict[str, list[float]] = {"after": [], "after_n": [], "before": [], "before_n": []}
-    incident: dict[str, list[float]] = {"after": [], "after_n": [], "before": [], "before_n": []}
+    # One more sidecar asks as before this protocol (no ``bounded``): all, then deltas.
+    delta_node = nodes - sampled - 1 if nodes > sampled else -1
+    delta_view = JobView(bounded=False)
+    keys = ("after", "after_n", "before", "before_n", "delta", "delta_n")
+    steady: dict[str, list[float]] = {k: [] for k in keys}
+    incident: dict[str, list[float]] = {k: [] for k in keys}
     sent: list[int] = []
     sync_cpu: list[float] = []
+    incident_cpu: list[float] = []
     job.onset = STEADY_S
     t, rounds = 0.0, int((STEADY_S + INCIDENT_S) / INTERVAL_S)
     for i in range(rounds):
@@ -151,16 +157,26 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
             note = None
             if n == 0 and hung >= VERDICT_S:
                 note = EpisodeNote("ep-1", "job", "s0", "HUNG", "sync_inflight", "straggler", (3,))
+            if n == delta_node:
+                detail, since = delta_view.ask("job", mine, False, now)
+                reply = state.sync(f"s{n}", mine, note, now, detail, since, REFRESH)
+                delta_view.update("job", reply, now)
+                if measured:
+                    into["delta"].append(len(pickle.dumps(reply)))
+                    into["delta_n"].append(len(reply.others))
+                continue
             view = views.get(n)
             if view is None:
+                # The others ask as every sidecar does while the job is in
+                # trouble (from the onset: a suspect anywhere), bounded.
                 t0 = time.thread_time()
-                state.sync(f"s{n}", mine, note, now, False, None, REFRESH)
-                if hung < 0 and measured:
-                    sync_cpu.append(time.thread_time() - t0)
+                state.sync(f"s{n}", mine, note, now, hung >= 0, None, REFRESH, True)
+                if measured:
+                    (incident_cpu if hung >= 0 else sync_cpu).append(time.thread_time() - t0)
                 continue
             detail, since = view.ask("job", mine, False, now)
-            args = (f"s{n}", mine, note, detail, since, REFRESH)
-            reply = state.sync(f"s{n}", mine, note, now, detail, since, REFRESH)
+            args = (f"s{n}", mine, note, detail, since, REFRESH, view.bounded)
+            reply = state.sync(f"s{n}", mine, note, now, detail, since, REFRESH, view.bounded)
             view.update("job", reply, now)
             if not measured:
                 continue
@@ -172,11 +188,24 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
                 old = SyncReply(state.store.full(f"s{n}", now), state.episode)
                 into["before"].append(len(pickle.dumps(old)))
                 into["before_n"].append(len(old.others))
+    # Named in the verdict the sidecars hold at the end (the culprit, rank 3).
+    verdict = views[nodes - 1].verdict("job")
     return {
         "nodes": nodes,
         "ranks": job.world,
         "sent_bytes": statistics.mean(sent),
-        "coordinator_sync_us": statistics.median(sync_cpu) * 1e6,
+        "coordinator_sync_us": statistics.median(sync_cpu) * 1e6 if sync_cpu else 0.0,
+        # Every incident sync's CPU, the job's analyses (at most one a second) included.
+        "coordinator_incident_sync_us": statistics.mean(incident_cpu) * 1e6
+        if incident_cpu
+        else 0.0,
+        "coordinator_incident_core": (
+            sum(incident_cpu) / INCIDENT_S * nodes / max(1, nodes - sampled - 1)
+            if incident_cpu
+            else 0.0
+        ),
+        "analyses": state.analyses,
+        "culprits": list(verdict.culprits) if verdict is not None else None,
         "steady": {
             "after_bytes": statistics.mean(steady["after"]),
             "after_summaries": statistics.mean(steady["after_n"]),
@@ -190,6 +219,8 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
             "after_mean_summaries": statistics.mean(incident["after_n"]),
             "before_bytes": statistics.mean(incident["before"]),
             "before_summaries": statistics.mean(incident["before_n"]),
+            "delta_mean_bytes": statistics.mean(incident["delta"]) if incident["delta"] else 0.0,
+            "delta_max_bytes": max(incident["delta"], default=0),
         },
     }
 
@@ -209,8 +240,8 @@ def main() -> int:
     rows = []
     print(
         f"{'nodes':>6} {'ranks':>7} | steady: {'before':>10} {'after':>9} | incident: "
-        f"{'before':>10} {'after 1st':>10} {'after mean':>10} {'max':>10} | "
-        f"{'sent':>8} {'coord/sync':>10}"
+        f"{'before':>10} {'deltas':>10} {'after mean':>10} {'max':>10} | "
+        f"{'sent':>8} {'coord/sync':>10} {'incident':>10} {'core':>6} culprits"
     )
     for nodes in (int(x) for x in args.nodes.split(",")):
         row = run(nodes, args.ranks_per_node, min(args.sampled, nodes))
@@ -219,9 +250,10 @@ def main() -> int:
         print(
             f"{nodes:>6} {row['ranks']:>7} | {kib(s['before_bytes']):>18} "
             f"{kib(s['after_bytes']):>9} | {kib(i['before_bytes']):>20} "
-            f"{kib(i['after_first_bytes']):>10} {kib(i['after_mean_bytes']):>10} "
+            f"{kib(i['delta_mean_bytes']):>10} {kib(i['after_mean_bytes']):>10} "
             f"{kib(i['after_max_bytes']):>10} | {kib(row['sent_bytes']):>8} "
-            f"{row['coordinator_sync_us']:>7.0f} µs",
+            f"{row['coordinator_sync_us']:>7.0f} µs {row['coordinator_incident_sync_us']:>7.0f} µs "
+            f"{row['coordinator_incident_core']:>6.2f} {row['culprits']}",
             flush=True,
         )
     if args.json:

@@ -164,3 +164,41 @@ def test_the_coordinator_analyses_a_large_job_at_most_once_a_second() -> None:
     quiet = coordinator(by_node)
     quiet.sync("s0", by_node[0], None, T + 5, detail=False, bounded=True)
     assert quiet.analyses == 0
+
+
+def test_another_sidecars_episode_in_a_large_job_is_followed_on_the_coordinators_verdict() -> None:
+    """80 ranks on 10 nodes: this sidecar holds only the ranks the verdict names,
+    and acts on its own culprit as it would holding all 80."""
+    from tests.core_builders import connected, report
+    from tests.unit.test_engine import seq
+    from tests.unit.test_hang_machine import RULES, tick
+    from trainprobe.sidecar.core.hang import CulpritPolicy, HangConfig, HangState, PatienceBook
+    from trainprobe.sidecar.core.hang.effects import Inspect
+    from trainprobe.sidecar.core.hang.state import diagnose
+    from trainprobe.sidecar.core.incident import ActionPolicy
+    from trainprobe.sidecar.core.job import EpisodeNote
+    from trainprobe.sidecar.core.judge import summarize
+    from trainprobe.sidecar.core.session import Registry
+
+    t0, world = 100.0, 80
+    config = HangConfig(RULES, ActionPolicy(), CulpritPolicy(), "here", reads_stacks=True)
+    view = JobView()
+    state, reg = HangState.new(config, PatienceBook(setting_s=0.0), view), Registry()
+    mine = connected(reg, 1, t0, world=world)
+    reg.apply(mine, report(t0 + 4.5, step=7, step_t_s=t0 + 2, sync=seq(7, 7)), t0 + 4.5)
+    others = [r for r in range(world) if r != 1]
+    waiting = [rank(r, world, step=7, inflight=2.5, step_age_s=2.5, verdict="HUNG") for r in others]
+    note = EpisodeNote("ep-1", "job", "there", "HUNG", "stall", culprits=(1,))
+    c = CoordinatorState(instance="c1")
+    for n in range(0, len(waiting), WORLD_PER_NODE):
+        sid = "there" if n == 0 else f"s{n}"  # the episode's opener
+        c.sync(sid, waiting[n : n + WORLD_PER_NODE], note if n == 0 else None, t0 + 4.5)
+    here = [summarize(mine, t0 + 4.6, 10.0)]
+    reply = c.sync("here", here, None, t0 + 4.6, detail=True, bounded=True)
+    view.update("job", reply, t0 + 4.6)
+    assert reply.verdict is not None and len(view.remote("job", t0 + 4.6, 10.0)) <= MAX_SENT
+    assert reply.verdict.culprits == (1,) and reply.verdict.waiting_count == world - 1
+    (inspect,) = [e for e in tick(state, reg, t0 + 4.6) if isinstance(e, Inspect)]
+    assert inspect.incident.targets == [1]
+    diag, _ = diagnose(state, reg.workers(), "job", t0 + 4.6)
+    assert diag.culprits == (1,) and diag.kind == STRAGGLER
