@@ -617,3 +617,178 @@ class RelayReject(_message.Message):
     code: str
     details: str
     def __init__(self, code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
+
+class JobSyncUp(_message.Message):
+    __slots__ = ("node_id", "refresh_s", "jobs")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REFRESH_S_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    refresh_s: float
+    jobs: _containers.RepeatedCompositeFieldContainer[JobUpload]
+    def __init__(self, node_id: _Optional[str] = ..., refresh_s: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[JobUpload, _Mapping]]] = ...) -> None: ...
+
+class JobUpload(_message.Message):
+    __slots__ = ("job_id", "ranks", "dropped", "full", "note", "detail", "since_instance", "since_version", "ended")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    SINCE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ranks: _containers.RepeatedCompositeFieldContainer[SyncedRank]
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    full: bool
+    note: SyncedEpisode
+    detail: bool
+    since_instance: str
+    since_version: int
+    ended: bool
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., full: bool = ..., note: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., detail: bool = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., ended: bool = ...) -> None: ...
+
+class SyncedRank(_message.Message):
+    __slots__ = ("rank", "world_size", "host", "pid", "node", "reporting", "ended", "report_age_s", "has_step", "step", "step_age_s", "phases", "groups", "verdict", "replica", "ft_wait", "ft_wait_age_s", "verified", "normal_step_s", "kernel", "kernel_age_s", "held_s")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    REPORTING_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    REPORT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    FT_WAIT_FIELD_NUMBER: _ClassVar[int]
+    FT_WAIT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    NORMAL_STEP_S_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    HELD_S_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    world_size: int
+    host: str
+    pid: int
+    node: str
+    reporting: bool
+    ended: str
+    report_age_s: float
+    has_step: bool
+    step: int
+    step_age_s: float
+    phases: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedCompositeFieldContainer[SyncedGroup]
+    verdict: str
+    replica: str
+    ft_wait: str
+    ft_wait_age_s: float
+    verified: bool
+    normal_step_s: float
+    kernel: str
+    kernel_age_s: float
+    held_s: float
+    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., node: _Optional[str] = ..., reporting: bool = ..., ended: _Optional[str] = ..., report_age_s: _Optional[float] = ..., has_step: bool = ..., step: _Optional[int] = ..., step_age_s: _Optional[float] = ..., phases: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[_Union[SyncedGroup, _Mapping]]] = ..., verdict: _Optional[str] = ..., replica: _Optional[str] = ..., ft_wait: _Optional[str] = ..., ft_wait_age_s: _Optional[float] = ..., verified: bool = ..., normal_step_s: _Optional[float] = ..., kernel: _Optional[str] = ..., kernel_age_s: _Optional[float] = ..., held_s: _Optional[float] = ...) -> None: ...
+
+class SyncedGroup(_message.Message):
+    __slots__ = ("group", "issued", "completed", "in_flight", "inflight_age_s", "inflight_op", "inflight_seq")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_OP_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    issued: int
+    completed: int
+    in_flight: bool
+    inflight_age_s: float
+    inflight_op: str
+    inflight_seq: int
+    def __init__(self, group: _Optional[str] = ..., issued: _Optional[int] = ..., completed: _Optional[int] = ..., in_flight: bool = ..., inflight_age_s: _Optional[float] = ..., inflight_op: _Optional[str] = ..., inflight_seq: _Optional[int] = ...) -> None: ...
+
+class SyncedEpisode(_message.Message):
+    __slots__ = ("id", "job_id", "opened_by", "verdict", "rule", "kind", "culprits", "text", "where")
+    class WhereEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_BY_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CULPRITS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    opened_by: str
+    verdict: str
+    rule: str
+    kind: str
+    culprits: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    where: _containers.ScalarMap[int, str]
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., opened_by: _Optional[str] = ..., verdict: _Optional[str] = ..., rule: _Optional[str] = ..., kind: _Optional[str] = ..., culprits: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., where: _Optional[_Mapping[int, str]] = ...) -> None: ...
+
+class SyncedDigest(_message.Message):
+    __slots__ = ("version", "ranks", "world_size", "reporting", "min_step", "max_step", "suspects", "suspect_ranks")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REPORTING_FIELD_NUMBER: _ClassVar[int]
+    MIN_STEP_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEP_FIELD_NUMBER: _ClassVar[int]
+    SUSPECTS_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_RANKS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    ranks: int
+    world_size: int
+    reporting: int
+    min_step: int
+    max_step: int
+    suspects: int
+    suspect_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, version: _Optional[int] = ..., ranks: _Optional[int] = ..., world_size: _Optional[int] = ..., reporting: _Optional[int] = ..., min_step: _Optional[int] = ..., max_step: _Optional[int] = ..., suspects: _Optional[int] = ..., suspect_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JobSyncDown(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobReply]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobReply, _Mapping]]] = ...) -> None: ...
+
+class JobReply(_message.Message):
+    __slots__ = ("job_id", "episode", "digest", "detail", "full", "others", "gone", "since_instance", "since_version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    OTHERS_FIELD_NUMBER: _ClassVar[int]
+    GONE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    episode: SyncedEpisode
+    digest: SyncedDigest
+    detail: bool
+    full: bool
+    others: _containers.RepeatedCompositeFieldContainer[SyncedRank]
+    gone: _containers.RepeatedScalarFieldContainer[int]
+    since_instance: str
+    since_version: int
+    def __init__(self, job_id: _Optional[str] = ..., episode: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., digest: _Optional[_Union[SyncedDigest, _Mapping]] = ..., detail: bool = ..., full: bool = ..., others: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., gone: _Optional[_Iterable[int]] = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,11 @@ class SidecarStub(object):
                 request_serializer=trainprobe_dot_proto_dot_probe__pb2.RelayBatch.SerializeToString,
                 response_deserializer=trainprobe_dot_proto_dot_probe__pb2.RelayCommand.FromString,
                 _registered_method=True)
+        self.JobSync = channel.stream_stream(
+                '/trainprobe.v1.Sidecar/JobSync',
+                request_serializer=trainprobe_dot_proto_dot_probe__pb2.JobSyncUp.SerializeToString,
+                response_deserializer=trainprobe_dot_proto_dot_probe__pb2.JobSyncDown.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer(object):
@@ -93,6 +98,19 @@ class SidecarServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JobSync(self, request_iterator, context):
+        """Summary mode (job_sync_to): a node sidecar judges its own ranks and keeps
+        this one stream to an upstream sidecar, which holds each job's compact
+        rank summaries for all its nodes (the job coordinator outside Ray). Up go
+        the summaries that changed, a heartbeat otherwise; down come the job's
+        digest and episode when they change, and the other nodes' ranks while the
+        node asks for them. Kill orders never travel on it: each node acts on its
+        own ranks. A refused upload ends the stream with its status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -115,6 +133,11 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Relay,
                     request_deserializer=trainprobe_dot_proto_dot_probe__pb2.RelayBatch.FromString,
                     response_serializer=trainprobe_dot_proto_dot_probe__pb2.RelayCommand.SerializeToString,
+            ),
+            'JobSync': grpc.stream_stream_rpc_method_handler(
+                    servicer.JobSync,
+                    request_deserializer=trainprobe_dot_proto_dot_probe__pb2.JobSyncUp.FromString,
+                    response_serializer=trainprobe_dot_proto_dot_probe__pb2.JobSyncDown.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +248,33 @@ class Sidecar(object):
             '/trainprobe.v1.Sidecar/Relay',
             trainprobe_dot_proto_dot_probe__pb2.RelayBatch.SerializeToString,
             trainprobe_dot_proto_dot_probe__pb2.RelayCommand.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobSync(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/trainprobe.v1.Sidecar/JobSync',
+            trainprobe_dot_proto_dot_probe__pb2.JobSyncUp.SerializeToString,
+            trainprobe_dot_proto_dot_probe__pb2.JobSyncDown.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,5 @@
 """What the settings make of each part: the core's configurations, the killer,
-the Ray job sync.
+the job sync (Ray's coordinators, or a ``job_sync_to`` upstream).
 
 The one place where :class:`~trainprobe.sidecar.config.settings.Settings`
 becomes the plain objects the core takes (:class:`RuleConfig`,
@@ -68,19 +68,40 @@ def default_killer(ray_address: str | None, ray_timeout_s: float, commander: Com
 
 
 def job_sync(engine: Engine, killer: Killer, settings: Settings) -> Any:
-    """A :class:`~trainprobe.sidecar.ray.jobsync.JobSync` when this sidecar talks to Ray.
+    """A :class:`~trainprobe.sidecar.sync.node.JobSync` when this sidecar shares its jobs.
 
-    A killer with a Ray link (per-node sidecars, ``--ray-address``) can reach
-    the jobs' coordinators; without Ray, one sidecar serves a whole job.
+    Outside Ray with ``job_sync_to``: one JobSync stream to that upstream. A
+    killer with a Ray link (per-node sidecars, ``--ray-address``) reaches the
+    jobs' coordinator actors. Otherwise one sidecar serves a whole job.
     """
-    link = killer.link
-    if link is None:
-        return None
-    from trainprobe.sidecar.ray.jobsync import JobSync
+    from trainprobe.sidecar.core.job.digest import refresh_s
+    from trainprobe.sidecar.sync.node import JobSync
 
+    refresh = refresh_s(settings.heartbeat_timeout_s)
+    transport: Any
+    if settings.job_sync_to:
+        from trainprobe.proto import parse_endpoint
+        from trainprobe.sidecar.sync.link import StreamTransport
+
+        transport = StreamTransport(
+            parse_endpoint(settings.job_sync_to),
+            settings.token,
+            settings.relay_tls_cert_file,
+            engine.sidecar_id,
+            refresh,
+            engine.job_view,
+        )
+    elif killer.link is not None:
+        from trainprobe.sidecar.ray.jobsync import RayTransport
+
+        transport = RayTransport(
+            killer.link, engine.sidecar_id, refresh, settings.ray_timeout_s, engine.job_view
+        )
+    else:
+        return None
     return JobSync(
         engine,
-        link,
+        transport,
         interval_s=settings.job_sync_interval_ms / 1000.0,
         timeout_s=settings.ray_timeout_s,
     )

@@ -38,6 +38,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.queries import Queries
 from trainprobe.sidecar.relay.upstream import RelayUpstream
+from trainprobe.sidecar.sync.upstream import JobSyncUpstream
 from trainprobe.sidecar.transport.commander import Commander
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import EngineHealth, Health
@@ -143,6 +144,8 @@ class Sidecar:
         )
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer, clock)
+        #: Hosts each job's coordinator for node sidecars with ``job_sync_to``.
+        self.job_sync_upstream = JobSyncUpstream(clock)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []
@@ -194,7 +197,10 @@ class Sidecar:
             self.settings.listen_addresses,
             self.settings.token,
             self.settings.insecure,
-            (self.servicer.handler(self.relay.methods()), self.health.handler()),
+            (
+                self.servicer.handler({**self.relay.methods(), **self.job_sync_upstream.methods()}),
+                self.health.handler(),
+            ),
             self.tickets,
             self.settings.socket_access,
             server_tls(self.settings.tls_cert_file, self.settings.tls_key_file),

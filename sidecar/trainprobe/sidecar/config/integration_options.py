@@ -69,8 +69,8 @@ INTEGRATION_OPTIONS: tuple[Option, ...] = (
     Option(
         "job_sync_interval_ms",
         v.integer(50, 60_000),
-        "Under Ray, how often each sidecar shares its ranks' summaries through the job's "
-        "coordinator actor (every sidecar then analyses the whole job).",
+        "Under Ray or with job_sync_to, how often each sidecar shares its ranks' summaries "
+        "through the job's coordinator (an actor, or the job_sync_to upstream).",
         _I,
     ),
     Option(
@@ -140,12 +140,27 @@ INTEGRATION_OPTIONS: tuple[Option, ...] = (
         _L,
     ),
     Option(
+        "job_sync_to",
+        v.optional_endpoint,
+        "Summary mode, for jobs that span nodes outside Ray: this sidecar judges its own "
+        "ranks as usual and keeps one stream to the upstream sidecar at this address "
+        "(unix:///path or tcp://host:port; TCP sends the token, over TLS: "
+        "relay_tls_cert_file), which holds every node's rank summaries of each job. It "
+        "sends only the summaries that changed, every job_sync_interval_ms at most, and a "
+        "heartbeat otherwise; while a rank of a job is suspect it fetches the other nodes' "
+        "ranks and names the job's culprit from them. Kills stay with the node whose rank "
+        "it is. Any sidecar serves as the upstream; not with relay_to or ray_address.",
+        _L,
+        default_text="none",
+    ),
+    Option(
         "relay_tls_cert_file",
         v.optional_path,
-        "Relay mode over tcp://: the upstream's certificate (its tls_cert_file), the only "
-        "one this node trusts. The node sends its token, and takes kill orders, only after "
-        "the TLS handshake proved the upstream holds that certificate's key. Required for a "
-        "tcp:// relay_to unless --insecure.",
+        "Relay mode and job_sync_to over tcp://: the upstream's certificate (its "
+        "tls_cert_file), the only one this node trusts. The node sends its token, and takes "
+        "kill orders or summaries, only after the TLS handshake proved the upstream holds "
+        "that certificate's key. Required for a tcp:// relay_to or job_sync_to unless "
+        "--insecure.",
         _L,
         default_text="none",
     ),

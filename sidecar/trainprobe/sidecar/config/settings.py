@@ -126,6 +126,7 @@ class Settings:
     #: upstream core carries about 1.5x the ranks it would at 200 ms (bench/HISTORY.md).
     relay_interval_ms: int = 500
     relay_buffer_messages: int = 20_000
+    job_sync_to: str | None = None
     relay_tls_cert_file: Path | None = None
 
     @property
@@ -213,6 +214,18 @@ def load_settings(
             "relay_to: a tcp:// upstream needs --token or --token-file (or TRAINPROBE_TOKEN), "
             "which it is sent; "
             "pass --insecure to relay over TCP without authentication"
+        )
+    job_sync_to = values["job_sync_to"] or ""
+    if job_sync_to and (relay_to or values["ray_address"]):
+        raise SettingsError(
+            "job_sync_to: give one of job_sync_to, relay_to and ray_address (a relay node "
+            "judges nothing to sync; under Ray each job's coordinator is an actor)"
+        )
+    if job_sync_to.startswith("tcp://") and not values["token"] and not values["insecure"]:
+        raise SettingsError(
+            "job_sync_to: a tcp:// upstream needs --token or --token-file (or "
+            "TRAINPROBE_TOKEN), which it is sent; pass --insecure to sync over TCP "
+            "without authentication"
         )
     problem = tls_problem(values)
     if problem is not None:

@@ -54,8 +54,13 @@ def tls_problem(values: dict[str, Any]) -> str | None:
     if (cert is None) != (key is None):
         return "tls_cert_file and tls_key_file go together; give both or neither"
     relay_to, pinned = values["relay_to"] or "", values["relay_tls_cert_file"]
+    # Summary mode pins its upstream the same way, with the same file.
+    relay_to = relay_to or values.get("job_sync_to") or ""
     if pinned is not None and not relay_to.startswith("tcp://"):
-        return "relay_tls_cert_file is for a tcp:// relay_to (a Unix socket needs no TLS)"
+        return (
+            "relay_tls_cert_file is for a tcp:// relay_to or job_sync_to "
+            "(a Unix socket needs no TLS)"
+        )
     if relay_to.startswith("tcp://") and pinned is None and not values["insecure"]:
         return (
             "relay_to: a tcp:// upstream needs relay_tls_cert_file, the upstream's TLS "

@@ -53,3 +53,16 @@ MAX_HELD = MAX_SESSIONS
 #: How old a node's read of a held worker may be when sent, in ms: it reads
 #: every second and sends with the next batch (at most 10 s apart).
 MAX_HELD_AGE_MS = 60_000
+
+#: Summary mode (JobSync streams, core/job/hub.py): what one upstream holds
+#: and takes from a node. A node serves a handful of ranks (8 GPUs); 1,024
+#: covers any host. One message is bounded by the ranks it may carry.
+MAX_SYNC_NODES = 20_000
+MAX_SYNC_JOBS = 1_024
+MAX_SYNC_JOBS_PER_NODE = 64
+MAX_SYNC_RANKS_PER_NODE = 1_024
+MAX_SYNC_MESSAGE_BYTES = 1024 * 1024
+#: Characters of an episode note's text and of one "stuck at" place; culprits
+#: and places one note may name.
+MAX_NOTE_TEXT = 4096
+MAX_NOTE_RANKS = 256

@@ -1,0 +1,278 @@
+"""The upstream's half of summary mode: each job's coordinator, fed by node streams.
+
+Outside Ray, node sidecars that judge their own ranks keep one JobSync
+stream each to an upstream sidecar (``job_sync_to``). The upstream hosts
+one :class:`~trainprobe.sidecar.core.job.view.CoordinatorState` per job, as
+the Ray coordinator actor does, and this hub feeds it: a node sends only
+what changed (:mod:`~.uplink`), so the hub keeps each node's last summaries
+and hands the coordinator the node's whole set, the unchanged ones aged.
+
+What a node may do, and what it is refused (:class:`Refused`, which ends its
+stream; nothing else changes):
+
+- one live stream per node id;
+- summaries only for ranks no other live node holds: the first node to
+  upload a rank claims it until it drops it, its job ends there or its
+  stream ends;
+- every string, count and number within :mod:`~trainprobe.sidecar.core.limits`
+  (ranks per node, jobs per node and in all, nodes);
+- an episode note only for the job it uploads.
+
+Answers: a node that asks for the other ranks gets them (a delta) at every
+upload; otherwise it gets the job's digest and episode on its first upload
+and whenever they change in a way that matters (an episode, a suspect or
+missing rank), pushed to every node of the job at once.
+
+Pure: plain data and the time in, replies out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from trainprobe.sidecar.core import limits
+from trainprobe.sidecar.core.job.uplink import Upload
+from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply, aged
+from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+from trainprobe.sidecar.core.text import printable
+
+__all__ = ["Refused", "SummaryHub", "problem"]
+
+_VERDICTS = frozenset({"OK", "DEGRADED", "UNRESPONSIVE", "HUNG", "DEAD"})
+_ENDED = frozenset({"", "goodbye", "vanished", "rejected"})
+_KERNEL = frozenset({"", "running", "stopped", "traced", "frozen"})
+
+#: (node, job, reply) for another node's stream.
+Push = tuple[str, str, SyncReply]
+
+
+class Refused(Exception):
+    """A node's message is refused: its stream ends with ``code`` (a gRPC status name)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+def _text(value: str, what: str, limit: int = limits.MAX_ID_LEN) -> str | None:
+    return f"{what} longer than {limit} characters" if len(value) > limit else None
+
+
+def _age(value: float, what: str) -> str | None:
+    ok = math.isfinite(value) and 0.0 <= value <= limits.MAX_DURATION_S
+    return None if ok else f"{what}={value!r} is not an age"
+
+
+def problem(s: RankSummary) -> str | None:
+    """Why ``s`` cannot be a rank's summary, or None."""
+    if not 0 < s.world_size <= limits.MAX_WORLD_SIZE or not 0 <= s.rank < s.world_size:
+        return f"rank {s.rank} of world size {s.world_size}"
+    if s.pid < 0 or s.step < 0:
+        return "a negative pid or step"
+    if s.verdict not in _VERDICTS or s.ended not in _ENDED or s.kernel not in _KERNEL:
+        return "an unknown verdict, ending or kernel word"
+    if len(s.phases) > limits.MAX_PHASES or len(s.groups) > limits.MAX_GROUPS:
+        return "too many phases or groups"
+    for value, what in ((s.host, "host"), (s.node, "node"), (s.replica, "replica")):
+        if err := _text(value, what):
+            return err
+    if err := _text(s.ft_wait, "ft_wait"):
+        return err
+    for name in s.phases:
+        if err := _text(name, "a phase"):
+            return err
+    ages = [s.report_age_s, s.step_age_s, s.ft_wait_age_s, s.normal_step_s, s.kernel_age_s]
+    for g in s.groups:
+        if err := _text(g.group, "a group") or _text(g.inflight_op, "an op"):
+            return err
+        if min(g.issued, g.completed, g.inflight_seq) < 0:
+            return "a negative collective count"
+        ages.append(0.0 if g.inflight_age_s is None else g.inflight_age_s)
+    for age in ages:
+        if err := _age(age, "an age"):
+            return err
+    return None
+
+
+def _note_problem(note: EpisodeNote, job_id: str) -> str | None:
+    if note.job_id != job_id:
+        return "an episode note of another job"
+    for value, what in ((note.id, "id"), (note.opened_by, "opened_by"), (note.rule, "rule")):
+        if err := _text(value, f"the note's {what}"):
+            return err
+    if err := _text(note.verdict, "verdict") or _text(note.kind, "kind"):
+        return err
+    if len(note.culprits) > limits.MAX_NOTE_RANKS or len(note.where) > limits.MAX_NOTE_RANKS:
+        return "a note naming too many ranks"
+    places = [note.text, *note.where.values()]
+    return next((e for p in places if (e := _text(p, "note text", limits.MAX_NOTE_TEXT))), None)
+
+
+@dataclass
+class _Node:
+    #: job -> rank -> (summary, received at).
+    jobs: dict[str, dict[int, tuple[RankSummary, float]]] = field(default_factory=dict)
+    notes: dict[str, EpisodeNote | None] = field(default_factory=dict)
+    detail: dict[str, bool] = field(default_factory=dict)
+    #: job -> what the node was last told (see _key).
+    told: dict[str, tuple[object, ...]] = field(default_factory=dict)
+
+
+def _key(reply: SyncReply) -> tuple[object, ...]:
+    """What a node that holds only the digest must hear of when it changes."""
+    ep, d = reply.episode, reply.digest
+    alarm = d is not None and (d.suspects > 0 or d.ranks < d.world_size)
+    return (ep.id if ep else "", tuple(sorted(ep.where.items())) if ep else (), alarm)
+
+
+class SummaryHub:
+    """Every job's :class:`CoordinatorState` at one upstream, and its nodes."""
+
+    def __init__(self, instance: str, stale_after_s: float = 30.0) -> None:
+        self.instance = instance
+        self.stale_after_s = stale_after_s
+        self.jobs: dict[str, CoordinatorState] = {}
+        self._nodes: dict[str, _Node] = {}
+        #: job -> its nodes; (job, rank) -> the node that holds it.
+        self._members: dict[str, dict[str, None]] = {}
+        self._claims: dict[tuple[str, int], str] = {}
+        self._told: dict[str, tuple[object, ...]] = {}
+        self._created = 0
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def ranks(self) -> int:
+        return len(self._claims)
+
+    def join(self, node_id: str) -> None:
+        if not node_id or len(node_id) > limits.MAX_ID_LEN:
+            raise Refused("INVALID_ARGUMENT", "a JobSync stream needs a node_id of 1-256 chars")
+        if node_id in self._nodes:
+            raise Refused("ALREADY_EXISTS", f"node {printable(node_id)} already has a stream")
+        if len(self._nodes) >= limits.MAX_SYNC_NODES:
+            raise Refused("RESOURCE_EXHAUSTED", f"{limits.MAX_SYNC_NODES} nodes already sync")
+        self._nodes[node_id] = _Node()
+
+    def leave(self, node_id: str) -> None:
+        node = self._nodes.pop(node_id, None)
+        if node is not None:
+            for job in list(node.jobs):
+                self._end(node_id, node, job)
+
+    def apply(
+        self, node_id: str, uploads: Sequence[Upload], refresh_s: float, now: float
+    ) -> tuple[list[tuple[str, SyncReply]], list[Push]]:
+        """Take one message of ``node_id`` (joined): its replies, and pushes to
+        other nodes. Raises :class:`Refused` before changing anything."""
+        node = self._nodes[node_id]
+        if not (math.isfinite(refresh_s) and 0.1 <= refresh_s <= 60.0):
+            raise Refused("INVALID_ARGUMENT", f"refresh_s={refresh_s!r} out of 0.1..60")
+        self._check(node_id, node, uploads)
+        replies: list[tuple[str, SyncReply]] = []
+        pushes: list[Push] = []
+        for up in uploads:
+            if up.ended:
+                if up.job_id in node.jobs:
+                    self._end(node_id, node, up.job_id)
+                continue
+            reply = self._sync(node_id, node, up, refresh_s, now)
+            key = _key(reply)
+            if up.detail or node.told.get(up.job_id) != key:
+                replies.append((up.job_id, reply))
+                node.told[up.job_id] = key
+            if self._told.get(up.job_id) != key:
+                self._told[up.job_id] = key
+                pushes.extend(self._push(up.job_id, node_id, reply, key))
+        return replies, pushes
+
+    def _check(self, node_id: str, node: _Node, uploads: Sequence[Upload]) -> None:
+        jobs = set(node.jobs)
+        held = sum(len(r) for r in node.jobs.values())
+        for up in uploads:
+            if err := _text(up.job_id, "job_id") or (None if up.job_id else "an empty job_id"):
+                raise Refused("INVALID_ARGUMENT", err)
+            if up.ended:
+                continue
+            new = up.job_id not in jobs and up.job_id not in self.jobs
+            if new and len(self.jobs) + len(jobs - self.jobs.keys()) >= limits.MAX_SYNC_JOBS:
+                raise Refused("RESOURCE_EXHAUSTED", f"{limits.MAX_SYNC_JOBS} jobs already")
+            jobs.add(up.job_id)
+            mine = node.jobs.get(up.job_id, {})
+            held += sum(s.rank not in mine for s in up.ranks) - sum(r in mine for r in up.dropped)
+            if up.note is not None and (err := _note_problem(up.note, up.job_id)):
+                raise Refused("INVALID_ARGUMENT", f"job {printable(up.job_id)}: {err}")
+            for s in up.ranks:
+                if err := problem(s):
+                    raise Refused("INVALID_ARGUMENT", f"job {printable(up.job_id)}: {err}")
+                owner = self._claims.get((up.job_id, s.rank), node_id)
+                if owner != node_id:
+                    raise Refused(
+                        "PERMISSION_DENIED",
+                        f"rank {s.rank} of job {printable(up.job_id)} is held by another node "
+                        f"({printable(owner)})",
+                    )
+        if len(jobs) > limits.MAX_SYNC_JOBS_PER_NODE:
+            raise Refused("RESOURCE_EXHAUSTED", f"over {limits.MAX_SYNC_JOBS_PER_NODE} jobs")
+        if held > limits.MAX_SYNC_RANKS_PER_NODE:
+            raise Refused("RESOURCE_EXHAUSTED", f"over {limits.MAX_SYNC_RANKS_PER_NODE} ranks")
+
+    def _sync(
+        self, node_id: str, node: _Node, up: Upload, refresh_s: float, now: float
+    ) -> SyncReply:
+        job = up.job_id
+        mirror = node.jobs.setdefault(job, {})
+        self._members.setdefault(job, {})[node_id] = None
+        if up.full:
+            for rank in mirror.keys() - {s.rank for s in up.ranks}:
+                self._release(job, rank, node_id)
+            mirror.clear()
+        for rank in up.dropped:
+            if mirror.pop(rank, None) is not None:
+                self._release(job, rank, node_id)
+        for s in up.ranks:
+            mirror[s.rank] = (s, now)
+            self._claims[(job, s.rank)] = node_id
+        node.notes[job], node.detail[job] = up.note, up.detail
+        limit = 3.0 * refresh_s  # refresh_s is a third of the node's heartbeat limit
+        ranks = [s if at == now else aged(s, now - at, limit) for s, at in mirror.values()]
+        state = self.jobs.get(job)
+        if state is None:
+            self._created += 1
+            state = self.jobs[job] = CoordinatorState(
+                self.stale_after_s, instance=f"{self.instance}.{self._created}"
+            )
+        return state.sync(node_id, ranks, up.note, now, up.detail, up.since, refresh_s)
+
+    def _push(self, job: str, sender: str, reply: SyncReply, key: tuple[object, ...]) -> list[Push]:
+        digest_only = SyncReply((), reply.episode, reply.digest, detail=False, full=False)
+        out: list[Push] = []
+        for other in self._members.get(job, {}):
+            node = self._nodes.get(other)
+            if other == sender or node is None or node.detail.get(job):
+                continue  # one that asks for details is answered at its next upload
+            if node.told.get(job) != key:
+                node.told[job] = key
+                out.append((other, job, digest_only))
+        return out
+
+    def _release(self, job: str, rank: int, node_id: str) -> None:
+        if self._claims.get((job, rank)) == node_id:
+            del self._claims[(job, rank)]
+
+    def _end(self, node_id: str, node: _Node, job: str) -> None:
+        for rank in node.jobs.pop(job, {}):
+            self._release(job, rank, node_id)
+        for part in (node.notes, node.detail, node.told):
+            part.pop(job, None)
+        members = self._members.get(job, {})
+        members.pop(node_id, None)
+        state = self.jobs.get(job)
+        if state is not None:
+            state.store.forget(node_id)
+        if not members:
+            self._members.pop(job, None)
+            self.jobs.pop(job, None)
+            self._told.pop(job, None)

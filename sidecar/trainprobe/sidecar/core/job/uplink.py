@@ -1,0 +1,106 @@
+"""What a node sidecar sends up its JobSync stream: only what changed.
+
+Under Ray every sidecar uploads all its ranks' summaries at every sync. On a
+stream to an upstream (summary mode, ``job_sync_to``) the upstream keeps
+what a node sent, so a node sends a summary only when it says something the
+one sent before does not (:func:`~.digest.same_summary`: a change beyond
+aging, or a reporting rank's report about to look old), the ranks it no
+longer serves, its episode note whenever it has one, and an empty upload of
+each job as a heartbeat when nothing was sent for ``heartbeat_s``. While the
+node wants the other nodes' ranks it uploads every sync, so that each one is
+answered with the changes since.
+
+Pure: summaries, notes and times in, :class:`Upload` values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, same_summary
+from trainprobe.sidecar.core.job.view import EpisodeNote
+from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+
+__all__ = ["HEARTBEAT_S", "Uplink", "Upload"]
+
+#: A node that had nothing to send for this long sends an empty upload of each
+#: job: the upstream forgets a node silent for its stale limit (30 s).
+HEARTBEAT_S = 5.0
+
+#: Per job, as JobSync computes it: (ranks here, note, details wanted?, since).
+Round = Mapping[str, tuple[Sequence[RankSummary], EpisodeNote | None, bool, tuple[str, int] | None]]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One job's part of a node's message (see the module docstring)."""
+
+    job_id: str
+    ranks: tuple[RankSummary, ...] = ()
+    dropped: tuple[int, ...] = ()
+    #: ``ranks`` is every rank the node serves (its first upload on a stream).
+    full: bool = False
+    note: EpisodeNote | None = None
+    detail: bool = False
+    since: tuple[str, int] | None = None
+    #: The node serves no rank of the job any more.
+    ended: bool = False
+
+
+class Uplink:
+    """What one node sent on its current stream, per job; :meth:`reset` on a new one."""
+
+    def __init__(self, refresh_s: float = REPORTING_REFRESH_S, heartbeat_s: float = HEARTBEAT_S):
+        self.refresh_s = refresh_s
+        self.heartbeat_s = heartbeat_s
+        #: job -> rank -> (summary sent, when).
+        self._sent: dict[str, dict[int, tuple[RankSummary, float]]] = {}
+        self._notes: dict[str, EpisodeNote | None] = {}
+        self._last_at = float("-inf")
+
+    def reset(self) -> None:
+        """A new stream: the upstream holds nothing of this node."""
+        self._sent.clear()
+        self._notes.clear()
+        self._last_at = float("-inf")
+
+    def uploads(self, round_: Round, now: float) -> list[Upload]:
+        """What to send for ``round_`` (empty: nothing this time)."""
+        out: list[Upload] = []
+        quiet: list[Upload] = []
+        for job, (mine, note, detail, since) in round_.items():
+            sent = self._sent.get(job)
+            changed: tuple[RankSummary, ...]
+            dropped: tuple[int, ...]
+            if sent is None:
+                changed, dropped, full = tuple(mine), (), True
+                sent = self._sent[job] = {}
+            else:
+                changed = tuple(
+                    s
+                    for s in mine
+                    if (p := sent.get(s.rank)) is None
+                    or not same_summary(p[0], s, now - p[1], self.refresh_s)
+                )
+                dropped = tuple(sorted(sent.keys() - {s.rank for s in mine}))
+                full = False
+            for rank in dropped:
+                del sent[rank]
+            for s in changed:
+                sent[s.rank] = (s, now)
+            up = Upload(job, changed, dropped, full, note, detail, since if detail else None)
+            if full or changed or dropped or detail or note != self._notes.get(job):
+                out.append(up)
+            else:
+                quiet.append(up)
+            self._notes[job] = note
+        for job in sorted(self._sent.keys() - round_.keys()):
+            del self._sent[job]
+            self._notes.pop(job, None)
+            out.append(Upload(job, ended=True))
+        if not out and now - self._last_at >= self.heartbeat_s:
+            out = quiet  # a heartbeat: the jobs, nothing new
+        if out:
+            self._last_at = now
+        return out

@@ -1,0 +1,192 @@
+"""Summary mode's node end: one JobSync stream to the upstream, reconnected with backoff.
+
+:class:`StreamTransport` is JobSync's transport with ``job_sync_to``. Each
+round it sends what changed (:class:`~trainprobe.sidecar.core.job.uplink.Uplink`),
+or nothing; the upstream's answers and pushes are applied to the engine's
+job view as they arrive. A new stream starts from scratch: every job goes
+up whole. It authenticates the upstream as a relay node does
+(:mod:`trainprobe.sidecar.relay.link`): over TCP a pinned certificate before
+the token goes out, over a Unix socket its directory's owner and mode. It
+takes no orders from the upstream: only summaries come down, and this
+node's own rules and evidence decide what it does to its own ranks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import (
+    MESSAGE_SIZE_OPTIONS,
+    PERMANENT_CODES,
+    Backoff,
+    Endpoint,
+    UnsafeSocketDir,
+    bearer_metadata,
+    check_socket_dir,
+    probe_pb2,
+)
+from trainprobe.sidecar.config.tls import read_pem
+from trainprobe.sidecar.core.job.uplink import Uplink
+from trainprobe.sidecar.core.job.view import JobView, SyncReply
+from trainprobe.sidecar.sync.node import Payload
+from trainprobe.sidecar.sync.wire import reply_of, upload_pb
+from trainprobe.sidecar.transport.servicer import SERVICE
+
+__all__ = ["OUTBOX", "WRITE_TIMEOUT_S", "StreamTransport"]
+
+log = logging.getLogger("trainprobe.sidecar")
+
+#: Longest wait for the upstream to take one message before the node reconnects.
+WRITE_TIMEOUT_S = 10.0
+#: Messages waiting to go up; more means the upstream stopped reading: reconnect.
+OUTBOX = 16
+
+
+def _reason(error: BaseException | None) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
+class StreamTransport:
+    """JobSync over one long-lived stream to ``upstream`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        upstream: Endpoint,
+        token: str | None,
+        pinned_cert_file: Path | None,
+        node_id: str,
+        refresh_s: float,
+        view: JobView | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.upstream = upstream
+        self.node_id = node_id
+        self.refresh_s = refresh_s
+        self.view = view
+        self._clock = clock
+        self.uplink = Uplink(refresh_s)
+        #: Whether a stream is up now; how many were opened; messages sent and received.
+        self.connected = False
+        self.sessions = 0
+        self.sent = self.received = 0
+        self._out: asyncio.Queue[probe_pb2.JobSyncUp] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._metadata = bearer_metadata(token if upstream.kind != "unix" else None)
+        self._tls: grpc.ChannelCredentials | None = None
+        if upstream.kind != "unix" and pinned_cert_file is not None:
+            pinned = read_pem(pinned_cert_file, "relay_tls_cert_file")
+            self._tls = grpc.ssl_channel_credentials(root_certificates=pinned)
+
+    @property
+    def ready(self) -> bool:
+        return True  # a round while the stream is down is dropped: a new one sends all
+
+    def served(self, jobs: Sequence[str]) -> None:
+        """Nothing to do: the uplink sends a job's end once it is not in a round."""
+
+    async def exchange(self, payload: Payload) -> list[tuple[str, SyncReply]]:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+        out = self._out
+        if out is None or not self.connected:
+            return []
+        ups = self.uplink.uploads(payload, self._clock())
+        if ups:
+            msg = probe_pb2.JobSyncUp(
+                node_id=self.node_id, refresh_s=self.refresh_s, jobs=[upload_pb(u) for u in ups]
+            )
+            try:
+                out.put_nowait(msg)
+            except asyncio.QueueFull:
+                self.connected = False  # the writer sees it and starts a new stream
+        return []  # answers are applied as they arrive
+
+    def warn(self, job_id: str, reason: str) -> None:
+        log.warning("job sync with %s: %s", self.upstream, reason)
+
+    async def _run(self) -> None:
+        backoff = Backoff()
+        down_logged = False  # an outage is logged once
+        while True:
+            error: BaseException | None = None
+            opened = self.sessions
+            try:
+                await self._once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                error = err
+            self.connected = False
+            if self.sessions != opened:  # it was up: a new outage
+                backoff.reset()
+                down_logged = False
+            unsafe = isinstance(error, UnsafeSocketDir)
+            permanent = unsafe or (
+                isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
+            )
+            if not down_logged:
+                log.warning("job sync to %s is down (%s); retrying", self.upstream, _reason(error))
+                down_logged = True
+            await asyncio.sleep(backoff.next_delay(permanent))
+
+    async def _once(self) -> None:
+        upstream = check_socket_dir(self.upstream, "not syncing with", present=True)
+        target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
+        channel_cm = (
+            grpc.aio.insecure_channel(target, options=options)
+            if self._tls is None
+            else grpc.aio.secure_channel(target, self._tls, options=options)
+        )
+        async with channel_cm as channel:
+            call = channel.stream_stream(
+                f"/{SERVICE}/JobSync",
+                request_serializer=probe_pb2.JobSyncUp.SerializeToString,
+                response_deserializer=probe_pb2.JobSyncDown.FromString,
+            )(metadata=self._metadata)
+            await call.wait_for_connection()
+            self.uplink.reset()
+            out = self._out = asyncio.Queue(OUTBOX)
+            self.connected = True
+            self.sessions += 1
+            log.info("syncing job summaries with %s", self.upstream)
+            reader = asyncio.ensure_future(self._read(call))
+            try:
+                while self.connected:
+                    getter = asyncio.ensure_future(out.get())
+                    done, _ = await asyncio.wait(
+                        {reader, getter}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if getter in done:
+                        await asyncio.wait_for(call.write(getter.result()), WRITE_TIMEOUT_S)
+                        self.sent += 1
+                    else:
+                        getter.cancel()
+                    if reader in done:
+                        reader.result()  # raises what ended the stream
+                        raise ConnectionError("the upstream ended the job sync stream")
+                raise ConnectionError("the upstream does not take messages fast enough")
+            finally:
+                self._out = None
+                reader.cancel()
+                call.cancel()
+
+    async def _read(self, call: Any) -> None:
+        async for down in call:
+            self.received += 1
+            now = self._clock()
+            for j in down.jobs:
+                if self.view is not None:
+                    self.view.update(j.job_id, reply_of(j), now)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,112 @@
+"""Summary mode's upstream end: the ``JobSync`` RPC, every job's coordinator.
+
+Every sidecar serves it. A node sidecar with ``job_sync_to`` keeps one
+stream here; each of its messages goes through the pure
+:class:`~trainprobe.sidecar.core.job.hub.SummaryHub`, which holds one
+:class:`~trainprobe.sidecar.core.job.view.CoordinatorState` per job, and
+its answers go back on the stream, its pushes on the other nodes' streams
+(each a bounded outbox: a node that does not read misses a push, and is
+answered again at its next upload). Who may connect is the server's
+business, as for ``Relay``: the bearer token over TCP (with TLS), the
+socket's permissions over Unix. A message the hub refuses, or one that does
+not parse, ends its stream with a status that says why; the other streams
+and the summaries held are untouched. Client strings in those statuses and
+in the log are escaped (:func:`~trainprobe.sidecar.core.text.printable`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from trainprobe.proto import probe_pb2
+from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
+from trainprobe.sidecar.core.text import printable
+from trainprobe.sidecar.sync.wire import reply_pb, uploads_of
+from trainprobe.sidecar.transport.streams import Malformed, pump, safe_parser
+
+__all__ = ["OUTBOX", "JobSyncUpstream"]
+
+log = logging.getLogger("trainprobe.sidecar")
+
+#: Answers and pushes waiting to go down one stream.
+OUTBOX = 64
+
+Refusal = tuple[grpc.StatusCode, str]
+
+
+class JobSyncUpstream:
+    """Implements the ``JobSync`` RPC (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.hub = SummaryHub(secrets.token_hex(6))
+        self._outs: dict[str, asyncio.Queue[probe_pb2.JobSyncDown]] = {}
+        #: Streams ended for a refused message, and pushes a full outbox missed.
+        self.refused = 0
+        self.missed_pushes = 0
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler]:
+        return {
+            "JobSync": grpc.stream_stream_rpc_method_handler(
+                self.JobSync,
+                request_deserializer=safe_parser(probe_pb2.JobSyncUp),
+                response_serializer=probe_pb2.JobSyncDown.SerializeToString,
+            )
+        }
+
+    async def JobSync(self, request_iterator: Any, context: Any) -> None:
+        out: asyncio.Queue[probe_pb2.JobSyncDown] = asyncio.Queue(OUTBOX)
+        node: list[str] = []
+        try:
+            error = await pump(context.write, self._read(node, out, request_iterator), out)
+        finally:
+            if node:
+                self.hub.leave(node[0])
+                self._outs.pop(node[0], None)
+        if error is not None:
+            self.refused += 1
+            who = printable(node[0]) if node else "?"
+            log.warning("refused job sync from %s (node %s): %s", context.peer(), who, error[1])
+            await context.abort(*error)
+
+    async def _read(
+        self, node: list[str], out: asyncio.Queue[probe_pb2.JobSyncDown], messages: Any
+    ) -> Refusal | None:
+        async for msg in messages:
+            if isinstance(msg, Malformed):
+                return grpc.StatusCode.INVALID_ARGUMENT, f"malformed JobSyncUp: {msg.error}"
+            try:
+                if not node:
+                    self.hub.join(msg.node_id)
+                    node.append(msg.node_id)
+                    self._outs[msg.node_id] = out
+                elif msg.node_id != node[0]:
+                    raise Refused("INVALID_ARGUMENT", "node_id changed within a stream")
+                replies, pushes = self.hub.apply(
+                    node[0], uploads_of(msg), msg.refresh_s, self._clock()
+                )
+            except Refused as r:
+                return getattr(grpc.StatusCode, r.code), r.details
+            del msg
+            if replies:
+                down = probe_pb2.JobSyncDown(jobs=[reply_pb(j, r) for j, r in replies])
+                try:
+                    out.put_nowait(down)
+                except asyncio.QueueFull:
+                    return grpc.StatusCode.RESOURCE_EXHAUSTED, "the node does not read its answers"
+            for other, job, reply in pushes:
+                q = self._outs.get(other)
+                if q is None:
+                    continue
+                try:
+                    q.put_nowait(probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)]))
+                except asyncio.QueueFull:
+                    self.missed_pushes += 1
+        return None

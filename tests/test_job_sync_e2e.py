@@ -1,0 +1,64 @@
+"""Summary mode end to end: two node sidecars judge their own ranks and share
+summaries through one upstream sidecar (``--job-sync-to``), over gRPC.
+
+Three real sidecar processes on private Unix sockets; two real gloo ranks of
+one job, rank 0 reporting to node A and rank 1 to node B, as if on two hosts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "100", "--watch-ddp"]
+RULES = ("--heartbeat-timeout-s", "3", "--sync-timeout-s", "3", "--hang-patience-s", "0")
+
+
+def records(sc: SidecarProcess, job: str, kind: str) -> list[dict[str, Any]]:
+    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
+
+
+def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
+    up = SidecarProcess(short_tmpdir("tpup-"))
+    a = SidecarProcess(short_tmpdir("tpa-"), "--job-sync-to", up.target, *RULES)
+    b = SidecarProcess(short_tmpdir("tpb-"), "--job-sync-to", up.target, *RULES)
+    args = [*FAST, "--hang-rank", "1", "--hang-at", "40", "--hang-mode", "stop"]
+    with (
+        up,
+        a,
+        b,
+        Workers(
+            2,
+            a.target,
+            short_tmpdir(),
+            job_id="js2",
+            args=args,
+            rank_env={1: {"TRAINPROBE_TARGET": b.target}},
+        ) as w,
+    ):
+        wait_for(lambda: [x.rank for x in a.status("js2").workers] == [0], 60, what="rank 0")
+        assert [x.rank for x in b.status("js2").workers] == [1]
+        hang = wait_for(lambda: w.events("hang"), 90, what="rank 1 stopping itself")[0]
+        kill = wait_for(lambda: records(b, "js2", "action"), 60, what="node B's kill")[0]
+        assert list(kill["outcomes"]) == ["1"] and kill["outcomes"]["1"]["exited"], kill
+        assert w.wait(30)[1] is not None  # the stopped rank is gone
+        inc = records(b, "js2", "incident")[0]
+        d = inc["diagnosis"]
+        # Rank 0 reports to node A only: node B knows it waits from the upstream.
+        assert d["culprits"] == [1] and d["waiting"] == [0], d
+        assert inc["targets"] == [1], inc
+        # Named within 5 s of the stop (wall clocks of one host).
+        assert inc["time"] - hang["t"] <= 5.0, (inc["time"], hang["t"])
+        # Node A blamed and signalled nothing of its own.
+        time.sleep(1.0)
+        assert records(a, "js2", "action") == []
+        assert all(0 not in r.get("culprits", []) for r in records(a, "js2", "incident"))
+        assert all(r.get("targets", []) == [] for r in records(a, "js2", "incident"))
+        assert "syncing job summaries with" in a.log_text()
+        assert "refused job sync" not in up.log_text()
