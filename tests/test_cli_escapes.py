@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
+from tests.raw_client import connect, stepping
 from tests.support import SidecarProcess, short_tmpdir, wait_for
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 from trainprobe.sidecar.cli import ctl
@@ -38,53 +38,24 @@ HOST = f"h{CLEAR}\x07"
 NAME = "[bold]name[/]"  # a name may carry no control character (validated), but markup
 #: C0 but newline and tab, DEL, C1, and the invisible reordering characters.
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-CONNECT = "/trainprobe.v1.Sidecar/Connect"
-
-
-def _messages(job: str, rank: int, stop: threading.Event) -> Iterator[probe_pb2.WorkerMessage]:
-    yield probe_pb2.WorkerMessage(
-        hello=probe_pb2.Hello(
-            protocol_version=PROTOCOL_VERSION,
-            hook_version=f"v{OSC}",
-            job_id=job,
-            job_name=NAME,
-            rank=rank,
-            local_rank=rank,
-            world_size=2,
-            host=HOST,
-            pid=os.getpid(),
-            interval_ms=100,
-        )
-    )
-    seq = 0
-    while not stop.is_set():
-        seq += 1
-        now = time.monotonic_ns()
-        yield probe_pb2.WorkerMessage(
-            report=probe_pb2.Report(
-                seq=seq,
-                mono_ns=now,
-                wall_ns=time.time_ns(),
-                has_step=True,
-                last_step=seq,
-                last_step_mono_ns=now,
-                total_steps=seq,
-                active_phases=[probe_pb2.Phase(name=f"p{OSC}", start_mono_ns=now)],
-            )
-        )
-        stop.wait(0.1)
 
 
 def _client(target: str, job: str, rank: int, stop: threading.Event) -> None:
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(
-            CONNECT,
-            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
-            response_deserializer=probe_pb2.Command.FromString,
-        )
-        with contextlib.suppress(grpc.RpcError):
-            for _ in call(_messages(job, rank, stop)):
-                pass
+    hello = probe_pb2.Hello(
+        protocol_version=PROTOCOL_VERSION,
+        hook_version=f"v{OSC}",
+        job_id=job,
+        job_name=NAME,
+        rank=rank,
+        local_rank=rank,
+        world_size=2,
+        host=HOST,
+        pid=os.getpid(),
+        interval_ms=100,
+    )
+    now = time.monotonic_ns()
+    phase = probe_pb2.Phase(name=f"p{OSC}", start_mono_ns=now)
+    connect(target, stepping(hello, stop, active_phases=[phase]))
 
 
 def hostile_log(path: Path) -> str:

@@ -23,14 +23,15 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
+from tests.raw_client import connect, stepping
 from tests.support import Workers, free_port, short_tmpdir, sidecar, wait_for
-from trainprobe.proto import probe_pb2, probe_pb2_grpc
+from trainprobe.proto import probe_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -120,46 +121,26 @@ def gpu_standin(target: str, stop: threading.Event) -> None:
     """Rank 2 of the job on a pretend GPU: a real stream, fake device figures."""
     path = target.removeprefix("unix://")
 
-    def messages():
-        yield probe_pb2.WorkerMessage(
-            hello=probe_pb2.Hello(
-                protocol_version=1,
-                hook_version="test-gpu-standin",
-                job_id="dash-gpu",
-                rank=0,
-                local_rank=0,
-                world_size=1,
-                host="gpu-standin.invalid",
-                pid=1,
-                interval_ms=200,
-            )
-        )
-        n = 0
-        while not stop.is_set():
-            n += 1
-            now = time.monotonic_ns()
-            yield probe_pb2.WorkerMessage(
-                report=probe_pb2.Report(
-                    seq=n,
-                    mono_ns=now,
-                    wall_ns=time.time_ns(),
-                    has_step=True,
-                    last_step=n,
-                    last_step_mono_ns=now,
-                    total_steps=n,
-                    gpu_memory=probe_pb2.GpuMemory(
-                        allocated_bytes=1 << 30,
-                        reserved_bytes=2 << 30,
-                        peak_allocated_bytes=1 << 30,
-                    ),
-                )
-            )
-            stop.wait(0.2)
+    hello = probe_pb2.Hello(
+        protocol_version=1,
+        hook_version="test-gpu-standin",
+        job_id="dash-gpu",
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        host="gpu-standin.invalid",
+        pid=1,
+        interval_ms=200,
+    )
+    gpu = probe_pb2.GpuMemory(
+        allocated_bytes=1 << 30, reserved_bytes=2 << 30, peak_allocated_bytes=1 << 30
+    )
+
+    def messages() -> Iterator[probe_pb2.WorkerMessage]:
+        yield from stepping(hello, stop, every_s=0.2, gpu_memory=gpu)
         yield probe_pb2.WorkerMessage(goodbye=probe_pb2.Goodbye(reason="done"))
 
-    with grpc.insecure_channel(f"unix://{path}") as ch:
-        for _ in probe_pb2_grpc.SidecarStub(ch).Connect(messages()):
-            pass
+    connect(f"unix://{path}", messages())
 
 
 @pytest.mark.timeout(240)

@@ -12,8 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
-
+from tests.raw_client import connect
 from tests.support import SidecarProcess, short_tmpdir, wait_for
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 from trainprobe.sidecar.act.incident_log import IncidentLog, log_set, read_incident_log, rotated
@@ -108,15 +107,7 @@ def _silent_client(target: str, job: str, stop: threading.Event) -> None:
         )  # fmt: skip
         stop.wait(60)
 
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(
-            "/trainprobe.v1.Sidecar/Connect",
-            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
-            response_deserializer=probe_pb2.Command.FromString,
-        )
-        with contextlib.suppress(grpc.RpcError):
-            for _ in call(messages()):
-                pass
+    connect(target, messages())
 
 
 def test_a_sidecar_rotates_its_log_as_its_settings_say() -> None:

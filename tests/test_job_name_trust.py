@@ -8,24 +8,19 @@ for incidents and report.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
-
+from tests.raw_client import connect, stepping
 from tests.support import PYTHON, REPO, child_env, sidecar, wait_for
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
-CONNECT = "/trainprobe.v1.Sidecar/Connect"
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -103,36 +98,12 @@ def test_a_live_job_id_that_is_another_jobs_name_is_not_that_job() -> None:
 
 def _unverified(target: str, job: str, rank: int, name: str, stop: threading.Event) -> None:
     """A raw client with no identity ticket: a Hello naming ``job``, then a step a report."""
-
-    def messages() -> Iterator[probe_pb2.WorkerMessage]:
-        yield probe_pb2.WorkerMessage(
-            hello=probe_pb2.Hello(
-                protocol_version=PROTOCOL_VERSION, hook_version="x", job_id=job,
-                job_name=name, rank=rank, world_size=8, host="h", pid=os.getpid(),
-                interval_ms=100, session_secret=os.urandom(16),
-            )
-        )  # fmt: skip
-        seq = 0
-        while not stop.is_set():
-            seq += 1
-            now = time.monotonic_ns()
-            yield probe_pb2.WorkerMessage(
-                report=probe_pb2.Report(
-                    seq=seq, mono_ns=now, has_step=True, last_step=seq,
-                    last_step_mono_ns=now, total_steps=seq,
-                )
-            )  # fmt: skip
-            stop.wait(0.1)
-
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(
-            CONNECT,
-            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
-            response_deserializer=probe_pb2.Command.FromString,
-        )
-        with contextlib.suppress(grpc.RpcError):
-            for _ in call(messages()):
-                pass
+    hello = probe_pb2.Hello(
+        protocol_version=PROTOCOL_VERSION, hook_version="x", job_id=job,
+        job_name=name, rank=rank, world_size=8, host="h", pid=os.getpid(),
+        interval_ms=100, session_secret=os.urandom(16),
+    )  # fmt: skip
+    connect(target, stepping(hello, stop))
 
 
 def test_an_unverified_session_cannot_rename_a_verified_job() -> None:
