@@ -17,33 +17,41 @@ stream.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
+from sacrifice import record_signals  # a sibling: this folder is the script's sys.path[0]
 
 from trainprobe.proto import bearer_metadata, probe_pb2
 
 CONNECT = "/trainprobe.v1.Sidecar/Connect"
 
 
-def record_signals(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-    def note(signum: int, _frame: object) -> None:
-        os.write(fd, f"{signal.Signals(signum).name}\n".encode())
-
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGWINCH):
-            continue
-        with contextlib.suppress(OSError, ValueError, RuntimeError):  # glibc's own
-            signal.signal(sig, note)
-    os.write(fd, b"ready\n")
+def talk(
+    target: str, token: str, messages: Iterator[probe_pb2.WorkerMessage], stop: threading.Event
+) -> None:
+    """Send ``messages`` on one Connect stream, reading and ignoring what the sidecar
+    says (an Abort too: the test ends this process), until the sidecar ends it:
+    then print ``ended CODE details`` and set ``stop``, which ``messages`` waits on."""
+    target = target if "://" in target or not target.startswith("/") else f"unix://{target}"
+    with grpc.insecure_channel(target) as channel:
+        call = channel.stream_stream(
+            CONNECT,
+            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
+            response_deserializer=probe_pb2.Command.FromString,
+        )(messages, metadata=bearer_metadata(token or None))
+        try:
+            for _command in call:
+                pass
+            print("ended OK", flush=True)
+        except grpc.RpcError as err:
+            print(f"ended {err.code().name} {err.details()}", flush=True)
+        stop.set()
 
 
 def main() -> int:
@@ -102,21 +110,7 @@ def main() -> int:
             time.sleep(0.1)
         stop.wait()  # silent, still connected
 
-    target = args.target
-    target = target if "://" in target or not target.startswith("/") else f"unix://{target}"
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(
-            CONNECT,
-            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
-            response_deserializer=probe_pb2.Command.FromString,
-        )(messages(), metadata=bearer_metadata(args.token or None))
-        try:
-            for _command in call:  # never answered: a hung process answers nothing
-                pass
-            print("ended OK", flush=True)
-        except grpc.RpcError as err:
-            print(f"ended {err.code().name} {err.details()}", flush=True)
-        stop.set()
+    talk(args.target, args.token, messages(), stop)
     while True:  # stay around (and keep recording) until the test ends us
         time.sleep(3600)
 

@@ -23,9 +23,10 @@ import time
 _IGNORED = {signal.SIGCHLD, signal.SIGWINCH, signal.SIGURG}
 
 
-def main() -> int:
-    record = sys.argv[1]
-    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def record_signals(path: str) -> None:
+    """From now on, append the name of every catchable signal this process gets
+    to ``path`` (impostor.py and scripted.py record theirs with it too)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def note(signum: int, _frame: object) -> None:
         os.write(fd, f"{signal.Signals(signum).name}\n".encode())
@@ -36,6 +37,10 @@ def main() -> int:
         with contextlib.suppress(OSError, ValueError, RuntimeError):  # glibc's own
             signal.signal(sig, note)
     os.write(fd, b"ready\n")
+
+
+def main() -> int:
+    record_signals(sys.argv[1])
     if len(sys.argv) > 2:
         child = subprocess.Popen(sys.argv[2:])
         while child.poll() is None:

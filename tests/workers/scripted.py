@@ -33,34 +33,19 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
+from impostor import talk  # siblings: this folder is the script's sys.path[0]
+from sacrifice import record_signals
 
-from trainprobe.proto import bearer_metadata, probe_pb2
+from trainprobe.proto import probe_pb2
 
-CONNECT = "/trainprobe.v1.Sidecar/Connect"
 NS = 1_000_000_000
-
-
-def record_signals(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-    def note(signum: int, _frame: object) -> None:
-        os.write(fd, f"{signal.Signals(signum).name}\n".encode())
-
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGWINCH, signal.SIGURG):
-            continue
-        with contextlib.suppress(OSError, ValueError, RuntimeError):  # glibc's own
-            signal.signal(sig, note)
-    os.write(fd, b"ready\n")
 
 
 class Script:
@@ -161,21 +146,7 @@ def main() -> int:
                 yield probe_pb2.WorkerMessage(report=report)
             stop.wait(args.interval)
 
-    target = args.target
-    target = target if "://" in target or not target.startswith("/") else f"unix://{target}"
-    with grpc.insecure_channel(target) as channel:
-        call = channel.stream_stream(
-            CONNECT,
-            request_serializer=probe_pb2.WorkerMessage.SerializeToString,
-            response_deserializer=probe_pb2.Command.FromString,
-        )(messages(), metadata=bearer_metadata(args.token or None))
-        try:
-            for _command in call:  # an Abort is ignored: the test ends this process
-                pass
-            print("ended OK", flush=True)
-        except grpc.RpcError as err:
-            print(f"ended {err.code().name} {err.details()}", flush=True)
-        stop.set()
+    talk(args.target, args.token, messages(), stop)
     while True:  # stay around (and keep recording) until the test ends us
         time.sleep(3600)
 
