@@ -1,0 +1,101 @@
+"""Summary mode's pure halves: what a node sends (Uplink) and what the
+upstream takes, refuses and answers (SummaryHub), on a fake clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from trainprobe.sidecar.core import limits
+from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
+from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink, Upload
+from trainprobe.sidecar.core.job.view import EpisodeNote
+from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+
+
+def rank(r: int, **kw: object) -> RankSummary:
+    # No step age: what ages between uploads is only the report (fresh every round here).
+    base = RankSummary(r, 2, host="h", pid=100 + r, step=5, verified=True)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_uplink_sends_all_first_then_only_changes_and_a_heartbeat() -> None:
+    up = Uplink(refresh_s=3.0)
+    first = up.uploads({"j": ([rank(0), rank(1)], None, False, None)}, 0.0)
+    assert [(u.full, len(u.ranks)) for u in first] == [(True, 2)]
+    assert up.uploads({"j": ([rank(0), rank(1)], None, False, None)}, 0.5) == []
+    changed = up.uploads({"j": ([rank(0), rank(1, step=6)], None, False, None)}, 1.0)
+    assert [s.rank for s in changed[0].ranks] == [1] and not changed[0].full
+    # A reporting rank goes again before receivers would count it old.
+    again = up.uploads(
+        {"j": ([rank(0, report_age_s=0.1), rank(1, step=6)], None, False, None)}, 3.2
+    )
+    assert [s.rank for s in again[0].ranks] == [0]
+    # A silent rank ages as the receivers age it: nothing new, only a heartbeat.
+    quiet = Uplink(refresh_s=3.0)
+
+    def silent(t: float) -> dict:
+        return {"q": ([rank(0, reporting=False, report_age_s=10.0 + t)], None, False, None)}
+
+    assert quiet.uploads(silent(0.0), 0.0)[0].full
+    assert quiet.uploads(silent(1.0), 1.0) == []
+    beat = quiet.uploads(silent(HEARTBEAT_S + 0.1), HEARTBEAT_S + 0.1)
+    assert beat == [Upload("q")]
+    gone = up.uploads({}, 9.0)
+    assert gone == [Upload("j", ended=True)]
+
+
+def test_hub_answers_with_the_others_and_pushes_an_alarm_to_every_node() -> None:
+    hub = SummaryHub("t")
+    hub.join("a")
+    hub.join("b")
+    hub.apply("a", [Upload("j", (rank(0),), full=True)], 3.0, 0.0)
+    _, pushes = hub.apply("b", [Upload("j", (rank(1),), full=True)], 3.0, 0.1)
+    # Rank 1 turns suspect at node b: node a, holding only the digest, is told at once.
+    _, pushes = hub.apply("b", [Upload("j", (rank(1, reporting=False),))], 3.0, 1.0)
+    assert [(n, j) for n, j, _ in pushes] == [("a", "j")]
+    assert pushes[0][2].digest is not None and pushes[0][2].digest.suspects == 1
+    replies, _ = hub.apply("a", [Upload("j", detail=True)], 3.0, 1.2)
+    ((job, reply),) = replies
+    assert job == "j" and [s.rank for s, _ in reply.others] == [1]
+    assert reply.others[0][0].reporting is False
+
+
+def test_hub_refuses_what_a_hostile_node_sends_and_keeps_the_rest() -> None:
+    hub = SummaryHub("t")
+    hub.join("a")
+    hub.join("evil")
+    hub.apply("a", [Upload("j", (rank(0),), full=True)], 3.0, 0.0)
+    with pytest.raises(Refused) as err:
+        hub.join("a")
+    assert err.value.code == "ALREADY_EXISTS"
+    # Another node's rank, forged as hung: refused, the honest summary stays.
+    forged = rank(0, verdict="HUNG", reporting=False, host="x\x1b[2J")
+    with pytest.raises(Refused) as err:
+        hub.apply("evil", [Upload("j", (forged,))], 3.0, 0.5)
+    assert err.value.code == "PERMISSION_DENIED" and "rank 0 of job j" in err.value.details
+    held = hub.jobs["j"].store.full("someone", 0.5)
+    assert [s.verdict for s, _ in held] == ["OK"]
+    bad = [
+        rank(1, host="h" * (limits.MAX_ID_LEN + 1)),
+        rank(1, world_size=0),
+        rank(1, verdict="EVIL"),
+        rank(1, report_age_s=float("nan")),
+        rank(1, phases=("p",) * (limits.MAX_PHASES + 1)),
+    ]
+    for s in bad:
+        with pytest.raises(Refused) as err:
+            hub.apply("evil", [Upload("j", (s,))], 3.0, 0.6)
+        assert err.value.code == "INVALID_ARGUMENT"
+    many = tuple(RankSummary(r, 4096) for r in range(limits.MAX_SYNC_RANKS_PER_NODE + 1))
+    with pytest.raises(Refused) as err:
+        hub.apply("evil", [Upload("k", many, full=True)], 3.0, 0.7)
+    assert err.value.code == "RESOURCE_EXHAUSTED"
+    note = EpisodeNote("e", "other-job", "evil", "HUNG", "stall", culprits=(0,))
+    with pytest.raises(Refused):
+        hub.apply("evil", [Upload("j", note=note)], 3.0, 0.8)
+    assert "k" not in hub.jobs and hub.ranks() == 1
+    # Its stream ends: it leaves; the honest node's rank is still held.
+    hub.leave("evil")
+    assert hub.ranks() == 1 and len(hub) == 1
