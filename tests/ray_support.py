@@ -83,6 +83,49 @@ def init_local_ray(num_cpus: int = 2) -> Any:
 
 
 @contextlib.contextmanager
+def fresh_ray(num_cpus: int = 2) -> Iterator[Any]:
+    """A fresh local Ray in :func:`ray_environment`, shut down on the way out. Yields ``ray``."""
+    with ray_environment():
+        ray = init_local_ray(num_cpus=num_cpus)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_cluster(nodes: int) -> Iterator[tuple[Any, Path]]:
+    """A real Ray of ``nodes`` nodes on this machine (``ray.cluster_utils.Cluster``,
+    one CPU each; more can be added), the driver connected. Yields (cluster,
+    work dir); on the way out, trainprobe's node sidecars and coordinators are
+    stopped before the cluster."""
+    with ray_environment() as workdir:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "dashboard_port": free_port()},
+        )
+        try:
+            for _ in range(nodes - 1):
+                c.add_node(num_cpus=1)
+            c.wait_for_nodes()
+            ray.init(address=c.address, log_to_driver=False)
+            yield c, workdir
+        finally:
+            from trainprobe.sidecar.ray import stop_sidecars
+            from trainprobe.sidecar.ray.coordinator import stop_coordinators
+
+            with contextlib.suppress(Exception):
+                stop_sidecars()
+            with contextlib.suppress(Exception):
+                stop_coordinators()
+            ray.shutdown()
+            c.shutdown()
+
+
+@contextlib.contextmanager
 def ray_node_with_sidecar(cli: dict[str, str], num_cpus: int = 2) -> Iterator[SimpleNamespace]:
     """A fresh local Ray with trainprobe's per-node sidecar on ``cli``'s settings
     (shipped defaults for the rest; its state in the work dir). Yields ``ray``,

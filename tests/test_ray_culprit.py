@@ -12,7 +12,6 @@ sidecar sweeps its own ranks, which stay stuck, after ``job_kill_grace_s``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import pid_running, ray_environment
+from tests.ray_support import pid_running, ray_cluster
 from tests.support import free_port, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -43,29 +42,8 @@ class Rank:
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[Any, Any]]:
-    with ray_environment() as workdir:
-        import ray
-        from ray.cluster_utils import Cluster
-
-        c = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "dashboard_port": free_port()},
-        )
-        try:
-            c.add_node(num_cpus=1)
-            c.wait_for_nodes()
-            ray.init(address=c.address, log_to_driver=False)
-            yield c, workdir
-        finally:
-            from trainprobe.sidecar.ray import stop_sidecars
-            from trainprobe.sidecar.ray.coordinator import stop_coordinators
-
-            with contextlib.suppress(Exception):
-                stop_sidecars()
-            with contextlib.suppress(Exception):
-                stop_coordinators()
-            ray.shutdown()
-            c.shutdown()
+    with ray_cluster(nodes=2) as (c, workdir):
+        yield c, workdir
 
 
 def test_straggler_on_the_other_node_is_named_and_killed_there(cluster: tuple[Any, Any]) -> None:

@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import kill_leftovers, pid_running, ray_environment
-from tests.support import free_port, wait_for
+from tests.ray_support import kill_leftovers, pid_running, ray_cluster
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -63,29 +63,8 @@ class Rank:
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[Any, Any]]:
-    with ray_environment() as workdir:
-        import ray
-        from ray.cluster_utils import Cluster
-
-        c = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "dashboard_port": free_port()},
-        )
-        try:
-            c.add_node(num_cpus=1)
-            c.wait_for_nodes()
-            ray.init(address=c.address, log_to_driver=False)
-            yield c, workdir
-        finally:
-            from trainprobe.sidecar.ray import stop_sidecars
-            from trainprobe.sidecar.ray.coordinator import stop_coordinators
-
-            with contextlib.suppress(Exception):
-                stop_sidecars()
-            with contextlib.suppress(Exception):
-                stop_coordinators()
-            ray.shutdown()
-            c.shutdown()
+    with ray_cluster(nodes=2) as (c, workdir):
+        yield c, workdir
 
 
 def test_a_silent_hang_on_one_ray_node_is_killed_with_a_held_rank_on_another_as_without(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import init_local_ray, pid_running, ray_environment
+from tests.ray_support import fresh_ray, pid_running
 from tests.support import SidecarProcess, short_tmpdir, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -68,12 +68,8 @@ class Parent:
 
 @pytest.fixture(scope="module")
 def ray() -> Iterator[Any]:
-    with ray_environment():
-        ray = init_local_ray(num_cpus=2)
-        try:
-            yield ray
-        finally:
-            ray.shutdown()
+    with fresh_ray(num_cpus=2) as ray:
+        yield ray
 
 
 def test_ray_kill_of_a_hung_actor_leaves_no_child_or_grandchild(ray: Any) -> None:

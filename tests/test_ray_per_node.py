@@ -8,7 +8,6 @@ would.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import pid_running, ray_environment
-from tests.support import free_port, wait_for
+from tests.ray_support import pid_running, ray_cluster
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -54,24 +53,8 @@ class Prober:
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[Any, Path]]:
-    with ray_environment() as workdir:
-        import ray
-        from ray.cluster_utils import Cluster
-
-        c = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "dashboard_port": free_port()},
-        )
-        try:
-            ray.init(address=c.address, log_to_driver=False)
-            yield c, workdir
-        finally:
-            from trainprobe.sidecar.ray import stop_sidecars
-
-            with contextlib.suppress(Exception):
-                stop_sidecars()
-            ray.shutdown()
-            c.shutdown()
+    with ray_cluster(nodes=1) as (c, workdir):  # the test adds the second
+        yield c, workdir
 
 
 def test_each_node_gets_its_own_sidecar_and_its_hooks_report_there(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import init_local_ray, pid_running, ray_environment
+from tests.ray_support import fresh_ray, pid_running
 from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -49,12 +49,8 @@ class Hanger:
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[SimpleNamespace]:
-    with ray_environment():
-        ray = init_local_ray(num_cpus=2)
-        try:
-            yield SimpleNamespace(ray=ray, gcs=ray.get_runtime_context().gcs_address)
-        finally:
-            ray.shutdown()
+    with fresh_ray(num_cpus=2) as ray:
+        yield SimpleNamespace(ray=ray, gcs=ray.get_runtime_context().gcs_address)
 
 
 def _hang_one(ray: Any, sc: SidecarProcess, job_id: str) -> tuple[Any, dict[str, Any], Any]:

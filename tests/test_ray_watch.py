@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray_support import init_local_ray, ray_environment
+from tests.ray_support import fresh_ray
 from tests.support import short_tmpdir
 from trainprobe.sidecar.core.ray.snapshot import RayFinding
 from trainprobe.sidecar.ray.watcher import RayWatcher
@@ -27,12 +27,8 @@ INTERVAL_S = 2.0  # RayWatcher.run's default
 
 @pytest.fixture
 def ray() -> Iterator[Any]:
-    with ray_environment():
-        ray = init_local_ray(num_cpus=2)
-        try:
-            yield ray
-        finally:
-            ray.shutdown()
+    with fresh_ray(num_cpus=2) as ray:
+        yield ray
 
 
 class Watching:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.otel_support import OtlpReceiver
-from tests.ray_support import init_local_ray, pid_running, ray_environment
+from tests.ray_support import fresh_ray, pid_running
 from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
 from tests.test_auth_and_status import ctl
 from tests.test_otel_export import FAST_EXPORT, samples_of, scrape
@@ -32,12 +32,8 @@ WATCH = {"TRAINPROBE_RAY_WATCH_INTERVAL_S": "1"}
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[SimpleNamespace]:
-    with ray_environment():
-        ray = init_local_ray(num_cpus=2)
-        try:
-            yield SimpleNamespace(ray=ray, gcs=ray.get_runtime_context().gcs_address)
-        finally:
-            ray.shutdown()
+    with fresh_ray(num_cpus=2) as ray:
+        yield SimpleNamespace(ray=ray, gcs=ray.get_runtime_context().gcs_address)
 
 
 def _joined(sc: SidecarProcess) -> None:
