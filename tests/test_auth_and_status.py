@@ -10,7 +10,7 @@ import grpc
 
 from tests.support import PYTHON, SidecarProcess, child_env, free_port, short_tmpdir, wait_for
 from tests.test_hook_resilience import start_loop
-from trainprobe.hooks.reporter import Reporter
+from trainprobe.hooks.report.reporter import Reporter
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 
 

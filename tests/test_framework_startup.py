@@ -2,7 +2,7 @@
 
 The HF Trainer and Lightning make the process group before any callback
 exists; the import of ``trainprobe.hooks.transformers`` / ``.lightning`` is
-the earliest place trainprobe runs (hooks/trainprobe/hooks/framework_startup.py).
+the earliest place trainprobe runs (hooks/trainprobe/hooks/framework/startup.py).
 Real torchrun, real gloo ranks of tests/workers/restart_init.py that only
 import the callback's module and call a plain ``init_process_group``, a real
 sidecar process.
@@ -64,7 +64,7 @@ def test_importing_the_callback_module_outside_torchrun_changes_nothing(framewor
         f"import trainprobe.hooks.{framework}\n"
         "import sys, threading\n"
         "r = sys.modules['torch.distributed.rendezvous']  # the attribute is a function\n"
-        "from trainprobe.hooks import framework_startup as fs\n"
+        "from trainprobe.hooks.framework import startup as fs\n"
         "marked = getattr(r._rendezvous_handlers['env'], '_trainprobe_restart_prefix', False)\n"
         "threads = [t.name for t in threading.enumerate() if t.name.startswith('trainprobe')]\n"
         "print(fs._watch is None, marked, threads)\n"
@@ -82,7 +82,7 @@ def test_importing_the_callback_module_outside_torchrun_changes_nothing(framewor
 SPAWNS = """
 import multiprocessing as mp
 import trainprobe.hooks.transformers
-from trainprobe.hooks import framework_startup as fs
+from trainprobe.hooks.framework import startup as fs
 
 
 def child(q):

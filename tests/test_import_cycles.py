@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,11 +203,11 @@ def test_the_direction_check_finds_a_wrong_way_import() -> None:
         f"{CORE}.text": {j},  # a leaf reaches into a subpackage
         f"{CORE}.judge": {j},  # a facade is its subpackage's
         f"{CORE}.odd.thing": set(),  # a subpackage nobody declared
-        f"{CORE}.limits": {"trainprobe.hooks.reporter"},
+        f"{CORE}.limits": {"trainprobe.hooks.report.reporter"},
         "trainprobe.sidecar.server": {j},  # outside the core: not its rule
     }
     assert direction_violations(graph, ["session", "judge"]) == [
-        f"{CORE}.limits imports trainprobe.hooks.reporter, outside the core",
+        f"{CORE}.limits imports trainprobe.hooks.report.reporter, outside the core",
         f"{CORE}.odd.thing: its subpackage odd is not in LAYERS",
         f"{s} imports {j}: session may not import judge",
         f"{CORE}.text imports {j}: core/ may not import judge",
@@ -234,10 +235,11 @@ def test_each_core_subpackage_is_declared_and_small() -> None:
 def test_each_core_facade_exports_exactly_what_it_names() -> None:
     # As httpx's exported-members test: __all__ is the public surface, each
     # name in it resolves, and the package offers nothing public beyond it.
-    facades = [m for m, (_, pkg) in _modules().items() if pkg and m.startswith(CORE)]
-    assert CORE in facades
+    facades = [m for m, (_, pkg) in _modules().items() if pkg and m.startswith((CORE, HOOKS))]
+    assert CORE in facades and f"{HOOKS}.watch" in facades
     for name in facades:
         module = importlib.import_module(name)
+        assert hasattr(module, "__all__"), f"{name} has no explicit __all__"
         exported = list(getattr(module, "__all__", []))
         assert len(set(exported)) == len(exported), name
         for attr in exported:
@@ -246,3 +248,132 @@ def test_each_core_facade_exports_exactly_what_it_names() -> None:
         public -= {"TYPE_CHECKING", "annotations", "lazy_exports"}
         public = {a for a in public if not isinstance(getattr(module, a), types.ModuleType)}
         assert public == set(exported), (name, public ^ set(exported))
+
+
+#: The hooks, in the one direction imports may run: a unit is a subpackage
+#: of ``hooks/`` or one module at its top, and each may import the units
+#: before it, never one after it. The facade ``trainprobe.hooks`` (its
+#: ``__init__``) may import any; nothing of the hooks imports the sidecar.
+#: The user-facing modules (the hook, the framework callbacks, torchft,
+#: Ray) stay at the top, the machinery sits in the subpackages.
+HOOKS = "trainprobe.hooks"
+HOOK_LAYERS = [
+    "_grpc_fork",
+    "ray_wait",
+    "watch",
+    "startup",
+    "report",
+    "torchft",
+    "replicated_optim",
+    "replica",
+    "liveness",
+    "ray_train",
+    "framework",
+    "lightning",
+    "transformers",
+    "replicated_lightning",
+    "replicated_transformers",
+]
+
+
+def _hook_unit(mod: str) -> str | None:
+    """A hooks module's unit: its subpackage or top-level module, "" for the
+    facade, None outside the hooks."""
+    if mod == HOOKS:
+        return ""
+    if not mod.startswith(HOOKS + "."):
+        return None
+    return mod[len(HOOKS) + 1 :].split(".")[0]
+
+
+def hook_direction_violations(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    bad = []
+    for mod, edges in sorted(graph.items()):
+        unit = _hook_unit(mod)
+        if unit is None:
+            continue
+        if unit and unit not in layers:
+            bad.append(f"{mod}: its unit {unit} is not in HOOK_LAYERS")
+            continue
+        for dep in sorted(edges):
+            if dep.startswith("trainprobe.sidecar"):
+                bad.append(f"{mod} imports {dep}: the hooks may not import the sidecar")
+                continue
+            to = _hook_unit(dep)
+            if to is None or to == unit or unit == "":
+                continue
+            if to == "" or to not in layers or layers.index(to) > layers.index(unit):
+                bad.append(f"{mod} imports {dep}: {unit} may not import {to or HOOKS}")
+    return bad
+
+
+def test_the_hooks_direction_check_finds_a_wrong_way_import() -> None:
+    w, r, top = f"{HOOKS}.watch.steps", f"{HOOKS}.report.reporter", f"{HOOKS}.liveness"
+    graph = {
+        w: {r},  # watch reaches up into report
+        r: {w, "trainprobe.proto.probe_pb2"},  # allowed: down, and the proto
+        top: {r, w},  # allowed: the hook over its machinery
+        f"{HOOKS}.report.messages": {top},  # machinery reaches up to the hook
+        f"{HOOKS}.watch.gpu": {HOOKS},  # a module through the facade
+        HOOKS: {top, w, r},  # the facade may import anything
+        f"{HOOKS}.odd.thing": set(),  # a subpackage nobody declared
+        f"{HOOKS}.report.target": {"trainprobe.sidecar.config"},
+    }
+    assert hook_direction_violations(graph, ["watch", "report", "liveness"]) == [
+        f"{HOOKS}.odd.thing: its unit odd is not in HOOK_LAYERS",
+        f"{HOOKS}.report.messages imports {top}: report may not import liveness",
+        f"{HOOKS}.report.target imports trainprobe.sidecar.config: "
+        "the hooks may not import the sidecar",
+        f"{HOOKS}.watch.gpu imports {HOOKS}: watch may not import {HOOKS}",
+        f"{w} imports {r}: watch may not import report",
+    ]
+
+
+def test_the_hooks_import_one_way() -> None:
+    assert hook_direction_violations(import_graph(), HOOK_LAYERS) == []
+
+
+def test_each_hooks_package_is_declared_and_small() -> None:
+    top = ROOT / "hooks" / "trainprobe" / "hooks"
+    subs = sorted(p.parent for p in top.glob("*/__init__.py"))
+    modules = sorted(p.stem for p in top.glob("*.py") if p.name != "__init__.py")
+    assert sorted([d.name for d in subs] + modules) == sorted(HOOK_LAYERS)
+    sizes = {d.name: len([p for p in d.rglob("*.py") if p.name != "__init__.py"]) for d in subs}
+    sizes["(top)"] = len(modules)
+    assert max(sizes.values()) <= MAX_MODULES, sizes
+
+
+#: ``trainprobe.hooks.x[.attr]`` as README, docs/ and examples/ write it.
+_DOC_PATH = re.compile(r"trainprobe\.hooks(?:\.[A-Za-z_]+)+")
+
+
+def test_every_hooks_path_the_docs_name_is_real() -> None:
+    # The paths users were told stay real modules (or a module's names) at
+    # the top of hooks/; read from the syntax trees, so nothing is imported.
+    mods = _modules()
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.py")]
+    found = {m for t in texts for m in _DOC_PATH.findall(t.read_text(encoding="utf-8"))}
+    assert "trainprobe.hooks.lightning" in found
+    missing = []
+    for dotted in sorted(found):
+        mod = _known(dotted, mods)
+        rest = dotted[len(mod) + 1 :].split(".") if mod and mod != dotted else []
+        if mod is None or (mod != HOOKS and mod.count(".") != 2):
+            missing.append(f"{dotted}: not a module at the top of hooks/")
+        elif rest and rest[0] not in _defined(mods[mod][0]):
+            missing.append(f"{dotted}: {mod} defines no {rest[0]}")
+    assert not missing, missing
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module binds at its top level."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names

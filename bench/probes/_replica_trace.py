@@ -89,7 +89,7 @@ def main() -> None:
     import torch.distributed as dist
     from torch import nn
 
-    import trainprobe.hooks.replicated as replicated
+    import trainprobe.hooks.replica.replicate as replicated
 
     _timed(trainprobe.hooks.LivenessProbeHook, "__init__", "hook", once)
     _timed(dist, "init_process_group", "process group", once)

@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / d) for d in ("proto", "hooks")]
 
-from trainprobe.hooks.cuda_events import EventPool  # noqa: E402
+from trainprobe.hooks.watch.cuda_events import EventPool  # noqa: E402
 
 
 def best_us(fn: Callable[[], object], number: int) -> float:

@@ -40,7 +40,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / d) for d in ("proto", "hooks", "sidecar")]
 
 from trainprobe.hooks import LivenessProbeHook  # noqa: E402
-from trainprobe.hooks.ddp import default_allreduce_hook  # noqa: E402
+from trainprobe.hooks.watch.ddp import default_allreduce_hook  # noqa: E402
 
 Hook = Callable[[object, dist.GradBucket], torch.futures.Future]
 

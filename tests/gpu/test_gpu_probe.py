@@ -20,7 +20,7 @@ from torch import nn
 
 from tests.support import sidecar, wait_for
 from trainprobe.hooks import LivenessProbeHook
-from trainprobe.hooks.gpu import GpuMonitor
+from trainprobe.hooks.watch.gpu import GpuMonitor
 from trainprobe.proto import probe_pb2
 
 

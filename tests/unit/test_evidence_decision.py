@@ -4,6 +4,8 @@ every time is a number passed in."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.core_builders import connected
 from trainprobe.sidecar.core.hang.patience import AUTO_FLOOR_S, PatienceBook
 from trainprobe.sidecar.core.judge.culprit import (
@@ -72,6 +74,21 @@ def test_frames_are_classified_by_library_then_by_the_users_line() -> None:
     assert classify_frames(frames(("/job/t.py", "f", "data = fh.read(1 << 20)"))) == "reading"
     assert classify_frames(frames(("/job/t.py", "f", "x = y @ z"))) == "user"
     assert classify_frames(()) == "user"
+
+
+def test_a_thread_inside_the_hooks_own_collective_wrappers_waits_in_a_collective() -> None:
+    # The fragments name the hook's files where they are: a frame in its DDP
+    # comm hook or collective wrapper, as an installed hook reports it.
+    hooks = Path(__file__).resolve().parents[2] / "hooks"
+    for module, fn in (("ddp", "comm_hook"), ("collectives", "collective")):
+        [source] = hooks.glob(f"trainprobe/hooks/**/{module}.py")
+        installed = f"{SITE}/{source.relative_to(hooks).as_posix()}"
+        inside = frames(
+            ("/usr/lib/python3.11/threading.py", "wait", ""),
+            (installed, fn, ""),
+            ("/job/train.py", "main", "loss.backward()"),
+        )
+        assert classify_frames(inside) == "collective", installed
 
 
 def test_the_hooks_dump_keeps_the_source_line_for_classification() -> None:

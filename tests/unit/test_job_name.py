@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainprobe.hooks.job_name import MAX_NAME_CHARS, job_name
+from trainprobe.hooks.report.job_name import MAX_NAME_CHARS, job_name
 
 ENV = (
     "TRAINPROBE_JOB_NAME",
@@ -71,7 +71,7 @@ def test_under_torchrun_the_time_is_the_agents_start(monkeypatch: pytest.MonkeyP
 
 RANK_SCRIPT = """
 import os, subprocess, sys, time
-from trainprobe.hooks.job_name import job_name
+from trainprobe.hooks.report.job_name import job_name
 if os.environ.get("SPAWNED"):
     print(job_name(), flush=True)
 else:

@@ -13,7 +13,8 @@ import logging
 import pytest
 
 from tests.support import short_tmpdir
-from trainprobe.hooks import LivenessProbeHook, notices
+from trainprobe.hooks import LivenessProbeHook
+from trainprobe.hooks.watch import notices
 from trainprobe.proto import probe_pb2
 
 

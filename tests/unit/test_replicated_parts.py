@@ -8,7 +8,7 @@ import difflib
 import pytest
 
 from tests.support import REPO
-from trainprobe.hooks.identity import resolve_identity
+from trainprobe.hooks.report.identity import resolve_identity
 from trainprobe.sidecar.cli.run_groups import Backoff, exit_code
 
 

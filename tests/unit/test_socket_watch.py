@@ -1,4 +1,4 @@
-"""The hook's view of its sidecar's socket file (hooks/trainprobe/hooks/socket_watch.py).
+"""The hook's view of its sidecar's socket file (hooks/trainprobe/hooks/report/socket_watch.py).
 
 Real files and real Unix sockets in a private temporary directory.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainprobe.hooks.socket_watch import (
+from trainprobe.hooks.report.socket_watch import (
     TCP_RETRY_CAP_S,
     SocketWatch,
     UnsafeTarget,

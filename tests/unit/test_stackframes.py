@@ -6,7 +6,7 @@ import faulthandler
 import tempfile
 import threading
 
-from trainprobe.hooks.stacks import format_all_stacks
+from trainprobe.hooks.watch.stacks import format_all_stacks
 from trainprobe.sidecar.core.judge.stackframes import parse_stacks, stuck_at
 
 PY_SPY = """\

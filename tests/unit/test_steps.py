@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from trainprobe.hooks.steps import (
+from trainprobe.hooks.watch.steps import (
     MAX_RECENT_STEPS,
     RING_SIZE,
     PhaseRecord,

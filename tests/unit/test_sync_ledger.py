@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from trainprobe.hooks.steps import StepRing
-from trainprobe.hooks.sync import (
+from trainprobe.hooks.watch.steps import StepRing
+from trainprobe.hooks.watch.sync import (
     END_NS,
     EVENTS,
     MAX_GROUPS,

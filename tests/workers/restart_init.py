@@ -46,7 +46,7 @@ def main() -> int:
 
         hook = LivenessProbeHook(interval_ms=200)
     if framework:
-        from trainprobe.hooks import framework_startup
+        from trainprobe.hooks.framework import startup as framework_startup
 
         event("start", watch=framework_startup._watch is not None)
     else:

@@ -24,7 +24,7 @@ Framework callbacks, in their own modules (imported only from there, so
 - ``trainprobe.hooks.transformers.LivenessProbeCallback``: Hugging Face
   ``Trainer``/``Seq2SeqTrainer``, ``Trainer(..., callbacks=[LivenessProbeCallback()])``.
 - Importing either of those two, under torchrun, also prefixes the store by
-  the attempt and watches the start-up (``trainprobe.hooks.framework_startup``):
+  the attempt and watches the start-up (``trainprobe.hooks.framework.startup``):
   both frameworks make the process group before any callback exists.
 - :func:`replicate`: ``model, opt = replicate(hook, model, opt)`` makes a DDP
   loop replicated (torchft replica groups) under ``trainprobe run --replicas N``,
@@ -39,15 +39,15 @@ Framework callbacks, in their own modules (imported only from there, so
 
 # First: gRPC must be imported with its fork handlers off (see _grpc_fork).
 from trainprobe.hooks import _grpc_fork  # noqa: F401
-from trainprobe.hooks.collectives import Collective
-from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
 from trainprobe.hooks.liveness import HOOK_VERSION, LivenessProbeHook
-from trainprobe.hooks.ray_handle import HandleRegistration
 from trainprobe.hooks.ray_train import report_checkpoint
-from trainprobe.hooks.replicated import replicate
-from trainprobe.hooks.restart_store import install_restart_prefix
-from trainprobe.hooks.sync import group_label
-from trainprobe.hooks.target import resolve_target
+from trainprobe.hooks.replica.replicate import replicate
+from trainprobe.hooks.report.identity import Identity, RayIds, resolve_identity
+from trainprobe.hooks.report.ray_handle import HandleRegistration
+from trainprobe.hooks.report.target import resolve_target
+from trainprobe.hooks.startup.restart_store import install_restart_prefix
+from trainprobe.hooks.watch.collectives import Collective
+from trainprobe.hooks.watch.sync import group_label
 
 __version__ = HOOK_VERSION
 

@@ -20,7 +20,7 @@ Under torchrun, importing this module is what makes restarts work: Lightning
 creates the process group in ``trainer.fit`` before any callback runs, so the
 import (at the top of the script, before the Trainer) is the earliest place
 trainprobe can act. It prefixes torchrun's store by the attempt and watches
-the start-up of every attempt (:mod:`trainprobe.hooks.framework_startup`).
+the start-up of every attempt (:mod:`trainprobe.hooks.framework.startup`).
 
 Lightning's SIGTERM handler only sets a flag checked at the next step
 boundary, which a hung rank never reaches; the sidecar sees the handler
@@ -35,8 +35,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from trainprobe.hooks.framework_phases import OpenPhases
-from trainprobe.hooks.framework_startup import end_startup_watch, prepare
+from trainprobe.hooks.framework.phases import OpenPhases
+from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:

@@ -2,10 +2,10 @@
 
 The class holds the training thread's side (:meth:`~LivenessProbeHook.on_step_end`,
 :meth:`~LivenessProbeHook.phase`) and the hook's life (start, close, fork); its
-other halves are mixins: collectives (:mod:`trainprobe.hooks.collectives`),
-the replica group (:mod:`trainprobe.hooks.replica_watch`) and what the
-reporter thread sends (:mod:`trainprobe.hooks.messages`). The sidecar's
-address is found by :mod:`trainprobe.hooks.target`.
+other halves are mixins: collectives (:mod:`trainprobe.hooks.watch.collectives`),
+the replica group (:mod:`trainprobe.hooks.replica.watch`) and what the
+reporter thread sends (:mod:`trainprobe.hooks.report.messages`). The sidecar's
+address is found by :mod:`trainprobe.hooks.report.target`.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ import time
 import weakref
 from typing import Any
 
-from trainprobe.hooks.collectives import CollectiveMethods
-from trainprobe.hooks.identity import ray_ids, resolve_identity
-from trainprobe.hooks.messages import HOOK_VERSION, Collector, MessageMethods
-from trainprobe.hooks.ray_handle import HandleRegistration
-from trainprobe.hooks.replica_watch import ReplicaMethods
-from trainprobe.hooks.restart_store import install_restart_prefix
-from trainprobe.hooks.stacks import StackSignal
-from trainprobe.hooks.startup import StartupPhases, process_group_ready
-from trainprobe.hooks.steps import RING_MASK, PhaseTracker, StepRing, StepWindowReader
-from trainprobe.hooks.target import checked_target, resolve_target
+from trainprobe.hooks.replica.watch import ReplicaMethods
+from trainprobe.hooks.report.identity import ray_ids, resolve_identity
+from trainprobe.hooks.report.messages import HOOK_VERSION, Collector, MessageMethods
+from trainprobe.hooks.report.ray_handle import HandleRegistration
+from trainprobe.hooks.report.target import checked_target, resolve_target
+from trainprobe.hooks.startup.phases import StartupPhases, process_group_ready
+from trainprobe.hooks.startup.restart_store import install_restart_prefix
+from trainprobe.hooks.watch.collectives import CollectiveMethods
+from trainprobe.hooks.watch.stacks import StackSignal
+from trainprobe.hooks.watch.steps import RING_MASK, PhaseTracker, StepRing, StepWindowReader
 
 __all__ = ["HOOK_VERSION", "PROMPT_MIN_NS", "Collector", "LivenessProbeHook", "resolve_target"]
 
@@ -79,7 +79,7 @@ class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
         token: bearer token for TCP sidecars; defaults to ``$TRAINPROBE_TOKEN``.
         cuda_device: the CUDA device this process trains on, for GPU memory
             figures; by default the current device if CUDA is already
-            initialized, else learned later (see :class:`~trainprobe.hooks.gpu.GpuMonitor`).
+            initialized, else learned later (see :class:`~trainprobe.hooks.watch.gpu.GpuMonitor`).
         start: start the background thread now (tests may delay it).
         torchft: a torchft ``Manager`` to watch from the first Hello on (the
             same as :meth:`watch_torchft` right after construction, without
@@ -87,17 +87,17 @@ class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
         job_name: the job's human name, shown beside its id (``trainprobe
             status``); defaults to ``$TRAINPROBE_JOB_NAME``, then the script's
             name and the launcher's run id or start time, the same on every
-            rank (:mod:`trainprobe.hooks.job_name`).
+            rank (:mod:`trainprobe.hooks.report.job_name`).
 
     Make it first thing, before ``init_process_group``: its identity comes
     from the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
     ``TORCHELASTIC_RUN_ID``, ``MASTER_ADDR``/``MASTER_PORT``), and start-up
     then becomes the phases ``init`` and ``rendezvous`` the sidecar judges:
     a rank that has not reached ``init_process_group`` while its peers wait
-    inside is named, with its stack (:mod:`trainprobe.hooks.startup`). Under
+    inside is named, with its stack (:mod:`trainprobe.hooks.startup.phases`). Under
     torchrun restarts it also prefixes the process group's store by the
     attempt, so that a plain ``init_process_group`` gets through every
-    restart (:mod:`trainprobe.hooks.restart_store`).
+    restart (:mod:`trainprobe.hooks.startup.restart_store`).
 
     The constructor never raises for a bad sidecar address: the hook is then
     inert, with one logged warning, and training runs on unmonitored.
@@ -152,7 +152,7 @@ class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
             else None
         )
         # gRPC is needed from here on, not to import trainprobe.hooks.
-        from trainprobe.hooks.reporter import Reporter
+        from trainprobe.hooks.report.reporter import Reporter
 
         self._reporter: Reporter | None = None
         if self.target:

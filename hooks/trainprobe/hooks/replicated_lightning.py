@@ -9,7 +9,7 @@
 
 Each replica group is one Lightning DDP job (its ``WORLD_SIZE`` ranks); the
 callback joins the groups with a torchft ``Manager``
-(:func:`trainprobe.hooks.replicated.make_manager`, same defaults). Where
+(:func:`trainprobe.hooks.replica.replicate.make_manager`, same defaults). Where
 Lightning lets it:
 
 - ``setup`` (the process group exists, the model is not wrapped yet): the
@@ -46,7 +46,7 @@ from typing import Any
 
 from trainprobe.hooks import lightning as _lightning
 from trainprobe.hooks.lightning import LivenessProbeCallback
-from trainprobe.hooks.replicated import comm_hook, make_manager
+from trainprobe.hooks.replica.replicate import comm_hook, make_manager
 from trainprobe.hooks.replicated_optim import (
     MIN_REPLICAS,
     QUORUM_TIMEOUT_S,

@@ -4,7 +4,7 @@
 ``torch.optim.Optimizer``): ``zero_grad`` (or the model's forward, through
 :meth:`start_step`) starts the step's torchft quorum, ``step`` commits it or
 discards it, ``steps(n)`` counts committed steps. Without a Manager it is the
-optimizer itself (plain DDP under torchrun). See trainprobe.hooks.replicated.
+optimizer itself (plain DDP under torchrun). See trainprobe.hooks.replica.replicate.
 """
 
 from __future__ import annotations

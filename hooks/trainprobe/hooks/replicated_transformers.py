@@ -9,7 +9,7 @@
 
 Each replica group is one Trainer job (its ``WORLD_SIZE`` ranks, plain DDP
 inside by accelerate, or none for one rank); the callback joins the groups with
-a torchft ``Manager`` (:func:`trainprobe.hooks.replicated.make_manager`, same
+a torchft ``Manager`` (:func:`trainprobe.hooks.replica.replicate.make_manager`, same
 defaults). Where the Trainer lets it:
 
 - ``on_init_end``: the training set is split across the groups
@@ -59,7 +59,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from trainprobe.hooks.replicated import make_manager
+from trainprobe.hooks.replica.replicate import make_manager
 from trainprobe.hooks.replicated_optim import (
     MIN_REPLICAS,
     QUORUM_TIMEOUT_S,

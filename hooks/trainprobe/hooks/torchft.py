@@ -42,8 +42,8 @@ import re
 import time
 from typing import Any
 
-from trainprobe.hooks import notices
-from trainprobe.hooks.sync import END_NS, GroupLedger
+from trainprobe.hooks.watch import notices
+from trainprobe.hooks.watch.sync import END_NS, GroupLedger
 from trainprobe.proto import probe_pb2
 
 log = logging.getLogger("trainprobe.hooks")
@@ -199,7 +199,7 @@ class RayReplicaGroup:
 def ray_train_replica_group(ray_ranks: dict[str, int]) -> RayReplicaGroup | None:
     """This worker's Ray Train replica group, or None outside a TorchftConfig run.
 
-    ``ray_ranks``: what :func:`trainprobe.hooks.identity.ray_ids` read from
+    ``ray_ranks``: what :func:`trainprobe.hooks.report.identity.ray_ids` read from
     ``ray.train.get_context()`` (empty outside Ray Train). A TorchftConfig run
     is told by ``TORCHFT_LIGHTHOUSE``, which its backend sets on every worker
     before ``train_func``.

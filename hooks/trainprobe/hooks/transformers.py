@@ -21,7 +21,7 @@ Under torchrun, importing this module is what makes restarts work:
 ``PartialState``) before any callback exists, so the import (at the top of
 the script, before the arguments are built) is the earliest place trainprobe
 can act. It prefixes torchrun's store by the attempt and watches the
-start-up of every attempt (:mod:`trainprobe.hooks.framework_startup`).
+start-up of every attempt (:mod:`trainprobe.hooks.framework.startup`).
 
 The DDP wrapper (``trainer.model_wrapped``) is watched at ``on_train_begin``.
 Callbacks are handed only the unwrapped model, so the callback finds the
@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from trainprobe.hooks.framework_phases import OpenPhases
-from trainprobe.hooks.framework_startup import end_startup_watch, prepare
+from trainprobe.hooks.framework.phases import OpenPhases
+from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 log = logging.getLogger("trainprobe.hooks")

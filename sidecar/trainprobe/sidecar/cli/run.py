@@ -4,7 +4,7 @@ One command for a replicated job on this machine: a torchft lighthouse, a
 sidecar (unless one already answers at ``$TRAINPROBE_TARGET`` or the per-user
 socket), and N replica groups of K processes each (run_groups.py), each
 restarted alone when it fails. The script makes itself replicated with
-``model, opt = replicate(hook, model, opt)`` (trainprobe.hooks.replicated).
+``model, opt = replicate(hook, model, opt)`` (trainprobe.hooks.replica.replicate).
 The sidecar evicts a hung group (it ends that group's processes); this
 launcher restarts the group, which fetches live state from a peer. Ctrl-C
 (SIGINT) or SIGTERM stops every group (SIGTERM, then SIGKILL after

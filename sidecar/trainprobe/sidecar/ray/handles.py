@@ -2,7 +2,7 @@
 
 A hook running in a Ray actor passes its own (weak) handle to the actor named
 :func:`trainprobe.proto.ray_node_actor_name` for its node, because Ray has no
-public way to kill an unnamed actor by id (see ``trainprobe.hooks.ray_handle``).
+public way to kill an unnamed actor by id (see ``trainprobe.hooks.report.ray_handle``).
 That actor is the per-node sidecar (:class:`~trainprobe.sidecar.ray.node_actor.NodeSidecar`)
 or, for a stand-alone sidecar started with ``--ray-address``, a
 :class:`HandleRegistry`. Both keep the handles in a :class:`HandleStore`.

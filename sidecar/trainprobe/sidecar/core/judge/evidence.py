@@ -64,8 +64,8 @@ _LIBRARY_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "torch/distributed/distributed_c10d",
             "torch/distributed/c10d",
             "torch/nn/parallel/distributed",
-            "trainprobe/hooks/ddp",
-            "trainprobe/hooks/collectives",
+            "trainprobe/hooks/watch/ddp",
+            "trainprobe/hooks/watch/collectives",
             "torch/distributed/algorithms",
             # torchft: its quorum, replicated allreduce and commit wait for other replicas.
             "trainprobe/hooks/torchft",

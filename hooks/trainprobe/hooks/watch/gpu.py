@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from trainprobe.hooks.cuda_events import cuda_in_use
+from trainprobe.hooks.watch.cuda_events import cuda_in_use
 from trainprobe.proto import probe_pb2
 
 log = logging.getLogger("trainprobe.hooks")

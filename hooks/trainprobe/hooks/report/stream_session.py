@@ -7,12 +7,12 @@ pid, sends the Hello, then the reports buffered while no session was open,
 then a report each interval; commands pushed back are handled off the loop
 and their results queued for the same stream. It ends with a Goodbye when the
 hook closes or its identity changes (:meth:`Reporter.renew
-<trainprobe.hooks.reporter.Reporter.renew>`), or with the stream's error.
+<trainprobe.hooks.report.reporter.Reporter.renew>`), or with the stream's error.
 When the sidecar ends the call while a write is in flight, grpc reports only
 "INTERNAL"; :func:`_ended_error` recovers the status the sidecar sent.
 
 :class:`StreamSession` is the session half of
-:class:`~trainprobe.hooks.reporter.Reporter`, which holds the state both
+:class:`~trainprobe.hooks.report.reporter.Reporter`, which holds the state both
 halves share (the buffer, the flags, the callbacks) and runs sessions in a
 loop with backoff between them.
 """
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import grpc
 
-from trainprobe.hooks.socket_watch import SocketWatch
+from trainprobe.hooks.report.socket_watch import SocketWatch
 from trainprobe.proto import (
     MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,

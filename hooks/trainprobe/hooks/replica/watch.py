@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from trainprobe.hooks.identity import Identity, RayIds, resolve_identity
-from trainprobe.hooks.messages import Collector
-from trainprobe.hooks.sync import SyncLedger
+from trainprobe.hooks.report.identity import Identity, RayIds, resolve_identity
+from trainprobe.hooks.report.messages import Collector
+from trainprobe.hooks.watch.sync import SyncLedger
 
 if TYPE_CHECKING:
-    from trainprobe.hooks.reporter import Reporter
+    from trainprobe.hooks.report.reporter import Reporter
 
 __all__ = ["ReplicaMethods"]
 
@@ -77,7 +77,7 @@ class ReplicaMethods:
         """Under Ray Train with TorchftConfig: the replica group from Ray Train itself;
         under a launcher of replica groups (``trainprobe run``), from its env."""
         try:
-            from trainprobe.hooks.replicated import launcher_replica_group
+            from trainprobe.hooks.replica.replicate import launcher_replica_group
             from trainprobe.hooks.torchft import ray_train_replica_group
 
             if self._ray[1]:

@@ -2,7 +2,7 @@
 
 :class:`MessageMethods` is mixed into
 :class:`~trainprobe.hooks.liveness.LivenessProbeHook`; the
-:class:`~trainprobe.hooks.reporter.Reporter` thread calls its three methods,
+:class:`~trainprobe.hooks.report.reporter.Reporter` thread calls its three methods,
 never the training thread. A Hello re-reads the identity (Ray may have come up
 after the hook); a Report is the step window since the last one plus what each
 collector adds; a Command is answered in process (stacks, a notice, an abort).
@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainprobe.hooks import notices
-from trainprobe.hooks.gpu import GpuMonitor
-from trainprobe.hooks.identity import Identity, RayIds, ray_ids, resolve_identity
-from trainprobe.hooks.job_name import job_name as _job_name
-from trainprobe.hooks.stacks import StackSignal, flight_recorder_json, format_all_stacks
-from trainprobe.hooks.startup import StartupPhases
-from trainprobe.hooks.steps import PhaseRecord, PhaseTracker, StepWindowReader
+from trainprobe.hooks.report.identity import Identity, RayIds, ray_ids, resolve_identity
+from trainprobe.hooks.report.job_name import job_name as _job_name
+from trainprobe.hooks.startup.phases import StartupPhases
+from trainprobe.hooks.watch import notices
+from trainprobe.hooks.watch.gpu import GpuMonitor
+from trainprobe.hooks.watch.stacks import StackSignal, flight_recorder_json, format_all_stacks
+from trainprobe.hooks.watch.steps import PhaseRecord, PhaseTracker, StepWindowReader
 from trainprobe.proto import PROTOCOL_VERSION, VERSION, probe_pb2
 
 __all__ = ["HOOK_VERSION", "Collector", "MessageMethods"]

@@ -9,7 +9,7 @@ earliest place trainprobe runs in such a script is the import of
 before the Trainer is built: :func:`prepare`, called there, does both.
 
 - Under a restarted torchrun attempt it prefixes the process group's store by
-  the attempt (:func:`~trainprobe.hooks.restart_store.install_restart_prefix`):
+  the attempt (:func:`~trainprobe.hooks.startup.restart_store.install_restart_prefix`):
   torch reads its handler table when ``init_process_group`` runs, so this is
   in time, and without it a restarted attempt often fails in or hangs on
   ``init_process_group`` ("Gloo connectFullMesh failed ... Connection
@@ -39,8 +39,8 @@ import os
 import threading
 
 from trainprobe.hooks.liveness import Collector, LivenessProbeHook
-from trainprobe.hooks.restart_store import install_restart_prefix
-from trainprobe.hooks.startup import process_group_ready
+from trainprobe.hooks.startup.phases import process_group_ready
+from trainprobe.hooks.startup.restart_store import install_restart_prefix
 from trainprobe.proto import probe_pb2
 
 __all__ = ["WATCH_ENV", "end_startup_watch", "prepare"]

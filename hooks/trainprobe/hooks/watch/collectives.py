@@ -2,9 +2,9 @@
 
 :class:`CollectiveMethods` is mixed into
 :class:`~trainprobe.hooks.liveness.LivenessProbeHook`: it owns the per-group
-ledger (:mod:`trainprobe.hooks.sync`), the CUDA event pools
-(:mod:`trainprobe.hooks.cuda_events`) and the GPU memory monitor
-(:mod:`trainprobe.hooks.gpu`), and adds their figures to each report.
+ledger (:mod:`trainprobe.hooks.watch.sync`), the CUDA event pools
+(:mod:`trainprobe.hooks.watch.cuda_events`) and the GPU memory monitor
+(:mod:`trainprobe.hooks.watch.gpu`), and adds their figures to each report.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import logging
 import sys
 from typing import Any
 
-from trainprobe.hooks import ddp, notices
-from trainprobe.hooks.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
-from trainprobe.hooks.gpu import GpuMonitor
-from trainprobe.hooks.sync import (
+from trainprobe.hooks.watch import ddp, notices
+from trainprobe.hooks.watch.cuda_events import EventPools, cuda_in_use, group_runs_on_cuda
+from trainprobe.hooks.watch.gpu import GpuMonitor
+from trainprobe.hooks.watch.sync import (
     GroupLedger,
     Record,
     StepSource,

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Protocol
 
-from trainprobe.hooks.sync_window import FinishedOp, GroupCounters, SyncWindow, sync_stats_pb
+from trainprobe.hooks.watch.sync_window import FinishedOp, GroupCounters, SyncWindow, sync_stats_pb
 
 __all__ = [
     "MAX_GROUPS",

@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainprobe.hooks import notices
-from trainprobe.hooks.cuda_events import EventPools
-from trainprobe.hooks.sync import END_NS, EVENTS, GroupLedger, Record, SyncLedger
+from trainprobe.hooks.watch import notices
+from trainprobe.hooks.watch.cuda_events import EventPools
+from trainprobe.hooks.watch.sync import END_NS, EVENTS, GroupLedger, Record, SyncLedger
 
 log = logging.getLogger("trainprobe.hooks")
 

@@ -23,7 +23,7 @@ import os
 import sys
 from types import FrameType
 
-from trainprobe.hooks.steps import PhaseTracker, StepRing
+from trainprobe.hooks.watch.steps import PhaseTracker, StepRing
 from trainprobe.proto.wire import INIT_PHASE, RENDEZVOUS_PHASE
 
 __all__ = ["INIT_PHASE", "RENDEZVOUS_PHASE", "StartupPhases", "process_group_ready"]

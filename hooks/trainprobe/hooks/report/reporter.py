@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import grpc
 
-from trainprobe.hooks.socket_watch import SOCKET_WATCH_S, SocketWatch, UnsafeTarget
-from trainprobe.hooks.stream_session import StreamSession
+from trainprobe.hooks.report.socket_watch import SOCKET_WATCH_S, SocketWatch, UnsafeTarget
+from trainprobe.hooks.report.stream_session import StreamSession
 from trainprobe.proto import (
     PERMANENT_CODES,
     Backoff,
