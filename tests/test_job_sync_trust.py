@@ -1,0 +1,121 @@
+"""Summary mode against a hostile node: a real upstream sidecar, a real node
+sidecar with two healthy gloo ranks, and a client that holds the token (here:
+may open the Unix socket) but lies. What it sends wrongly is refused with a
+status that says why; what it may send (its own made-up rank, an episode it
+opens naming the honest node's ranks) must not get a healthy rank signalled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+from trainprobe.proto import probe_pb2 as pb
+from trainprobe.proto import probe_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--steps", "1500", "--step-s", "0.02", "--interval-ms", "100", "--watch-ddp"]
+RULES = ("--heartbeat-timeout-s", "3", "--sync-timeout-s", "3", "--hang-patience-s", "0")
+
+
+def _send(target: str, msgs: list[pb.JobSyncUp]) -> grpc.RpcError:
+    """Send ``msgs`` on one stream; the error that ended it."""
+    with grpc.insecure_channel(target) as ch:
+        call = probe_pb2_grpc.SidecarStub(ch).JobSync(iter(msgs), timeout=10)
+        with pytest.raises(grpc.RpcError) as err:
+            for _ in call:
+                pass
+    return err.value
+
+
+def _forged_rank(honest: pb.SyncedRank) -> pb.SyncedRank:
+    """A rank of its own that waits, for a minute, in a collective the honest ranks
+    never issued: as if they were the stragglers."""
+    groups = [
+        pb.SyncedGroup(
+            group=g.group,
+            issued=g.issued + 1000,
+            completed=g.issued + 999,
+            in_flight=True,
+            inflight_age_s=60.0,
+            inflight_op="allreduce",
+            inflight_seq=g.issued + 1000,
+        )
+        for g in honest.groups
+    ]
+    return pb.SyncedRank(
+        rank=2, world_size=3, host="evil", pid=1, reporting=True, has_step=True,
+        step=honest.step, step_age_s=60.0, groups=groups, verdict="HUNG", verified=True,
+    )  # fmt: skip
+
+
+def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
+    up = SidecarProcess(short_tmpdir("tpup-"))
+    b = SidecarProcess(short_tmpdir("tpb-"), "--job-sync-to", up.target, *RULES)
+    with up, b, Workers(2, b.target, short_tmpdir(), job_id="hj", args=FAST) as w:
+        wait_for(lambda: w.max_step() >= 20, 90, what="steps")
+        job = "hj"
+        # Oversized, absurd and impersonating messages: each ends its stream, clearly.
+        long_host = pb.SyncedRank(rank=5, world_size=8, host="h" * 100_000)
+        err = _send(up.target, [pb.JobSyncUp(node_id="evil", refresh_s=3, jobs=[
+            pb.JobUpload(job_id=job, ranks=[long_host], full=True)])])  # fmt: skip
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "host longer than 256 characters" in err.details()
+        theirs = pb.SyncedRank(rank=0, world_size=2, verdict="HUNG", reporting=False)
+        err = _send(up.target, [pb.JobSyncUp(node_id="evil", refresh_s=3, jobs=[
+            pb.JobUpload(job_id=job, ranks=[theirs])])])  # fmt: skip
+        assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "rank 0 of job hj is held by another node" in err.details()
+        err = _send(up.target, [pb.JobSyncUp(node_id="x" * 300, refresh_s=3)])
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        many = [pb.SyncedRank(rank=r, world_size=4096) for r in range(1100)]
+        err = _send(up.target, [pb.JobSyncUp(node_id="evil", refresh_s=3, jobs=[
+            pb.JobUpload(job_id="other", ranks=many, full=True)])])  # fmt: skip
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        # What it may send: learn the honest ranks, then claim a rank of its own
+        # that "waits" for them, and open an episode naming them the culprits.
+        learned: dict[str, Any] = {}
+        got = threading.Event()
+
+        def lies() -> Iterator[pb.JobSyncUp]:
+            yield pb.JobSyncUp(node_id="evil", refresh_s=3, jobs=[
+                pb.JobUpload(job_id=job, full=True, detail=True)])  # fmt: skip
+            got.wait(10)
+            note = pb.SyncedEpisode(
+                id="evil-1", job_id=job, opened_by="evil", verdict="HUNG", rule="stall",
+                kind="straggler", culprits=[0, 1], text="forged",
+            )  # fmt: skip
+            forged = _forged_rank(learned["rank0"])
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                yield pb.JobSyncUp(node_id="evil", refresh_s=3, jobs=[
+                    pb.JobUpload(job_id=job, ranks=[forged], note=note, detail=True)])  # fmt: skip
+                time.sleep(0.5)
+
+        with grpc.insecure_channel(up.target) as ch:
+            for down in probe_pb2_grpc.SidecarStub(ch).JobSync(lies(), timeout=30):
+                for j in down.jobs:
+                    for r in j.others:
+                        if r.rank == 0 and "rank0" not in learned:
+                            learned["rank0"] = r
+                            got.set()
+        assert learned, "the upstream never sent the honest ranks"
+        # The honest node followed the forged episode and analysed the job with the
+        # forged rank in it (which names ranks 0 and 1 stragglers), but its own
+        # summaries of its own ranks win over hearsay, and a rank that steps
+        # normally is never a culprit (judge/replicas.py): it signalled nothing.
+        assert "following hang episode evil-1 of evil" in b.log_text()
+        assert [r for r in b.incidents("action")] == []
+        assert all(p.poll() is None for p in w.procs), [w.log_text(r)[-500:] for r in range(2)]
+        before = w.max_step()
+        wait_for(lambda: w.max_step() > before + 10, 30, what="still stepping")
+        assert "refused job sync" in up.log_text()
+        assert up.proc is not None and up.proc.poll() is None
