@@ -11,6 +11,12 @@ Fault: rank ``hang_rank`` sleeps for an hour inside step ``hang_at``, before
 its backward, so its peers block in the gradient allreduce. It hangs only in
 a run that did not restore a checkpoint, so the restarted group runs through.
 
+Second fault, in a restarted group's start-up: with ``start_hang`` set to a
+file path, the rank ``hang_rank`` of the first group that restored a
+checkpoint sleeps for an hour after making its hook, before its first step
+(as a stuck first batch would), so its peers wait in that step's allreduce.
+The file marks that it happened: the next group runs through.
+
 Every event is appended as one JSON line to ``config["progress"]`` (start,
 step, checkpoint, hang, done), which the callers read.
 """
@@ -34,6 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "progress": "",
     # hook.watch_ddp(model): sequence numbers let the sidecar name the culprit.
     "watch_ddp": False,
+    # A file path: the second fault, once, in a restarted group's start-up.
+    "start_hang": "",
 }
 
 
@@ -57,6 +65,17 @@ def read_events(path: str | Path, event: str | None = None) -> list[dict[str, An
         if event is None or row.get("event") == event:
             out.append(row)
     return out
+
+
+def _first_time(flag: str) -> bool:
+    """Whether ``flag`` (a path) was just created here: true once, for one process."""
+    if not flag:
+        return False
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def train_func(config: dict[str, Any]) -> None:
@@ -100,6 +119,9 @@ def train_func(config: dict[str, Any]) -> None:
             node_id=hook.identity.ray.node_id,
             target=hook.target,
         )
+        if rank == cfg["hang_rank"] and restored and _first_time(cfg["start_hang"]):
+            log_event(cfg["progress"], event="start_hang", rank=rank, pid=os.getpid())
+            time.sleep(3600)
         for step in range(restored + 1, cfg["steps"] + 1):
             x = torch.randn(16, 32, generator=gen)
             loss = model(x).pow(2).mean()

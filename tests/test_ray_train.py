@@ -25,6 +25,7 @@ STALL_S = 3.0
 STEPS = 25
 CKPT_EVERY = 5
 HANG_AT = 13  # after the checkpoint of step 10
+STARTUP_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,9 @@ def ray_node() -> Iterator[SimpleNamespace]:
         # Ray Train ends the peers of a killed culprit itself; our
         # sweep of what is left must not race it on a busy machine.
         "job_kill_grace_s": "30",
+        # A restarted group's start-up hang is judged by the start-up rule
+        # (600 s by default): shortened here, where only its path matters.
+        "startup_timeout_s": str(STARTUP_S),
     }
     with ray_node_with_sidecar(settings) as node:
         node.job = import_as_ray_workers_do("ray_train_job")
@@ -105,12 +109,15 @@ def test_hung_worker_is_killed_through_ray_and_training_resumes(ray_node: Simple
         assert 0 < rec["reconnected_after_s"] <= rec["resumed_after_s"]
 
 
-def test_with_watch_ddp_only_the_culprit_is_killed_and_ray_train_restarts_the_group(
+def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the_restart_too(
     ray_node: SimpleNamespace,
 ) -> None:
     """The sidecar names rank 1 (rank 0 waits in the allreduce) and kills only it;
     Ray Train ends rank 0 itself, and that end is part of the episode, not a
-    new incident."""
+    new incident. Ray Train's restarted group then hangs in its start-up: rank
+    1 sleeps after making its hook, before its first step, while rank 0 waits
+    in that step's allreduce. It is caught (rule ``startup``), rank 1 alone is
+    named and killed through Ray, and Ray Train's second restart finishes the run."""
     job, workdir = ray_node.job, ray_node.workdir
     progress = workdir / "culprit.jsonl"
     config = {
@@ -120,27 +127,65 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_ray_train_restarts_the_gr
         "hang_at": HANG_AT,
         "progress": str(progress),
         "watch_ddp": True,
+        "start_hang": str(workdir / "culprit.start_hang"),
     }
     trainer = job.make_trainer(
-        config, storage_path=str(workdir / "storage"), name="tp-culprit", max_failures=1
+        config, storage_path=str(workdir / "storage"), name="tp-culprit", max_failures=2
     )
     result = trainer.fit()
     assert result.error is None and result.metrics["step"] == STEPS
-    starts = job.read_events(progress, "start")
+    events = job.read_events(progress)
+    starts = [e for e in events if e["event"] == "start"]
     first = {e["rank"]: e for e in starts if e["restored_step"] == 0}
+    assert sorted((e["restored_step"], e["rank"]) for e in starts) == [
+        (0, 0),
+        (0, 1),
+        (10, 0),
+        (10, 0),
+        (10, 1),
+        (10, 1),
+    ]
+    (hang,) = [e for e in events if e["event"] == "hang"]
+    (stuck,) = [e for e in events if e["event"] == "start_hang"]
+    assert stuck["rank"] == 1
+    last = {e["rank"]: e for e in starts}  # the group that finished
+    assert last[1]["pid"] != stuck["pid"] and last[0]["t"] > stuck["t"]
+    done = sorted((e["rank"], e["pid"]) for e in events if e["event"] == "done")
+    assert done == [(0, last[0]["pid"]), (1, last[1]["pid"])]
 
     records = job_records(ray_node, "tp-culprit")
-    (inc,) = [r for r in records if r["type"] == "incident"]
+    inc, again = [r for r in records if r["type"] == "incident"]
     d = inc["diagnosis"]
     assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0]
     assert d["stacks"]["1"]["method"] == "in-process" and "train_func" in d["stacks"]["1"]["where"]
     assert inc["targets"] == [1] and inc["action"] == "restart"
-    (action,) = [r for r in records if r["type"] == "action"]
-    assert list(action["outcomes"]) == ["1"] and action["outcomes"]["1"]["method"] == "ray.kill"
-    # Rank 0 was ended by Ray Train (its collective failed; it said goodbye or
-    # vanished): no second incident, no DEAD noise, no sweep by us.
-    assert all(u["incident_id"] == inc["id"] for u in records if u["type"] == "incident_update")
+    # The restarted group's start-up hang: rank 1 alone named and killed.
+    assert again["rule"] == "startup" and again["diagnosis"]["culprits"] == [1], again
+    assert again["targets"] == [1]
+    actions = {a["incident_id"]: a for a in records if a["type"] == "action" and "phase" not in a}
+    assert set(actions) == {inc["id"], again["id"]}
+    assert list(actions[inc["id"]]["outcomes"]) == ["1"]
+    out = actions[inc["id"]]["outcomes"]["1"]
+    assert out["method"] == "ray.kill" and out["pid"] == hang["pid"]
+    out = actions[again["id"]]["outcomes"]
+    assert list(out) == ["1"] and out["1"]["method"] == "ray.kill"
+    assert out["1"]["pid"] == stuck["pid"] and out["1"]["pid_gone"]
+    # Rank 0 was ended by Ray Train each time (its collective failed; it said
+    # goodbye or vanished): no further incident, no DEAD noise, no sweep by us.
+    ids = {inc["id"], again["id"]}
+    assert all(u["incident_id"] in ids for u in records if u["type"] == "incident_update")
     assert not pid_running(first[0]["pid"]) and not pid_running(first[1]["pid"])
+    assert not pid_running(stuck["pid"])
+    print(f"\nstart-up hang -> named {again['time'] - stuck['t']:.1f} s")
+    stepping = max(
+        min(
+            e["t"]
+            for e in events
+            if e["event"] == "step" and e["t"] > stuck["t"] and e["rank"] == r
+        )
+        for r in (0, 1)
+    )
+    print(f"start-up hang -> every rank stepping again {stepping - stuck['t']:.1f} s")
 
 
 def test_healthy_run_ends_without_incident(ray_node: SimpleNamespace) -> None:
