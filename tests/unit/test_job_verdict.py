@@ -15,7 +15,6 @@ from trainprobe.sidecar.core.job.view import (
     CoordinatorState,
     JobView,
     SyncReply,
-    aged,
     analyze_job,
     merge_summaries,
 )
@@ -65,7 +64,8 @@ def test_an_incidents_answer_does_not_grow_with_the_nodes_and_names_the_same_cul
         by_node = hung(nodes)
         c = coordinator(by_node)
         everyone = [s for ranks in by_node for s in ranks]
-        truth = analyze_job([aged(s, 0.1, 10.0) for s in everyone])  # as of the ask
+        # The coordinator reads each rank's latest upload as is (a sync old at most).
+        truth = analyze_job(everyone)
         reply, view = asked(c, by_node, nodes - 1)
         assert reply.verdict is not None and len(reply.others) <= MAX_SENT
         sizes[nodes] = len(pickle.dumps(reply))
@@ -149,6 +149,21 @@ def test_a_whole_job_held_is_a_pause_on_the_sample_as_on_every_rank() -> None:
         assert got[0] == {"paused": (True, False), "one reports": (False, False)}.get(
             name, (False, True)
         )
+
+
+def test_the_ranks_of_a_sidecar_that_stopped_syncing_turn_silent_in_the_verdict() -> None:
+    """Latest uploads are read as they are; a node whose sidecar went quiet is
+    aged, and past the heartbeat limit its ranks are the job's culprits."""
+    nodes = 20
+    world = nodes * WORLD_PER_NODE
+    by_node = [[rank(r, world) for r in range(n * 8, n * 8 + 8)] for n in range(nodes)]
+    c = coordinator(by_node)
+    for now in (T + 5.0, T + 10.0):
+        for n in range(1, nodes):  # node 0's sidecar is gone
+            c.sync(f"s{n}", by_node[n], None, now, detail=True, bounded=True)
+        verdict = c.sync("s1", by_node[1], None, now + 1.1, detail=True, bounded=True).verdict
+        assert verdict is not None and verdict.healthy == (now < T + 9.0)
+    assert verdict.kind == UNRESPONSIVE and verdict.culprits == tuple(range(8))
 
 
 def test_the_coordinator_analyses_a_large_job_at_most_once_a_second() -> None:

@@ -59,6 +59,8 @@ class RankStore:
         self.instance = instance
         self.version = 0
         self._held: dict[int, Held] = {}
+        #: rank -> (its latest upload, when): what the job's analysis reads.
+        self._latest: dict[int, tuple[RankSummary, float]] = {}
         #: rank -> version, oldest change first; removals likewise.
         self._changed: dict[int, int] = {}
         self._removed: dict[int, int] = {}
@@ -83,7 +85,9 @@ class RankStore:
         for rank in self._owned.get(sidecar_id, frozenset()) - mine:
             self._drop(rank, sidecar_id)
         self._owned[sidecar_id] = mine
+        latest = self._latest
         for s in summaries:
+            latest[s.rank] = (s, now)
             # Suspicion and reporting come from every upload (the uploader's
             # fresh reading), even where the summary held stays.
             self._mark(self._suspect, s.rank, is_suspect(s))
@@ -114,6 +118,7 @@ class RankStore:
         if held is None or held.owner != owner:
             return  # another sidecar uploads it now
         del self._held[rank]
+        self._latest.pop(rank, None)
         self._changed.pop(rank, None)
         self._suspect.pop(rank, None)
         self._reporting.pop(rank, None)
@@ -131,9 +136,11 @@ class RankStore:
         """The ranks ``sidecar_id`` uploaded last."""
         return self._owned.get(sidecar_id, frozenset())
 
-    def held(self) -> Iterable[Held]:
-        """Every rank held (a view: read it before the next upload)."""
-        return self._held.values()
+    def latest(self) -> Iterable[tuple[RankSummary, float]]:
+        """Every rank's latest upload and when it came (a view: read it before the
+        next upload). Unlike the held summary, it is as fresh as its sidecar's
+        last sync: only a rank whose sidecar stopped syncing needs aging."""
+        return self._latest.values()
 
     def these(
         self, ranks: Iterable[int], sidecar_id: str, now: float

@@ -36,6 +36,9 @@ from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 
 __all__ = ["CoordinatorState", "EpisodeNote", "SyncReply"]
 
+#: An upload this recent is the rank as it is now (a sync or two ago).
+_FRESH_S = 1.0
+
 
 @dataclass(frozen=True)
 class EpisodeNote:
@@ -144,12 +147,15 @@ class CoordinatorState:
         a = self.analysis
         if a is not None and now - a.at < ANALYZE_EVERY_S:
             return a
-        # Held summaries are as old as their upload: age them to now. A rank's
-        # sidecar re-sends a reporting rank every ``refresh``: three of them
-        # unheard is the heartbeat limit that made ``refresh`` (digest.refresh_s).
+        # Every sidecar uploads every rank at each sync: the latest uploads are
+        # a sync old. Only those of a sidecar that stopped syncing are aged (the
+        # heartbeat limit that made ``refresh``: digest.refresh_s), which keeps
+        # a pass over 100,000 ranks cheap.
         limit = 3.0 * refresh
-        held = (aged(h.summary, now - h.received_at, limit) for h in self.store.held())
-        self.analysis = judge_job(held, self.store.version, now)
+        ranks = (
+            s if now - at <= _FRESH_S else aged(s, now - at, limit) for s, at in self.store.latest()
+        )
+        self.analysis = judge_job(ranks, self.store.version, now)
         self.analyses += 1
         return self.analysis
 

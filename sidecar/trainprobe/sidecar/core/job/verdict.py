@@ -139,9 +139,23 @@ class JobAnalysis:
     ranks: int
     culprit_set: frozenset[int] = frozenset()
     waiting_set: frozenset[int] = frozenset()
+    #: The verdict that names none of the asker's ranks beyond the first
+    #: MAX_NAMED (most sidecars get it: built once, not at every sync).
+    _common: list[JobVerdict] = field(default_factory=list, compare=False, repr=False)
 
     def verdict_for(self, mine: Collection[int]) -> JobVerdict:
         """The verdict bounded for the sidecar that owns ``mine``."""
+        if not self._common:
+            self._common.append(self._verdict(()))
+        common = self._common[0]
+        named = (*common.culprits, *common.waiting)
+        if "replicas" not in self.diagnosis.evidence and all(
+            r in named or (r not in self.culprit_set and r not in self.waiting_set) for r in mine
+        ):
+            return common
+        return self._verdict(mine)
+
+    def _verdict(self, mine: Collection[int]) -> JobVerdict:
         d = self.diagnosis
         if self.healthy is not None:
             return JobVerdict(self.version, d.kind, True, summary=self.healthy.summary)
