@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,3 +98,59 @@ def test_a_sidecar_behind_its_reports_reads_nobody(tmp_path: Path) -> None:
 
         assert asyncio.run(run()) == []
         assert len(engine.stopped) == 0
+
+
+TRACER = Path(__file__).parents[1] / "workers" / "tracer.py"
+
+
+@contextmanager
+def traced_child() -> Iterator[int]:
+    """A child held by a debugger's stop (ptrace: /proc state ``t``), as gdb leaves it."""
+    child = subprocess.Popen(["sleep", "60"])
+    tracer = subprocess.Popen(
+        [sys.executable, str(TRACER), str(child.pid)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert tracer.stdout is not None and tracer.stdout.readline().strip() == "traced"
+        assert read_states([(child.pid, None)]) == ["t"]
+        yield child.pid
+    finally:
+        tracer.kill()
+        tracer.wait(10)
+        child.kill()
+        child.wait(10)
+
+
+def test_a_rank_a_debugger_holds_is_never_found_stopped(tmp_path: Path) -> None:
+    """A rank stopped under gdb is held by its user, not hung: the early read
+    never opens its episode (the rules' clocks judge it as before)."""
+    engine, reg, _, clock, _ = build(tmp_path, patience_s=None)
+    with traced_child() as pid:
+        peer, _rank1 = local(reg, 0, os.getpid()), local(reg, 1, pid)
+
+        async def run() -> list:
+            steps = [T0 + 1.0, T0 + 1.3, T0 + 1.3 + CONFIRM_GAP_S, T0 + 1.6, T0 + 2.0]
+            return await ticks(engine, clock, peer, steps)
+
+        assert asyncio.run(run()) == []
+
+
+def test_a_stopped_process_that_took_a_ranks_pid_is_not_that_rank(tmp_path: Path) -> None:
+    """The rank's pid now names another process (reused: another start time), one
+    the kernel holds stopped: the read finds nothing ("") and nothing opens."""
+    engine, reg, _, clock, _ = build(tmp_path, patience_s=None)
+    with stopped_child() as pid:
+        peer = local(reg, 0, os.getpid())
+        h = hello(rank=1, world=2, pid=pid)
+        start = proc_start_ticks(pid)
+        assert start is not None
+        rank1 = reg.open(h, T0 - 5, VerifiedProcess(pid, os.getuid(), start - 1))
+        rank1.local = True
+        reg.apply(rank1, report(T0, step=10, seq=1), T0)
+        assert read_states([(pid, start - 1)]) == [""]
+
+        async def run() -> list:
+            steps = [T0 + 1.0, T0 + 1.3, T0 + 1.3 + CONFIRM_GAP_S, T0 + 1.6, T0 + 2.0]
+            return await ticks(engine, clock, peer, steps)
+
+        assert asyncio.run(run()) == []
