@@ -29,7 +29,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from _common import pid_gone
 
@@ -73,6 +73,10 @@ class Job:
     verdict_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     _offset: int = 0
+    #: What each rank runs, and which tools are trainprobe's (ranks started
+    #: directly, a sidecar watching); fault_jobs.FaultJob runs its own.
+    script: ClassVar[Path] = DDP_WORKER
+    tp_tools: ClassVar[tuple[str, ...]] = TP_TOOLS
 
     def __post_init__(self) -> None:
         self.progress = self.workdir / f"{self.job_id}.jsonl"
@@ -100,7 +104,7 @@ class Job:
 
     def launch(self) -> None:
         s = self.spec
-        if s.tool in TP_TOOLS:
+        if s.tool in self.tp_tools:
             assert self.sidecar is not None
             self.workers = Workers(
                 s.ranks,
@@ -108,6 +112,7 @@ class Job:
                 self.workdir,
                 args=self.worker_args(),
                 job_id=self.job_id,
+                script=self.script,
             )
             self.progress = self.workers.progress  # it names its own progress file
             return
@@ -122,7 +127,7 @@ class Job:
             str(s.ranks),
             "--max-restarts",
             "0",
-            str(DDP_WORKER),
+            str(self.script),
             "--progress",
             str(self.progress),
             *self.worker_args(),

@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from detect_jobs import Job, JobSpec, nvrx_timeout_time
-
-from tests.support import Workers, child_env
 
 FAULT_WORKER = Path(__file__).resolve().with_name("fault_worker.py")
 TP = ("tp_watch", "tp")
@@ -45,6 +41,8 @@ class FaultSpec(JobSpec):
 
 class FaultJob(Job):
     spec: FaultSpec
+    script = FAULT_WORKER
+    tp_tools = TP
 
     def worker_args(self) -> list[str]:
         s = self.spec
@@ -58,31 +56,6 @@ class FaultJob(Job):
         if s.tool == "nvrx":
             return [*args, "--no-hook", "--nvrx", "--nvrx-calc-at", "20"]
         return [*args, "--no-hook", "--pg-timeout-s", str(s.pg_timeout_s)]
-
-    def launch(self) -> None:
-        s = self.spec
-        if s.tool in TP:
-            assert self.sidecar is not None
-            self.workers = Workers(
-                s.ranks,
-                self.sidecar.target,
-                self.workdir,
-                args=self.worker_args(),
-                job_id=self.job_id,
-                script=FAULT_WORKER,
-            )
-            self.progress = self.workers.progress
-            return
-        if s.tool == "nvrx":
-            launcher = [str(Path(sys.executable).with_name("ft_launcher"))]
-        else:
-            launcher = [sys.executable, "-m", "torch.distributed.run"]
-        cmd = [*launcher, "--standalone", "--nproc-per-node", str(s.ranks), "--max-restarts", "0"]
-        cmd += [str(FAULT_WORKER), "--progress", str(self.progress), *self.worker_args()]
-        with open(self.log_path, "wb") as log:
-            self.launcher = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True
-            )
 
     # -- the sidecar_frozen case ------------------------------------------------------
 
