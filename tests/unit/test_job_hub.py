@@ -20,29 +20,28 @@ def rank(r: int, **kw: object) -> RankSummary:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_uplink_sends_all_first_then_only_changes_and_a_heartbeat() -> None:
+def test_uplink_sends_all_first_then_what_matters_and_every_change_while_detailed() -> None:
     up = Uplink(refresh_s=3.0)
-    first = up.uploads({"j": ([rank(0), rank(1)], None, False, None)}, 0.0)
+
+    def rnd(r0: RankSummary, r1: RankSummary, detail: bool = False) -> dict:
+        return {"j": ([r0, r1], None, detail, None)}
+
+    first = up.uploads(rnd(rank(0), rank(1)), 0.0)
     assert [(u.full, len(u.ranks)) for u in first] == [(True, 2)]
-    assert up.uploads({"j": ([rank(0), rank(1)], None, False, None)}, 0.5) == []
-    changed = up.uploads({"j": ([rank(0), rank(1, step=6)], None, False, None)}, 1.0)
-    assert [s.rank for s in changed[0].ranks] == [1] and not changed[0].full
-    # A reporting rank goes again before receivers would count it old.
-    again = up.uploads(
-        {"j": ([rank(0, report_age_s=0.1), rank(1, step=6)], None, False, None)}, 3.2
-    )
-    assert [s.rank for s in again[0].ranks] == [0]
-    # A silent rank ages as the receivers age it: nothing new, only a heartbeat.
-    quiet = Uplink(refresh_s=3.0)
-
-    def silent(t: float) -> dict:
-        return {"q": ([rank(0, reporting=False, report_age_s=10.0 + t)], None, False, None)}
-
-    assert quiet.uploads(silent(0.0), 0.0)[0].full
-    assert quiet.uploads(silent(1.0), 1.0) == []
-    beat = quiet.uploads(silent(HEARTBEAT_S + 0.1), HEARTBEAT_S + 0.1)
-    assert beat == [Upload("q")]
-    gone = up.uploads({}, 9.0)
+    assert up.uploads(rnd(rank(0), rank(1)), 0.5) == []
+    # A healthy job: a step is no news to the upstream ...
+    assert up.uploads(rnd(rank(0), rank(1, step=6)), 1.0) == []
+    # ... a rank turning suspect is, at once.
+    hung = up.uploads(rnd(rank(0), rank(1, step=6, verdict="HUNG")), 1.5)
+    assert [s.rank for s in hung[0].ranks] == [1] and not hung[0].full
+    # While details are wanted every change goes, steps included, and each round asks.
+    detailed = up.uploads(rnd(rank(0, step=7), rank(1, step=6, verdict="HUNG"), True), 2.0)
+    assert [s.rank for s in detailed[0].ranks] == [0] and detailed[0].detail
+    assert up.uploads(rnd(rank(0, step=7), rank(1, step=6, verdict="HUNG"), True), 2.5)[0].detail
+    # Healthy again: every rank goes again once a heartbeat has passed.
+    late = up.uploads(rnd(rank(0, step=9), rank(1, step=9)), 2.5 + HEARTBEAT_S)
+    assert [s.rank for s in late[0].ranks] == [0, 1]
+    gone = up.uploads({}, 20.0)
     assert gone == [Upload("j", ended=True)]
 
 

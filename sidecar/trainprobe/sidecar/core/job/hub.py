@@ -5,7 +5,8 @@ stream each to an upstream sidecar (``job_sync_to``). The upstream hosts
 one :class:`~trainprobe.sidecar.core.job.view.CoordinatorState` per job, as
 the Ray coordinator actor does, and this hub feeds it: a node sends only
 what changed (:mod:`~.uplink`), so the hub keeps each node's last summaries
-and hands the coordinator the node's whole set, the unchanged ones aged.
+and hands the coordinator the node's whole set: a summary not sent again is
+one whose node says nothing that matters changed.
 
 What a node may do, and what it is refused (:class:`Refused`, which ends its
 stream; nothing else changes):
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core import limits
 from trainprobe.sidecar.core.job.uplink import Upload
-from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply, aged
+from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 from trainprobe.sidecar.core.text import printable
 
@@ -236,8 +237,9 @@ class SummaryHub:
             mirror[s.rank] = (s, now)
             self._claims[(job, s.rank)] = node_id
         node.notes[job], node.detail[job] = up.note, up.detail
-        limit = 3.0 * refresh_s  # refresh_s is a third of the node's heartbeat limit
-        ranks = [s if at == now else aged(s, now - at, limit) for s, at in mirror.values()]
+        # Not aged: a node's silence about a rank says nothing that matters changed
+        # (uplink.py), and it sends every change while anyone needs the details.
+        ranks = [s for s, _ in mirror.values()]
         state = self.jobs.get(job)
         if state is None:
             self._created += 1

@@ -2,13 +2,17 @@
 
 Under Ray every sidecar uploads all its ranks' summaries at every sync. On a
 stream to an upstream (summary mode, ``job_sync_to``) the upstream keeps
-what a node sent, so a node sends a summary only when it says something the
-one sent before does not (:func:`~.digest.same_summary`: a change beyond
-aging, or a reporting rank's report about to look old), the ranks it no
-longer serves, its episode note whenever it has one, and an empty upload of
-each job as a heartbeat when nothing was sent for ``heartbeat_s``. While the
-node wants the other nodes' ranks it uploads every sync, so that each one is
-answered with the changes since.
+what a node sent, and takes silence for "nothing that matters changed". So
+while a job is healthy a node sends a rank's summary only when something the
+job-level view reads changed: whether it is suspect (:func:`~.digest.is_suspect`),
+its verdict, reporting, ending, phases, kernel word or identity; and every
+``resend_s`` anyway, so that the digest's steps stay roughly current. While
+the node wants the other nodes' ranks (a suspect anywhere, an episode) it
+sends every change beyond aging (:func:`~.digest.same_summary`), as under
+Ray, at every sync: the analysis then reads fresh steps and sequence
+numbers. It also sends the ranks it no longer serves, its episode note
+whenever it has one, and an empty upload of each job as a heartbeat when
+nothing was sent for ``heartbeat_s``.
 
 Pure: summaries, notes and times in, :class:`Upload` values out.
 """
@@ -18,18 +22,38 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, same_summary
+from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, is_suspect, same_summary
 from trainprobe.sidecar.core.job.view import EpisodeNote
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 
-__all__ = ["HEARTBEAT_S", "Uplink", "Upload"]
+__all__ = ["HEARTBEAT_S", "Uplink", "Upload", "matters"]
 
 #: A node that had nothing to send for this long sends an empty upload of each
-#: job: the upstream forgets a node silent for its stale limit (30 s).
-HEARTBEAT_S = 5.0
+#: job: the upstream forgets a node silent for its stale limit (30 s). A
+#: healthy rank's summary goes again this often too.
+HEARTBEAT_S = 10.0
 
 #: Per job, as JobSync computes it: (ranks here, note, details wanted?, since).
 Round = Mapping[str, tuple[Sequence[RankSummary], EpisodeNote | None, bool, tuple[str, int] | None]]
+
+
+def matters(s: RankSummary) -> tuple[object, ...]:
+    """What of ``s`` the job-level view reads while the job is healthy."""
+    return (
+        is_suspect(s),
+        s.verdict,
+        s.reporting,
+        s.ended,
+        s.phases,
+        s.kernel,
+        s.ft_wait,
+        s.world_size,
+        s.pid,
+        s.host,
+        s.node,
+        s.replica,
+        s.verified,
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,16 @@ class Uplink:
         self._notes.clear()
         self._last_at = float("-inf")
 
+    def _changed(
+        self, sent: tuple[RankSummary, float] | None, s: RankSummary, detail: bool, now: float
+    ) -> bool:
+        if sent is None:
+            return True
+        before, at = sent
+        if detail:
+            return not same_summary(before, s, now - at, self.refresh_s)
+        return now - at >= self.heartbeat_s or matters(before) != matters(s)
+
     def uploads(self, round_: Round, now: float) -> list[Upload]:
         """What to send for ``round_`` (empty: nothing this time)."""
         out: list[Upload] = []
@@ -77,12 +111,7 @@ class Uplink:
                 changed, dropped, full = tuple(mine), (), True
                 sent = self._sent[job] = {}
             else:
-                changed = tuple(
-                    s
-                    for s in mine
-                    if (p := sent.get(s.rank)) is None
-                    or not same_summary(p[0], s, now - p[1], self.refresh_s)
-                )
+                changed = tuple(s for s in mine if self._changed(sent.get(s.rank), s, detail, now))
                 dropped = tuple(sorted(sent.keys() - {s.rank for s in mine}))
                 full = False
             for rank in dropped:
