@@ -64,6 +64,13 @@ def test_the_first_hang_opens_and_later_ones_update() -> None:
     record = IncidentUpdate(ep.id, later.updates[0][1], True).to_record()
     assert record["type"] == "incident_update" and record["incident_id"] == ep.id
     assert record["ranks"] == [1] and record["expected"] is True
+    # What the rule found, in the incident's own words (Incident.finding), in the
+    # order the log's readers see it.
+    assert list(record) == [
+        *("type", "incident_id", "job_id", "rule", "verdict", "ranks", "culprits", "waiting"),
+        *("pids", "expected", "evidence"),
+    ]
+    assert {k: record[k] for k in later.updates[0][1].finding()} == later.updates[0][1].finding()
 
 
 def test_a_degraded_finding_during_an_episode_stays_its_own_incident() -> None:
