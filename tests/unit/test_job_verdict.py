@@ -77,6 +77,7 @@ def test_an_incidents_answer_does_not_grow_with_the_nodes_and_names_the_same_cul
         assert (
             reply.verdict.waiting_count == len(truth.waiting) and len(diag.waiting) <= 2 * MAX_NAMED
         )
+        assert diag.evidence.get("waiting_count", len(diag.waiting)) == len(truth.waiting)
         assert 3 in {s.rank for s, _ in reply.others}  # the culprit comes whole
     assert sizes[1250] <= 1.5 * sizes[10] and sizes[1250] < 16 * 1024, sizes
 

@@ -121,8 +121,18 @@ class JobVerdict:
         """The verdict as a diagnosis; with ``gated``, a healthy job's is HEALTHY."""
         if gated and self.healthy:
             return Diagnosis(HEALTHY, summary=self.summary)
+        # Lists cut to the names here: the record says how many there were.
+        counts = {
+            key: n
+            for key, n, named in (
+                ("culprit_count", self.culprit_count, self.culprits),
+                ("waiting_count", self.waiting_count, self.waiting),
+            )
+            if n > len(named)
+        }
+        evidence = {**self.evidence, **counts}
         return Diagnosis(
-            self.kind, self.culprits, self.waiting, self.confidence, self.summary, self.evidence
+            self.kind, self.culprits, self.waiting, self.confidence, self.summary, evidence
         )
 
 
