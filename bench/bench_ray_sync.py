@@ -32,7 +32,9 @@ summaries received (steady state; the incident's first sync, its mean and
 its largest), the bytes sent, the coordinator's CPU per sync (thread time of
 ``sync``: steady state, and during the incident with the job's analyses,
 at most one a second, included), what that makes in cores at two syncs a
-second per node, and the culprits the sidecars' verdict names.
+second per node, one analysis of every rank, the culprits the sidecars'
+verdict names, and how long after the onset the last sampled sidecar's
+analysis named the culprit.
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ from trainprobe.sidecar.core.job.view import (  # noqa: E402
     EpisodeNote,
     JobView,
     SyncReply,
+    analyze_job,
+    merge_summaries,
 )
-from trainprobe.sidecar.core.judge.culprit import GroupProgress, RankSummary  # noqa: E402
+from trainprobe.sidecar.core.judge.culprit import HEALTHY, GroupProgress, RankSummary  # noqa: E402
 
 INTERVAL_S = 0.5
 STEADY_S = 12.0
@@ -144,6 +148,7 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
     sent: list[int] = []
     sync_cpu: list[float] = []
     incident_cpu: list[float] = []
+    named_s: float | None = None  # when the last sampled sidecar's analysis names rank 3
     job.onset = STEADY_S
     t, rounds = 0.0, int((STEADY_S + INCIDENT_S) / INTERVAL_S)
     for i in range(rounds):
@@ -178,6 +183,11 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
             args = (f"s{n}", mine, note, detail, since, REFRESH, view.bounded)
             reply = state.sync(f"s{n}", mine, note, now, detail, since, REFRESH, view.bounded)
             view.update("job", reply, now)
+            if n == nodes - 1 and hung >= 0 and named_s is None:
+                ranks = merge_summaries(mine, view.remote("job", now, 10.0))
+                diag = analyze_job(ranks, view.verdict("job"))
+                if diag.kind != HEALTHY and diag.culprits == (CULPRIT,):
+                    named_s = hung
             if not measured:
                 continue
             sent.append(len(pickle.dumps(args)))
@@ -190,6 +200,10 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
                 into["before_n"].append(len(old.others))
     # Named in the verdict the sidecars hold at the end (the culprit, rank 3).
     verdict = views[nodes - 1].verdict("job")
+    state.analysis = None
+    t0 = time.thread_time()
+    state._analyse(t + 1.0, REFRESH)  # one more pass over every rank (a sync old), timed
+    analysis_ms = (time.thread_time() - t0) * 1e3
     return {
         "nodes": nodes,
         "ranks": job.world,
@@ -205,6 +219,10 @@ def run(nodes: int, per_node: int, sampled: int) -> dict[str, Any]:
             else 0.0
         ),
         "analyses": state.analyses,
+        "analysis_ms": analysis_ms,
+        # Seconds from the onset until that sidecar's analysis named the culprit
+        # (the verdicts that make the job worth diagnosing come at 3 s).
+        "culprit_named_s": named_s,
         "culprits": list(verdict.culprits) if verdict is not None else None,
         "steady": {
             "after_bytes": statistics.mean(steady["after"]),
@@ -241,7 +259,7 @@ def main() -> int:
     print(
         f"{'nodes':>6} {'ranks':>7} | steady: {'before':>10} {'after':>9} | incident: "
         f"{'before':>10} {'deltas':>10} {'after mean':>10} {'max':>10} | "
-        f"{'sent':>8} {'coord/sync':>10} {'incident':>10} {'core':>6} culprits"
+        f"{'sent':>8} {'coord/sync':>10} {'incident':>10} {'core':>6} {'analysis':>9} named at"
     )
     for nodes in (int(x) for x in args.nodes.split(",")):
         row = run(nodes, args.ranks_per_node, min(args.sampled, nodes))
@@ -253,7 +271,8 @@ def main() -> int:
             f"{kib(i['delta_mean_bytes']):>10} {kib(i['after_mean_bytes']):>10} "
             f"{kib(i['after_max_bytes']):>10} | {kib(row['sent_bytes']):>8} "
             f"{row['coordinator_sync_us']:>7.0f} µs {row['coordinator_incident_sync_us']:>7.0f} µs "
-            f"{row['coordinator_incident_core']:>6.2f} {row['culprits']}",
+            f"{row['coordinator_incident_core']:>6.2f} {row['analysis_ms']:>6.0f} ms "
+            f"{row['culprit_named_s']} s {row['culprits']}",
             flush=True,
         )
     if args.json:
