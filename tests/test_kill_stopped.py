@@ -10,10 +10,12 @@ empty. Its child is handled as the tree kill handles every descendant.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import PYTHON, wait_for
@@ -44,12 +46,21 @@ def _state(pid: int) -> str:
     return fields[0].decode() if fields else ""
 
 
-def _start(log: Path) -> tuple[subprocess.Popen[str], int]:
+@contextlib.contextmanager
+def _recorder(log: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The recorder and its child's pid; both gone on the way out, whatever the kill did."""
     proc = subprocess.Popen([PYTHON, "-c", RECORDER, str(log)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    child = int(proc.stdout.readline())
-    time.sleep(0.3)  # the handlers are set (the child started after them)
-    return proc, child
+    child = 0
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        time.sleep(0.3)  # the handlers are set (the child started after them)
+        yield proc, child
+    finally:
+        proc.kill()
+        proc.wait()
+        if child and pid_alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def _check(out: KillOutcome, proc: subprocess.Popen[str], child: int, log: Path) -> None:
@@ -71,8 +82,7 @@ def _check(out: KillOutcome, proc: subprocess.Popen[str], child: int, log: Path)
 
 def test_a_stopped_process_is_sigkilled_first_and_never_resumed(tmp_path: Path) -> None:
     log = tmp_path / "handled"
-    proc, child = _start(log)
-    try:
+    with _recorder(log) as (proc, child):
         os.kill(proc.pid, signal.SIGSTOP)
         wait_for(lambda: _state(proc.pid) == "T", 10, 0.01, "the stop")
         t0 = time.monotonic()
@@ -80,44 +90,24 @@ def test_a_stopped_process_is_sigkilled_first_and_never_resumed(tmp_path: Path) 
         # No kill_grace_s waited: the SIGKILL came at once.
         assert time.monotonic() - t0 < 4.0
         _check(out, proc, child, log)
-    finally:
-        proc.kill()
-        proc.wait()
-        if pid_alive(child):
-            os.kill(child, signal.SIGKILL)
 
 
 def test_a_running_process_still_gets_sigterm_first(tmp_path: Path) -> None:
     """The control: a process that runs may end by itself (its handler runs)."""
     log = tmp_path / "handled"
-    proc, child = _start(log)
-    try:
+    with _recorder(log) as (proc, _child):
         out = asyncio.run(terminate(proc.pid, 0.5, proc_start_ticks(proc.pid))).to_record()
         assert out["exited"] and out["signalled_first"] == "", out
         assert out["signals"] == ["SIGTERM", "SIGCONT", "SIGKILL"], out
         assert "SIGTERM" in log.read_text()
-    finally:
-        proc.kill()
-        proc.wait()
-        if pid_alive(child):
-            os.kill(child, signal.SIGKILL)
 
 
 def test_a_process_frozen_by_a_cgroup_v2_freezer_is_sigkilled_first(tmp_path: Path) -> None:
     # v2 only: a v1 freezer holds even a SIGKILLed process until it is thawed.
     log = tmp_path / "handled"
-    with freezer("v2") as (group, knob, value):
-        proc, child = _start(log)
-        try:
-            (group / "cgroup.procs").write_text(str(proc.pid))
-            (group / knob).write_text(value)
-            wait_for(
-                lambda: "frozen 1" in (group / "cgroup.events").read_text(), 10, 0.01, "freeze"
-            )
-            out = asyncio.run(terminate(proc.pid, 5.0, proc_start_ticks(proc.pid)))
-            _check(out, proc, child, log)
-        finally:
-            proc.kill()
-            proc.wait()
-            if pid_alive(child):
-                os.kill(child, signal.SIGKILL)
+    with freezer("v2") as (group, knob, value), _recorder(log) as (proc, child):
+        (group / "cgroup.procs").write_text(str(proc.pid))
+        (group / knob).write_text(value)
+        wait_for(lambda: "frozen 1" in (group / "cgroup.events").read_text(), 10, 0.01, "freeze")
+        out = asyncio.run(terminate(proc.pid, 5.0, proc_start_ticks(proc.pid)))
+        _check(out, proc, child, log)
