@@ -301,3 +301,25 @@ def test_a_stall_that_begins_in_an_open_episode_gets_its_own_patience() -> None:
     # Never before the episode's own onset; no named culprit keeps it.
     assert culprit_onset(ranks, diag, 128.0, 130.0) == 128.0
     assert culprit_onset(ranks, Diagnosis(INCONCLUSIVE), 100.0, 130.0) == 100.0
+
+
+def test_a_made_up_replica_in_the_lighthouses_quorum_evicts_no_real_one() -> None:
+    """Any local user can reach torchft's lighthouse (no auth) and put a made-up
+    replica into the quorum: every real replica then waits for it in the quorum
+    or its store. The made-up one has no session here, so no real replica is the
+    culprit, and none is evicted (nor told to abort its group): torchft's own
+    timeout ends the wait (docs/SECURITY.md, trainprobe run's limits)."""
+    ranks = [
+        rank(0, "train_0", "quorum"),
+        rank(1, "train_1", "quorum"),
+        rank(2, "train_2", "quorum"),
+    ]
+    diag = analyze_job(ranks)
+    assert diag.culprits == ()
+    assert set(diag.waiting) == {0, 1, 2}
+    rep = replica_evidence(diag.evidence)
+    assert (
+        rep is not None and rep.culprits == () and rep.waiting == ("train_0", "train_1", "train_2")
+    )
+    targets, _ = plan_targets(diag, {0, 1, 2}, {0, 1, 2}, CulpritPolicy())
+    assert targets == []
