@@ -77,7 +77,7 @@ class _Heard:
     since: tuple[str, int] | None = None
     wanted_until: float = float("-inf")
     #: The coordinator's analysis, when ``ranks`` are only the ones it names.
-    verdict: JobVerdict | None = None
+    analysis: JobVerdict | None = None
 
 
 class JobView:
@@ -120,7 +120,7 @@ class JobView:
     def update(self, job_id: str, reply: SyncReply, now: float) -> None:
         heard = self._jobs.setdefault(job_id, _Heard())
         heard.episode, heard.digest = reply.episode, reply.digest
-        heard.verdict = reply.verdict if reply.detail else None
+        heard.analysis = reply.verdict if reply.detail else None
         if not reply.detail:
             heard.ranks.clear()  # not needed: not held
             heard.detail, heard.since = False, None
@@ -166,7 +166,7 @@ class JobView:
         """The coordinator's analysis of the job, when only the ranks it names are
         held (a job too large to send whole): the job's analysis is that one."""
         heard = self._jobs.get(job_id)
-        return heard.verdict if heard is not None else None
+        return heard.analysis if heard is not None else None
 
     def digest(self, job_id: str) -> JobDigest | None:
         heard = self._jobs.get(job_id)
