@@ -135,7 +135,8 @@ def apply_replicas(
 
 def _spare_stepping(ranks: Sequence[RankSummary], diag: Diagnosis) -> Diagnosis:
     """``diag`` without the culprits that step normally (the same object if none)."""
-    fine = sorted(r.rank for r in ranks if r.rank in diag.culprits and stepping(r))
+    named = set(diag.culprits)  # a tuple: thousands of silent culprits made this quadratic
+    fine = sorted(r.rank for r in ranks if r.rank in named and stepping(r))
     if not fine:
         return diag
     note = f"rank(s) {fine} step normally (last step within their step time): no culprit"
