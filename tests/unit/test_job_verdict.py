@@ -218,3 +218,38 @@ def test_another_sidecars_episode_in_a_large_job_is_followed_on_the_coordinators
     assert inspect.incident.targets == [1]
     diag, _ = diagnose(state, reg.workers(), "job", t0 + 4.6)
     assert diag.culprits == (1,) and diag.kind == STRAGGLER
+
+
+def test_a_replicated_jobs_culprit_replica_is_the_same_on_the_verdict_and_on_every_rank() -> None:
+    """100 torchft replicas of 8 ranks: rank 56 of replica_7 stopped stepping
+    outside torchft, everyone else waits in the quorum. The sidecar serving
+    replica_7 and one serving a waiting replica see it as on every rank."""
+    from trainprobe.sidecar.core.judge.replicas import apply_replicas, replica_evidence
+
+    nodes, world = 100, 800
+
+    def one(r: int) -> RankSummary:
+        kw: dict[str, object] = {"replica": f"replica_{r // 8}", "step_age_s": 6.0}
+        if r == 56:
+            return rank(r, world, **kw)
+        return rank(r, world, ft_wait="quorum", verdict="HUNG", **kw)
+
+    by_node = [[one(r) for r in range(n * 8, n * 8 + 8)] for n in range(nodes)]
+    everyone = [s for ranks in by_node for s in ranks]
+    truth = analyze_job(everyone)
+    assert truth.culprits == (56,)
+    assert replica_evidence(truth.evidence).culprits == ("replica_7",)  # type: ignore[union-attr]
+    c = coordinator(by_node)
+    for asker in (7, 42):
+        reply, view = asked(c, by_node, asker)
+        assert reply.verdict is not None and len(reply.others) <= MAX_SENT
+        ranks = seen_by(view, by_node[asker])
+        # As an evidence round does: the verdict, then the replicas again on what is held.
+        diag = apply_replicas(ranks, analyze_job(ranks, view.verdict("job")))
+        rep = replica_evidence(diag.evidence)
+        assert diag.culprits == (56,) and rep is not None and rep.culprits == ("replica_7",)
+        mine = set(range(asker * 8, asker * 8 + 8))
+        assert f"replica_{asker}" in rep.groups and (asker == 7 or mine <= rep.waiting_ranks)
+        if asker == 7:
+            assert rep.ranks_of(rep.culprits) == sorted(mine)  # the group evicted whole
+        assert len(pickle.dumps(reply)) < 16 * 1024
