@@ -1,6 +1,6 @@
 """Peak memory of ``trainprobe incidents`` and ``report`` over a large incident log.
 
-The commands stream the log (cli/log_stream.py): their peak RSS must not grow
+The commands stream the log (cli/incidents/log_stream.py): their peak RSS must not grow
 with it. This writes a log of ``--mb`` megabytes of sidecar-like records (per
 incident: the incident, a decision and an action, ~150 bytes a record as the
 sidecar writes them for a small job) and runs, each in its own process, as an

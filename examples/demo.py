@@ -33,9 +33,9 @@ from rich.live import Live
 
 from trainprobe.proto import probe_pb2_grpc
 from trainprobe.sidecar.cli.ctl import format_status
-from trainprobe.sidecar.cli.incidents import culprit_line
-from trainprobe.sidecar.cli.top import TopModel, render
-from trainprobe.sidecar.cli.top_live import fetcher
+from trainprobe.sidecar.cli.incidents.story import culprit_line
+from trainprobe.sidecar.cli.top.live import fetcher
+from trainprobe.sidecar.cli.top.view import TopModel, render
 from trainprobe.sidecar.core.text import printable
 
 HERE = Path(__file__).resolve().parent

@@ -71,8 +71,8 @@ class Screen:
         from rich.console import Console
         from rich.live import Live
 
-        from trainprobe.sidecar.cli.top import TopModel
-        from trainprobe.sidecar.cli.top_live import fetcher
+        from trainprobe.sidecar.cli.top.live import fetcher
+        from trainprobe.sidecar.cli.top.view import TopModel
 
         self.console = Console()
         self.tty = self.console.is_terminal
@@ -83,7 +83,7 @@ class Screen:
 
     def frame(self, events: list[str], table: list[str], force: bool = False) -> None:
         if self.live is not None:
-            from trainprobe.sidecar.cli.top import render
+            from trainprobe.sidecar.cli.top.view import render
 
             for line in events:
                 self.console.print(line, highlight=False, markup=False)
@@ -153,7 +153,7 @@ def describe(record: dict[str, Any], started_wall: float) -> list[str]:
     t = f"t+{record.get('time', time.time()) - started_wall:5.1f}s" if "time" in record else ""
     kind = record["type"]
     if kind == "incident":
-        from trainprobe.sidecar.cli.incidents import culprit_line
+        from trainprobe.sidecar.cli.incidents.story import culprit_line
 
         out = [
             f"  >> {t} incident {record['id']}: {record['verdict']} (rule {record['rule']}), "
@@ -197,7 +197,7 @@ def summary(
             f"  hang       rank {h['rank']} (pid {h['pid']}) stopped inside step {h['step']} at "
             f"t+{h['t'] - started_wall:.1f}s (its peer waits for it in the allreduce)"
         )
-    from trainprobe.sidecar.cli.incidents import culprit_line
+    from trainprobe.sidecar.cli.incidents.story import culprit_line
 
     for inc in incidents:
         lines.append(

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import culprit_line
+from trainprobe.sidecar.cli.incidents.story import culprit_line
 from trainprobe.sidecar.core.text import printable
 
 HERE = Path(__file__).resolve().parent

@@ -230,7 +230,7 @@ def test_a_real_prometheus_knows_every_family_from_its_first_scrape() -> None:
             "no prometheus server here: it is Debian's package prometheus, which `make test` "
             "installs when it runs as root"
         )
-    from trainprobe.sidecar.otel.measures import INSTRUMENTS
+    from trainprobe.sidecar.otel.metrics.measures import INSTRUMENTS
 
     workdir = short_tmpdir("tpprom-")
     metrics_port = free_port()

@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 
 from tests.support import PYTHON, child_env
 from trainprobe.sidecar.cli import ctl
-from trainprobe.sidecar.cli.incident_timeline import timeline
-from trainprobe.sidecar.cli.incidents import culprit_line, summary_line
-from trainprobe.sidecar.cli.log_stream import MAX_LINE_BYTES, OPEN_STORIES, stream_stories
-from trainprobe.sidecar.cli.record_shape import shape_problem
-from trainprobe.sidecar.cli.report_page import ReportData
-from trainprobe.sidecar.cli.report_story import events, main_story, what_happened
+from trainprobe.sidecar.cli.incidents.log_stream import MAX_LINE_BYTES, OPEN_STORIES, stream_stories
+from trainprobe.sidecar.cli.incidents.record_shape import shape_problem
+from trainprobe.sidecar.cli.incidents.story import culprit_line, summary_line
+from trainprobe.sidecar.cli.incidents.timeline import timeline
+from trainprobe.sidecar.cli.report.page import ReportData
+from trainprobe.sidecar.cli.report.story import events, main_story, what_happened
 
 JOB = "hostile"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"

@@ -320,10 +320,10 @@ def test_the_engine_reaches_act_only_through_its_ports() -> None:
 #: Assignments to an attribute named like a WorkerState field whose receiver is
 #: not a WorkerState, by module: (receiver as written, what it really is).
 NOT_SESSIONS = {
-    "otel/trace_builder.py": {"wt": "WorkerTrace"},
+    "otel/traces/builder.py": {"wt": "WorkerTrace"},
     "relay/coalesce.py": {"acc": "the probe_pb2.Report being folded"},
     "relay/node.py": {"out.vouch": "probe_pb2.RelayItem.vouch"},
-    "cli/top_model.py": {"row": "a top Row"},
+    "cli/top/model.py": {"row": "a top Row"},
 }
 
 

@@ -21,7 +21,7 @@ from trainprobe.proto.lighthouse import (
     LIGHTHOUSE_DEFAULTS,
     MIN_REPLICAS,
 )
-from trainprobe.sidecar.cli.run import add_run_parser
+from trainprobe.sidecar.cli.run.command import add_run_parser
 
 
 def test_trainprobe_run_gives_its_lighthouse_the_shared_settings() -> None:

@@ -373,7 +373,7 @@ def _family_types(body: str) -> dict[str, list[str]]:
 
 
 def test_the_first_scrape_already_serves_every_metric_family() -> None:
-    from trainprobe.sidecar.otel.measures import INSTRUMENTS
+    from trainprobe.sidecar.otel.metrics.measures import INSTRUMENTS
 
     port = free_port()
     with sidecar("--metrics-port", str(port), "--metrics-host", "127.0.0.1") as sc:

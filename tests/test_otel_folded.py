@@ -29,8 +29,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.otel_builders import MS, T0, hello, report
 from trainprobe.sidecar.core.session.model import CollectiveData, SyncData, WorkerState
 from trainprobe.sidecar.core.session.registry import Registry
-from trainprobe.sidecar.otel.folded_export import FoldedSet, FoldingReader
-from trainprobe.sidecar.otel.measures import (
+from trainprobe.sidecar.otel.metrics.folded_export import FoldedSet, FoldingReader
+from trainprobe.sidecar.otel.metrics.measures import (
     ARRIVAL_LAG,
     INSTRUMENTS,
     STEP_DURATION,
@@ -283,7 +283,7 @@ def snapshot_of(ranks: int, job: str = "jobA") -> Any:
     """A registry snapshot of ``ranks`` connected ranks, one with GPU memory."""
     from trainprobe.sidecar.core.session.model import GpuMemoryData
     from trainprobe.sidecar.core.session.overload import IngestLoad
-    from trainprobe.sidecar.otel.measures import gauge_snapshot
+    from trainprobe.sidecar.otel.metrics.measures import gauge_snapshot
 
     reg = Registry()
     for r in range(ranks):

@@ -37,14 +37,14 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from trainprobe.sidecar.otel.jsonlines import (
+from trainprobe.sidecar.otel.export.jsonlines import (
     JsonLinesMetricExporter,
     JsonLinesSpanExporter,
     metrics_line,
     otlp_json,
     spans_line,
 )
-from trainprobe.sidecar.otel.otlp_json import Unsupported, metrics_document, spans_document
+from trainprobe.sidecar.otel.export.otlp_json import Unsupported, metrics_document, spans_document
 
 ATTRS = {
     "s": "text",

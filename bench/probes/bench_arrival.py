@@ -129,7 +129,10 @@ def main() -> int:
         closed = len(lags)
         t0 = clock()
         if pipeline is not None:
-            from trainprobe.sidecar.otel.measures import ARRIVAL_LAG, worker_metric_attributes
+            from trainprobe.sidecar.otel.metrics.measures import (
+                ARRIVAL_LAG,
+                worker_metric_attributes,
+            )
 
             while lags:
                 w, group, lag_s, missed = lags.popleft()
@@ -190,9 +193,9 @@ def otel_pipeline():  # an OtelPipeline, or None without OpenTelemetry
     """A real pipeline whose metrics a Prometheus reader holds (port 0: any free one)."""
     try:
         from trainprobe.sidecar.config.settings import Settings
-        from trainprobe.sidecar.otel.config import telemetry_config
-        from trainprobe.sidecar.otel.measures import GaugeSnapshot
-        from trainprobe.sidecar.otel.pipeline import OtelPipeline
+        from trainprobe.sidecar.otel.export.config import telemetry_config
+        from trainprobe.sidecar.otel.export.pipeline import OtelPipeline
+        from trainprobe.sidecar.otel.metrics.measures import GaugeSnapshot
     except ImportError:
         return None
     state = Path(tempfile.mkdtemp(prefix="tp-arr-"))

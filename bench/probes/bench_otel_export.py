@@ -6,7 +6,7 @@ Three figures, each in this thread's CPU time:
 
 - one metrics collection and export of a real pipeline fed ``--workers``
   ranks' reports (``--rounds`` each, 8 issue times a report), its line written
-  the direct way (``otel/otlp_json.py``, what the exporter writes) and the
+  the direct way (``otel/export/otlp_json.py``, what the exporter writes) and the
   library way (``encode_metrics`` + ``MessageToDict``, the fallback);
 - 512 step spans (the batch processor's batch size) encoded both ways, per span;
 - a first report of 1,000 step times through a real sidecar's Relay read
@@ -33,9 +33,9 @@ from relay_loadgen import FastSim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.config.settings import load_settings  # noqa: E402
-from trainprobe.sidecar.otel import jsonlines  # noqa: E402
-from trainprobe.sidecar.otel.jsonlines import metrics_line, otlp_json, spans_line  # noqa: E402
-from trainprobe.sidecar.otel.trace_builder import TraceBuilder  # noqa: E402
+from trainprobe.sidecar.otel.export import jsonlines  # noqa: E402
+from trainprobe.sidecar.otel.export.jsonlines import metrics_line, otlp_json, spans_line  # noqa: E402
+from trainprobe.sidecar.otel.traces.builder import TraceBuilder  # noqa: E402
 from trainprobe.sidecar.relay.routes import NodeStream  # noqa: E402
 from trainprobe.sidecar.server import Sidecar  # noqa: E402
 from trainprobe.sidecar.transport import pb as convert  # noqa: E402

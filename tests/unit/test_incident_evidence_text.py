@@ -3,7 +3,7 @@ in words, never as a raw ``None``."""
 
 from __future__ import annotations
 
-from trainprobe.sidecar.cli.incident_timeline import _evidence
+from trainprobe.sidecar.cli.incidents.timeline import _evidence
 
 
 def test_evidence_lines_name_what_was_not_read() -> None:

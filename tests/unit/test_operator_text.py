@@ -8,7 +8,7 @@ import logging
 from trainprobe.sidecar.core.incident import Incident
 from trainprobe.sidecar.core.session import Verdict
 from trainprobe.sidecar.core.text import SafeLogFormatter, printable
-from trainprobe.sidecar.otel.incident_spans import incident_attributes
+from trainprobe.sidecar.otel.traces.incident_spans import incident_attributes
 
 
 class Key:
@@ -109,7 +109,7 @@ def test_a_kill_that_waits_for_evidence_or_patience_does_not_read_as_done() -> N
 
 
 def test_incidents_says_what_became_of_a_kill() -> None:
-    from trainprobe.sidecar.cli.incidents import _act
+    from trainprobe.sidecar.cli.incidents.story import _act
 
     def act(outcome: str | None, decision: str | None, action: str = "kill") -> str:
         return _act({"action": action, "outcome": outcome, "decision": decision})
@@ -122,7 +122,7 @@ def test_incidents_says_what_became_of_a_kill() -> None:
 
 def test_incidents_says_a_pending_kill_is_pending() -> None:
     """While the patience runs, 'kill: not done' read as final: it is pending."""
-    from trainprobe.sidecar.cli.incidents import _act
+    from trainprobe.sidecar.cli.incidents.story import _act
 
     j = {"action": "kill", "outcome": None, "decision": None, "patience_s": 90.0}
     j["onset"] = 1000.0

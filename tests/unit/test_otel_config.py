@@ -13,8 +13,8 @@ from trainprobe.sidecar.config.settings import SettingsError, load_settings
 from trainprobe.sidecar.core.session.model import GpuMemoryData, Verdict
 from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.otel import ExportHealth, gauge_snapshot, resource_attributes
-from trainprobe.sidecar.otel.config import SPAN_DELAY_MS, telemetry_config
-from trainprobe.sidecar.otel.measures import (
+from trainprobe.sidecar.otel.export.config import SPAN_DELAY_MS, telemetry_config
+from trainprobe.sidecar.otel.metrics.measures import (
     GPU_MEMORY_LIMIT,
     GPU_MEMORY_USAGE,
     HEARTBEAT_AGE,

@@ -1,4 +1,4 @@
-"""The folded histograms (trainprobe.sidecar.otel.histograms): pure, fake clock, no SDK."""
+"""The folded histograms (trainprobe.sidecar.otel.metrics.histograms): pure, fake clock, no SDK."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from trainprobe.sidecar.otel import histograms
-from trainprobe.sidecar.otel.histograms import FoldedHistogram, HistPoint
+from trainprobe.sidecar.otel.metrics import histograms
+from trainprobe.sidecar.otel.metrics.histograms import FoldedHistogram, HistPoint
 
 BOUNDS = (0.01, 0.1, 1.0)
 NAMES = ("trainprobe.job_id", "trainprobe.rank")

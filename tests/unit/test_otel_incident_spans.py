@@ -16,7 +16,7 @@ from trainprobe.sidecar.core.session.model import GroupSeqData, PhaseData, Repor
 from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.core.session.thresholds import StallPolicy
 from trainprobe.sidecar.otel import IncidentTracer, TraceBuilder, span_id, step_trace_id
-from trainprobe.sidecar.otel.incident_spans import incident_step
+from trainprobe.sidecar.otel.traces.incident_spans import incident_step
 
 RULES = RuleConfig(
     heartbeat_timeout_s=60, stall=StallPolicy(timeout_s=3.0), sync_timeout_s=600, sync_latency_s=0.5

@@ -14,10 +14,10 @@ from trainprobe.sidecar.otel import (
     TraceBuilder,
     span_id,
     step_trace_id,
-    trace_builder,
     worker_attributes,
 )
-from trainprobe.sidecar.otel.worker_trace import RECENT_COLLECTIVES
+from trainprobe.sidecar.otel.traces import builder as trace_builder
+from trainprobe.sidecar.otel.traces.worker import RECENT_COLLECTIVES
 
 
 def test_trace_id_is_the_documented_hash_of_job_and_step() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import REPO
 from trainprobe.hooks.report.identity import resolve_identity
-from trainprobe.sidecar.cli.run_groups import Backoff, exit_code
+from trainprobe.sidecar.cli.run.groups import Backoff, exit_code
 
 
 def test_a_replica_groups_ranks_are_job_wide_from_their_first_hello(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import IncidentStory
-from trainprobe.sidecar.cli.report_page import ReportData
-from trainprobe.sidecar.cli.report_story import events, what_happened
+from trainprobe.sidecar.cli.incidents.story import IncidentStory
+from trainprobe.sidecar.cli.report.page import ReportData
+from trainprobe.sidecar.cli.report.story import events, what_happened
 
 T = 1_800_000_000.0
 

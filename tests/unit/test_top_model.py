@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.cli.top import LAG_BAD_S, TopModel, colour, render
+from trainprobe.sidecar.cli.top.view import LAG_BAD_S, TopModel, colour, render
 
 
 def reply(*rows: tuple[int, int, float, int, int, str]) -> probe_pb2.StatusReply:

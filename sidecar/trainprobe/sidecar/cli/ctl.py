@@ -38,10 +38,10 @@ from trainprobe.proto import (
     resolve_socket,
 )
 from trainprobe.sidecar.cli.flags import Parser
-from trainprobe.sidecar.cli.history import add_incidents_parser, incidents_main
+from trainprobe.sidecar.cli.incidents.history import add_incidents_parser, incidents_main
 from trainprobe.sidecar.cli.output import guarded_output, quiet_broken_pipe, styled_stdout
-from trainprobe.sidecar.cli.report import add_report_args, report_main
-from trainprobe.sidecar.cli.run import add_run_parser, run_main
+from trainprobe.sidecar.cli.report.command import add_report_args, report_main
+from trainprobe.sidecar.cli.run.command import add_run_parser, run_main
 from trainprobe.sidecar.cli.status_text import (
     STATUS_WIDTH,
     format_diagnosis,
@@ -209,7 +209,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     try:
         if args.command == "top":
-            from trainprobe.sidecar.cli.top_live import fetcher, run
+            from trainprobe.sidecar.cli.top.live import fetcher, run
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
             with styled_stdout():

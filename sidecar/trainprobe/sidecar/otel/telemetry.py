@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.session.model import ReportData, WorkerState
 from trainprobe.sidecar.core.session.overload import IngestLoad
-from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError, telemetry_config
-from trainprobe.sidecar.otel.incident_spans import IncidentTracer
-from trainprobe.sidecar.otel.measures import (
+from trainprobe.sidecar.otel.export.config import TelemetryConfig, TelemetryError, telemetry_config
+from trainprobe.sidecar.otel.export.resource_attrs import resource_attributes
+from trainprobe.sidecar.otel.metrics.measures import (
     ACTIONS,
     ARRIVAL_LAG,
     STEP_DURATION,
@@ -37,11 +37,11 @@ from trainprobe.sidecar.otel.measures import (
     sync_observations,
     verdict_count,
 )
-from trainprobe.sidecar.otel.resource_attrs import resource_attributes
-from trainprobe.sidecar.otel.trace_builder import TraceBuilder
+from trainprobe.sidecar.otel.traces.builder import TraceBuilder
+from trainprobe.sidecar.otel.traces.incident_spans import IncidentTracer
 
 if TYPE_CHECKING:
-    from trainprobe.sidecar.otel.pipeline import OtelPipeline
+    from trainprobe.sidecar.otel.export.pipeline import OtelPipeline
 
 log = logging.getLogger("trainprobe.sidecar")
 #: How long a metrics reader waits for the loop to snapshot the registry.
@@ -52,7 +52,7 @@ PRUNE_EVERY_REPORTS = 4096
 
 
 class Telemetry:
-    """Feeds one :class:`~trainprobe.sidecar.otel.pipeline.OtelPipeline`.
+    """Feeds one :class:`~trainprobe.sidecar.otel.export.pipeline.OtelPipeline`.
 
     Register :meth:`on_report` as a report listener, the object itself as an
     engine sink and :meth:`on_action` as an action listener.
@@ -208,7 +208,7 @@ def start_telemetry(
     if not cfg.enabled:
         return None
     try:
-        from trainprobe.sidecar.otel.pipeline import OtelPipeline
+        from trainprobe.sidecar.otel.export.pipeline import OtelPipeline
     except ImportError as err:
         if cfg.explicit:
             raise TelemetryError(

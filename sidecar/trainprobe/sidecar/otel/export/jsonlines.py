@@ -28,7 +28,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from trainprobe.sidecar.otel.otlp_json import Unsupported, metrics_document, spans_document
+from trainprobe.sidecar.otel.export.otlp_json import Unsupported, metrics_document, spans_document
 
 #: A file is rotated to ``<name>.1`` when it reaches this size.
 MAX_FILE_BYTES = 64 << 20

@@ -5,7 +5,7 @@ protobuf's ``MessageToDict``, then ids rewritten to hex) walks every field by
 reflection: at 1,000 workers one metrics collection took about 0.45 s of CPU
 every 10 s, and each span about 80 µs, together about a sixth of the
 sidecar's CPU (bench/HISTORY.md). This module builds the same documents
-(the protobuf JSON mapping as :func:`~trainprobe.sidecar.otel.jsonlines.otlp_json`
+(the protobuf JSON mapping as :func:`~trainprobe.sidecar.otel.export.jsonlines.otlp_json`
 writes it: lowerCamelCase keys, enums as integers, 64-bit integers as
 strings, default scalars left out, ids as hex) with plain dicts.
 

@@ -24,7 +24,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from trainprobe.sidecar.cli.top_model import (
+from trainprobe.sidecar.cli.top.model import (
     FEED_LINES,
     LAG_BAD_S,
     STYLES,

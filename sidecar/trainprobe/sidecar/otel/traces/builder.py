@@ -29,15 +29,15 @@ from trainprobe.sidecar.core.session.model import (
     Verdict,
     WorkerState,
 )
-from trainprobe.sidecar.otel.ids import step_trace_id
-from trainprobe.sidecar.otel.spans import (
+from trainprobe.sidecar.otel.traces.ids import step_trace_id
+from trainprobe.sidecar.otel.traces.spans import (
     SpanDesc,
     WallClock,
     collective_span,
     phase_span,
     step_span,
 )
-from trainprobe.sidecar.otel.worker_trace import StepRecord, WorkerTrace
+from trainprobe.sidecar.otel.traces.worker import StepRecord, WorkerTrace
 
 #: Workers remembered at most (the one met first goes first); the sidecar
 #: also drops those its registry has forgotten (:meth:`TraceBuilder.retain`).

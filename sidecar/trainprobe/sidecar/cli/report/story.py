@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import IncidentStory, _act
+from trainprobe.sidecar.cli.incidents.story import IncidentStory, _act
 
 __all__ = ["HANG_VERDICTS", "events", "main_story", "what_happened"]
 

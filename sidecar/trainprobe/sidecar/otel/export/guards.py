@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from trainprobe.sidecar.otel.health import ExportHealth
+from trainprobe.sidecar.otel.export.health import ExportHealth
 
 
 class GuardedSpanExporter(SpanExporter):

@@ -29,14 +29,15 @@ from trainprobe.sidecar.core.session.model import (
     WorkerState,
     sample_duration_ns,
 )
-from trainprobe.sidecar.otel.ids import span_id, step_trace_id
-from trainprobe.sidecar.otel.incident_attrs import (
+from trainprobe.sidecar.otel.traces.builder import TraceBuilder
+from trainprobe.sidecar.otel.traces.ids import span_id, step_trace_id
+from trainprobe.sidecar.otel.traces.incident_attrs import (
     action_attributes,
     incident_attributes,
     json_attribute,
     link_why,
 )
-from trainprobe.sidecar.otel.spans import (
+from trainprobe.sidecar.otel.traces.spans import (
     AttrValue,
     LinkDesc,
     SpanDesc,
@@ -45,8 +46,7 @@ from trainprobe.sidecar.otel.spans import (
     open_step_span,
     phase_span,
 )
-from trainprobe.sidecar.otel.trace_builder import TraceBuilder
-from trainprobe.sidecar.otel.worker_trace import WorkerTrace
+from trainprobe.sidecar.otel.traces.worker import WorkerTrace
 
 __all__ = [
     "LINKED_WINDOW_STEPS",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.session.model import HelloData, ReportData, WorkerState
 from trainprobe.sidecar.core.session.overload import IngestLoad
-from trainprobe.sidecar.otel.spans import AttrValue
+from trainprobe.sidecar.otel.traces.spans import AttrValue
 
 #: Bucket bounds in seconds: 1 ms .. 100 s for steps, 100 µs .. 60 s for syncs.
 STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 100)

@@ -44,9 +44,9 @@ from trainprobe.proto import (
     probe_pb2_grpc,
 )
 from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS
-from trainprobe.sidecar.cli.run_groups import Backoff, ReplicaGroup, pump, say
-from trainprobe.sidecar.cli.run_lighthouse import LaunchError as _LaunchError
-from trainprobe.sidecar.cli.run_lighthouse import start_lighthouse
+from trainprobe.sidecar.cli.run.groups import Backoff, ReplicaGroup, pump, say
+from trainprobe.sidecar.cli.run.lighthouse import LaunchError as _LaunchError
+from trainprobe.sidecar.cli.run.lighthouse import start_lighthouse
 
 __all__ = ["add_run_parser", "run_main"]
 

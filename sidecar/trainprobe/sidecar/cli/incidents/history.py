@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incident_timeline import timeline
-from trainprobe.sidecar.cli.incidents import IncidentStory, parse_since, summary_line
-from trainprobe.sidecar.cli.log_stream import (
+from trainprobe.sidecar.cli.incidents.log_stream import (
     job_names,
     json_array,
     log_files,
@@ -21,6 +19,8 @@ from trainprobe.sidecar.cli.log_stream import (
     shown,
     stream_stories,
 )
+from trainprobe.sidecar.cli.incidents.story import IncidentStory, parse_since, summary_line
+from trainprobe.sidecar.cli.incidents.timeline import timeline
 from trainprobe.sidecar.core.jobnames import resolve_job
 
 __all__ = ["add_incidents_parser", "default_log_path", "incidents_main"]

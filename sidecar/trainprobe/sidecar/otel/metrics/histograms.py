@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from trainprobe.sidecar.otel.spans import AttrValue
+from trainprobe.sidecar.otel.traces.spans import AttrValue
 
 #: The SDK's default cardinality limit per instrument and reader.
 CARDINALITY_LIMIT = 2000

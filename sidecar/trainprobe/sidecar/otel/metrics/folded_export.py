@@ -46,12 +46,12 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from trainprobe.sidecar.otel.histograms import (
+from trainprobe.sidecar.otel.metrics.histograms import (
     CARDINALITY_LIMIT,
     OVERFLOW_ATTRIBUTES,
     FoldedHistogram,
 )
-from trainprobe.sidecar.otel.measures import GaugeSnapshot, InstrumentSpec, Point
+from trainprobe.sidecar.otel.metrics.measures import GaugeSnapshot, InstrumentSpec, Point
 
 #: The instrument kinds whose values come from a registry snapshot at collection.
 SNAPSHOT_KINDS = ("gauge", "updown")

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import KINDS, IncidentStory
-from trainprobe.sidecar.cli.record_shape import shape_problem
+from trainprobe.sidecar.cli.incidents.record_shape import shape_problem
+from trainprobe.sidecar.cli.incidents.story import KINDS, IncidentStory
 from trainprobe.sidecar.core.log_rotation import in_read_order
 
 __all__ = [

@@ -48,11 +48,11 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
             file=sys.stderr,
         )
         return 2
-    from trainprobe.sidecar.cli.history import default_log_path
-    from trainprobe.sidecar.cli.log_stream import job_names, log_files
-    from trainprobe.sidecar.cli.report_page import ReportData, write_report
-    from trainprobe.sidecar.cli.top import TopModel
-    from trainprobe.sidecar.cli.top_live import fetcher
+    from trainprobe.sidecar.cli.incidents.history import default_log_path
+    from trainprobe.sidecar.cli.incidents.log_stream import job_names, log_files
+    from trainprobe.sidecar.cli.report.page import ReportData, write_report
+    from trainprobe.sidecar.cli.top.live import fetcher
+    from trainprobe.sidecar.cli.top.view import TopModel
     from trainprobe.sidecar.core.jobnames import names_of, resolve_job
 
     job = args.job
@@ -134,9 +134,9 @@ def _warn(line: str) -> None:
 def _latest_stories(files: list[Path], job: str) -> tuple[list[Any], int]:
     """The job's latest incidents (streamed: the log is never held whole) that can
     be shown, and how many the log has."""
-    from trainprobe.sidecar.cli.incident_timeline import timeline
-    from trainprobe.sidecar.cli.incidents import culprit_line, summary_line
-    from trainprobe.sidecar.cli.log_stream import read_records, shown, stream_stories
+    from trainprobe.sidecar.cli.incidents.log_stream import read_records, shown, stream_stories
+    from trainprobe.sidecar.cli.incidents.story import culprit_line, summary_line
+    from trainprobe.sidecar.cli.incidents.timeline import timeline
 
     latest: deque[Any] = deque(maxlen=MAX_REPORT_INCIDENTS)
     total = 0

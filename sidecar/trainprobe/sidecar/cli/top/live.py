@@ -1,8 +1,8 @@
 """``trainprobe top``'s live loop: fetch, render, and read a key, until ``q``.
 
 :func:`fetcher` asks a sidecar for its status and each job's diagnosis;
-:func:`run` keeps :class:`~trainprobe.sidecar.cli.top_model.TopModel` up to
-date from it and redraws the frame :func:`~trainprobe.sidecar.cli.top.render`
+:func:`run` keeps :class:`~trainprobe.sidecar.cli.top.model.TopModel` up to
+date from it and redraws the frame :func:`~trainprobe.sidecar.cli.top.view.render`
 makes, reading single key presses from the terminal in between.
 """
 
@@ -20,8 +20,8 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.cli.top import render
-from trainprobe.sidecar.cli.top_model import TopModel
+from trainprobe.sidecar.cli.top.model import TopModel
+from trainprobe.sidecar.cli.top.view import render
 
 __all__ = ["Fetch", "fetcher", "run"]
 

@@ -14,9 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trainprobe.sidecar.cli.incident_timeline import timeline
-from trainprobe.sidecar.cli.incidents import IncidentStory, culprit_line, summary_line
-from trainprobe.sidecar.cli.report_story import events, main_story, what_happened
+from trainprobe.sidecar.cli.incidents.story import IncidentStory, culprit_line, summary_line
+from trainprobe.sidecar.cli.incidents.timeline import timeline
+from trainprobe.sidecar.cli.report.story import events, main_story, what_happened
 from trainprobe.sidecar.core.text import printable
 
 __all__ = ["ReportData", "render_pngs", "write_report"]

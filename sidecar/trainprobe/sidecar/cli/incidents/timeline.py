@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainprobe.sidecar.cli.incidents import (
+from trainprobe.sidecar.cli.incidents.story import (
     IncidentStory,
     _culprits,
     _outcome,

@@ -22,7 +22,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from trainprobe.sidecar.otel.measures import InstrumentSpec
+from trainprobe.sidecar.otel.metrics.measures import InstrumentSpec
 
 #: The family the exporter makes of each kind (an observable up-down counter is
 #: a cumulative non-monotonic sum, which Prometheus gets as a gauge).

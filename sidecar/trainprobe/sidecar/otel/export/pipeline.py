@@ -30,14 +30,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from trainprobe.sidecar.otel.config import TelemetryConfig, TelemetryError
-from trainprobe.sidecar.otel.folded_export import FoldedSet, FoldingReader
-from trainprobe.sidecar.otel.guards import GuardedMetricExporter, GuardedSpanExporter
-from trainprobe.sidecar.otel.health import ExportHealth, QuietSdkLogs
-from trainprobe.sidecar.otel.histograms import FoldedHistogram
-from trainprobe.sidecar.otel.jsonlines import JsonLinesMetricExporter, JsonLinesSpanExporter
-from trainprobe.sidecar.otel.measures import INSTRUMENTS, GaugeSnapshot, InstrumentSpec
-from trainprobe.sidecar.otel.spans import AttrValue, SpanDesc
+from trainprobe.sidecar.otel.export.config import TelemetryConfig, TelemetryError
+from trainprobe.sidecar.otel.export.guards import GuardedMetricExporter, GuardedSpanExporter
+from trainprobe.sidecar.otel.export.health import ExportHealth, QuietSdkLogs
+from trainprobe.sidecar.otel.export.jsonlines import JsonLinesMetricExporter, JsonLinesSpanExporter
+from trainprobe.sidecar.otel.metrics.folded_export import FoldedSet, FoldingReader
+from trainprobe.sidecar.otel.metrics.histograms import FoldedHistogram
+from trainprobe.sidecar.otel.metrics.measures import INSTRUMENTS, GaugeSnapshot, InstrumentSpec
+from trainprobe.sidecar.otel.traces.spans import AttrValue, SpanDesc
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
@@ -139,7 +139,7 @@ class OtelPipeline:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
 
-        from trainprobe.sidecar.otel.prom_families import FamiliesRegistry
+        from trainprobe.sidecar.otel.metrics.prom_families import FamiliesRegistry
 
         class PrometheusReader(FoldingReader, PrometheusMetricReader):
             pass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from trainprobe.sidecar.core.ring import Ring
 from trainprobe.sidecar.core.session.model import CollectiveData, HelloData, WorkerState
-from trainprobe.sidecar.otel.spans import (
+from trainprobe.sidecar.otel.traces.spans import (
     AttrValue,
     SpanDesc,
     SpanRef,

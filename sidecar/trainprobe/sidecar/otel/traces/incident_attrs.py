@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 
 from trainprobe.sidecar.core.incident.incidents import Incident
-from trainprobe.sidecar.otel.spans import AttrValue
+from trainprobe.sidecar.otel.traces.spans import AttrValue
 
 __all__ = [
     "FLAT_EVIDENCE_RANKS",

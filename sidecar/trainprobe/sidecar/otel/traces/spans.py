@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core.session.model import CollectiveData, HelloData, PhaseData
-from trainprobe.sidecar.otel.ids import span_id
+from trainprobe.sidecar.otel.traces.ids import span_id
 
 #: What an attribute value may be (the OpenTelemetry attribute types).
 AttrValue = str | bool | int | float | Sequence[str] | Sequence[int] | Sequence[float]
