@@ -235,7 +235,8 @@ def test_each_core_subpackage_is_declared_and_small() -> None:
 def test_each_core_facade_exports_exactly_what_it_names() -> None:
     # As httpx's exported-members test: __all__ is the public surface, each
     # name in it resolves, and the package offers nothing public beyond it.
-    facades = [m for m, (_, pkg) in _modules().items() if pkg and m.startswith((CORE, HOOKS))]
+    cut = (CORE, HOOKS, "trainprobe.sidecar.cli", "trainprobe.sidecar.otel")
+    facades = [m for m, (_, pkg) in _modules().items() if pkg and m.startswith(cut)]
     assert CORE in facades and f"{HOOKS}.watch" in facades
     for name in facades:
         module = importlib.import_module(name)
@@ -250,64 +251,88 @@ def test_each_core_facade_exports_exactly_what_it_names() -> None:
         assert public == set(exported), (name, public ^ set(exported))
 
 
-#: The hooks, in the one direction imports may run: a unit is a subpackage
-#: of ``hooks/`` or one module at its top, and each may import the units
-#: before it, never one after it. The facade ``trainprobe.hooks`` (its
-#: ``__init__``) may import any; nothing of the hooks imports the sidecar.
-#: The user-facing modules (the hook, the framework callbacks, torchft,
-#: Ray) stay at the top, the machinery sits in the subpackages.
+#: Packages cut into units, in the one direction imports may run: a unit is
+#: a subpackage or one module at the package's top, and each may import the
+#: units before it, never one after it; the package's ``__init__`` may import
+#: any. In the hooks the user-facing modules (the hook, the framework
+#: callbacks, torchft, Ray) stay at the top and the machinery sits in
+#: subpackages; nothing of the hooks imports the sidecar.
 HOOKS = "trainprobe.hooks"
-HOOK_LAYERS = [
-    "_grpc_fork",
-    "ray_wait",
-    "watch",
-    "startup",
-    "report",
-    "torchft",
-    "replicated_optim",
-    "replica",
-    "liveness",
-    "ray_train",
-    "framework",
-    "lightning",
-    "transformers",
-    "replicated_lightning",
-    "replicated_transformers",
-]
+UNITS = {
+    HOOKS: [
+        "_grpc_fork",
+        "ray_wait",
+        "watch",
+        "startup",
+        "report",
+        "torchft",
+        "replicated_optim",
+        "replica",
+        "liveness",
+        "ray_train",
+        "framework",
+        "lightning",
+        "transformers",
+        "replicated_lightning",
+        "replicated_transformers",
+    ],
+    "trainprobe.sidecar.cli": [
+        "flags",
+        "output",
+        "extras",
+        "status_text",
+        "incidents",
+        "top",
+        "report",
+        "run",
+        "sidecar",
+        "ctl",
+    ],
+    "trainprobe.sidecar.otel": ["traces", "metrics", "export", "telemetry"],
+    "perfdoc": [
+        "core",
+        "plotting",
+        "sections",
+        "headlines",
+        "figures",
+        "figures_restart",
+        "document",
+    ],
+}
 
 
-def _hook_unit(mod: str) -> str | None:
-    """A hooks module's unit: its subpackage or top-level module, "" for the
-    facade, None outside the hooks."""
-    if mod == HOOKS:
+def _unit_of(mod: str, package: str) -> str | None:
+    """A module's unit in ``package``: its subpackage or top-level module, ""
+    for the package's ``__init__``, None outside the package."""
+    if mod == package:
         return ""
-    if not mod.startswith(HOOKS + "."):
+    if not mod.startswith(package + "."):
         return None
-    return mod[len(HOOKS) + 1 :].split(".")[0]
+    return mod[len(package) + 1 :].split(".")[0]
 
 
-def hook_direction_violations(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+def unit_violations(graph: dict[str, set[str]], package: str, layers: list[str]) -> list[str]:
     bad = []
     for mod, edges in sorted(graph.items()):
-        unit = _hook_unit(mod)
+        unit = _unit_of(mod, package)
         if unit is None:
             continue
         if unit and unit not in layers:
-            bad.append(f"{mod}: its unit {unit} is not in HOOK_LAYERS")
+            bad.append(f"{mod}: its unit {unit} is not in the package's layers")
             continue
         for dep in sorted(edges):
-            if dep.startswith("trainprobe.sidecar"):
+            if package == HOOKS and dep.startswith("trainprobe.sidecar"):
                 bad.append(f"{mod} imports {dep}: the hooks may not import the sidecar")
                 continue
-            to = _hook_unit(dep)
+            to = _unit_of(dep, package)
             if to is None or to == unit or unit == "":
                 continue
             if to == "" or to not in layers or layers.index(to) > layers.index(unit):
-                bad.append(f"{mod} imports {dep}: {unit} may not import {to or HOOKS}")
+                bad.append(f"{mod} imports {dep}: {unit} may not import {to or package}")
     return bad
 
 
-def test_the_hooks_direction_check_finds_a_wrong_way_import() -> None:
+def test_the_unit_check_finds_a_wrong_way_import() -> None:
     w, r, top = f"{HOOKS}.watch.steps", f"{HOOKS}.report.reporter", f"{HOOKS}.liveness"
     graph = {
         w: {r},  # watch reaches up into report
@@ -319,8 +344,8 @@ def test_the_hooks_direction_check_finds_a_wrong_way_import() -> None:
         f"{HOOKS}.odd.thing": set(),  # a subpackage nobody declared
         f"{HOOKS}.report.target": {"trainprobe.sidecar.config"},
     }
-    assert hook_direction_violations(graph, ["watch", "report", "liveness"]) == [
-        f"{HOOKS}.odd.thing: its unit odd is not in HOOK_LAYERS",
+    assert unit_violations(graph, HOOKS, ["watch", "report", "liveness"]) == [
+        f"{HOOKS}.odd.thing: its unit odd is not in the package's layers",
         f"{HOOKS}.report.messages imports {top}: report may not import liveness",
         f"{HOOKS}.report.target imports trainprobe.sidecar.config: "
         "the hooks may not import the sidecar",
@@ -329,15 +354,20 @@ def test_the_hooks_direction_check_finds_a_wrong_way_import() -> None:
     ]
 
 
-def test_the_hooks_import_one_way() -> None:
-    assert hook_direction_violations(import_graph(), HOOK_LAYERS) == []
+@pytest.mark.parametrize("package", sorted(UNITS))
+def test_each_cut_package_imports_one_way(package: str) -> None:
+    assert unit_violations(import_graph(), package, UNITS[package]) == []
 
 
-def test_each_hooks_package_is_declared_and_small() -> None:
-    top = ROOT / "hooks" / "trainprobe" / "hooks"
+@pytest.mark.parametrize("package", sorted(UNITS))
+def test_each_cut_package_is_declared_and_small(package: str) -> None:
+    folder, prefix = next(
+        (f, p) for f, p in TREES if package == p or package.startswith(p + ".") or not p
+    )
+    top = folder.joinpath(*package[len(prefix) :].lstrip(".").split("."))
     subs = sorted(p.parent for p in top.glob("*/__init__.py"))
     modules = sorted(p.stem for p in top.glob("*.py") if p.name != "__init__.py")
-    assert sorted([d.name for d in subs] + modules) == sorted(HOOK_LAYERS)
+    assert sorted([d.name for d in subs] + modules) == sorted(UNITS[package])
     sizes = {d.name: len([p for p in d.rglob("*.py") if p.name != "__init__.py"]) for d in subs}
     sizes["(top)"] = len(modules)
     assert max(sizes.values()) <= MAX_MODULES, sizes

@@ -7,17 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .core import RESULTS, Result
-from .cost import cost_section
-from .detection import detection_section
-from .faults import faults_section
 from .headlines import headlines
-from .more import gpu_section, hardening_section, install_section
-from .pressure import incident_log_section, starved_section
-from .ray_sync import ray_sync_section
-from .recovery import recovery_section
-from .restart import restart_section
-from .scale import job_scale_section, scale_section
-from .sessions import sessions_section
+from .sections.cost import cost_section
+from .sections.detection import detection_section
+from .sections.faults import faults_section
+from .sections.more import gpu_section, hardening_section, install_section
+from .sections.pressure import incident_log_section, starved_section
+from .sections.ray_sync import ray_sync_section
+from .sections.recovery import recovery_section
+from .sections.restart import restart_section
+from .sections.scale import job_scale_section, scale_section
+from .sections.sessions import sessions_section
 
 NAMES = (
     "cost",
@@ -117,7 +117,8 @@ def markdown(results: Path = RESULTS) -> str:
 def plots(results: Path, out: Path) -> list[Path]:
     """Every plot the document links that has its result; returns the files written."""
     from . import figures as rp  # matplotlib only when plots are asked for
-    from . import figures_restart, ray_sync
+    from . import figures_restart
+    from .sections import ray_sync
 
     res = load(results)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .core import CASES, TOOLS
 from .plotting import Results, bars, finish, one, plt, save
-from .scale import job_scale
+from .sections.scale import job_scale
 
 __all__ = ["MAKERS"]
 

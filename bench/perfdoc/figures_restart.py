@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .plotting import finish, plt
-from .restart import HANGS, SHORT, ray_restart, restart_goal, stack_results
+from .sections.restart import HANGS, SHORT, ray_restart, restart_goal, stack_results
 
 __all__ = ["MAKERS", "restart_plot"]
 

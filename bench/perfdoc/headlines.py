@@ -6,14 +6,19 @@ import math
 import statistics
 
 from .core import Lines, Result, head, row, s, us, yes
-from .detection import current_stall_floor, default_floor
-from .faults import fault_goals
-from .pressure import INCIDENT_LOG_ANCHOR, STARVED_ANCHOR, incident_log_goals, starved_goals
-from .ray_recovery import ray_survivor_goals
-from .ray_sync import RAY_SYNC_ANCHOR, ray_sync_goals
-from .recovery import recovery_goals
-from .restart import RESTART_ANCHOR, restart_goals
-from .scale import job_scale
+from .sections.detection import current_stall_floor, default_floor
+from .sections.faults import fault_goals
+from .sections.pressure import (
+    INCIDENT_LOG_ANCHOR,
+    STARVED_ANCHOR,
+    incident_log_goals,
+    starved_goals,
+)
+from .sections.ray_recovery import ray_survivor_goals
+from .sections.ray_sync import RAY_SYNC_ANCHOR, ray_sync_goals
+from .sections.recovery import recovery_goals
+from .sections.restart import RESTART_ANCHOR, restart_goals
+from .sections.scale import job_scale
 
 
 def headlines(res: dict[str, Result | None]) -> Lines:

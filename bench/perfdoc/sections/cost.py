@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import Lines, Result, closing, head, missing, row, us
+from ..core import Lines, Result, closing, head, missing, row, us
 
 
 def cost_section(cost: Result | None, mem: Result | None) -> Lines:

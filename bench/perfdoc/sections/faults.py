@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import CASES, DEFINITIVE, TOOLS, Lines, Result, closing, head, missing, row, s, yes
+from ..core import CASES, DEFINITIVE, TOOLS, Lines, Result, closing, head, missing, row, s, yes
 
 
 def _fault_groups(r: Result, healthy: bool) -> list[Result]:

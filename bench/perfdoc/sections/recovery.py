@@ -3,7 +3,7 @@ torchft alone and the non-replicated Ray Train and torchrun restarts."""
 
 from __future__ import annotations
 
-from .core import CASES, Lines, Result, command, head, missing, plot_ref, row, s, yes
+from ..core import CASES, Lines, Result, command, head, missing, plot_ref, row, s, yes
 from .ray_recovery import ray_survivor_command, ray_survivor_rows, ray_survivor_where
 
 RECOVERY_CMD = "python bench/bench_torchft.py --trials 3"

@@ -3,7 +3,7 @@ restart of every rank (torchrun, Ray Train) beside the replicated loop of ``trai
 
 from __future__ import annotations
 
-from .core import Lines, Result, command, head, missing, plot_ref, row, s, yes
+from ..core import Lines, Result, command, head, missing, plot_ref, row, s, yes
 
 __all__ = [
     "HANGS",

@@ -4,7 +4,7 @@ from before a stopped worker was SIGKILLed ahead of ``ray.kill``."""
 
 from __future__ import annotations
 
-from .core import Lines, Result, command, row, s, yes
+from ..core import Lines, Result, command, row, s, yes
 
 __all__ = ["ray_survivor_command", "ray_survivor_goals", "ray_survivor_rows", "ray_survivor_where"]
 

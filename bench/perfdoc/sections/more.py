@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .core import COMMANDS, Lines, Result, closing, head, missing, row
+from ..core import COMMANDS, Lines, Result, closing, head, missing, row
 
 
 def gpu_section(r: Result | None) -> Lines:

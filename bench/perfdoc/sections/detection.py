@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .core import HANGS, REPO, TOOLS, Lines, Result, closing, head, missing, row, s
+from ..core import HANGS, REPO, TOOLS, Lines, Result, closing, head, missing, row, s
 
 
 def detection_section(det: Result | None) -> Lines:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import Lines, Result, command, head, row, s
+from ..core import Lines, Result, command, head, row, s
 
 GOAL_RSS_MB = 150
 NAMES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from .core import Lines, Result, closing, command, head, missing, plot_ref, reproduce, row, s
+from ..core import Lines, Result, closing, command, head, missing, plot_ref, reproduce, row, s
 
 
 def scale_rows(r: Result) -> Lines:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .core import Lines, Result, head, missing, reproduce, row, s, yes
+from ..core import Lines, Result, head, missing, reproduce, row, s, yes
 
 __all__ = [
     "INCIDENT_LOG_ANCHOR",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .core import Lines, Result, closing, head, missing, row
+from ..core import Lines, Result, closing, head, missing, row
 
 __all__ = ["RAY_SYNC_ANCHOR", "ray_sync_goals", "ray_sync_plot", "ray_sync_section"]
 
@@ -102,7 +102,7 @@ def ray_sync_plot(res: dict[str, Any], out: Path) -> bool:
     r = res.get("ray_sync")
     if r is None:
         return False
-    from .plotting import finish, plt
+    from ..plotting import finish, plt
 
     rows = sorted(r["rows"], key=lambda x: x["nodes"])
     n = [x["nodes"] for x in rows]
