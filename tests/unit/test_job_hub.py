@@ -98,3 +98,21 @@ def test_hub_refuses_what_a_hostile_node_sends_and_keeps_the_rest() -> None:
     # Its stream ends: it leaves; the honest node's rank is still held.
     hub.leave("evil")
     assert hub.ranks() == 1 and len(hub) == 1
+
+
+def test_the_wire_carries_summaries_notes_and_a_bounded_verdict_whole() -> None:
+    from trainprobe.proto import probe_pb2 as pb
+    from trainprobe.sidecar.core.job.verdict import JobVerdict
+    from trainprobe.sidecar.core.job.view import SyncReply
+    from trainprobe.sidecar.core.judge.diagnosis import GroupProgress
+    from trainprobe.sidecar.sync.wire import reply_of, reply_pb, upload_pb, uploads_of
+
+    s = rank(3, groups=(GroupProgress("g", 5, 4, 1.5, "allreduce", 5),), phases=("ckpt",))
+    note = EpisodeNote("e1", "j", "a", "HUNG", "stall", "straggler", (3,), "t", {3: "x.py:1"})
+    up = Upload("j", (s,), (1,), True, note, True, ("i", 7), bounded=True)
+    msg = pb.JobSyncUp(node_id="a", refresh_s=3, jobs=[upload_pb(up)])
+    assert uploads_of(pb.JobSyncUp.FromString(msg.SerializeToString())) == [up]
+    verdict = JobVerdict(9, "straggler", False, (3,), (0, 1), 1, 700, 0.95, "s", {"k": [1]}, 800)
+    reply = SyncReply(((s, 0.25),), note, None, gone=(2,), since=("i", 9), verdict=verdict)
+    back = reply_of(pb.JobReply.FromString(reply_pb("j", reply).SerializeToString()))
+    assert back == reply

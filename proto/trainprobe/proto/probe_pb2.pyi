@@ -629,7 +629,7 @@ class JobSyncUp(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., refresh_s: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[JobUpload, _Mapping]]] = ...) -> None: ...
 
 class JobUpload(_message.Message):
-    __slots__ = ("job_id", "ranks", "dropped", "full", "note", "detail", "since_instance", "since_version", "ended")
+    __slots__ = ("job_id", "ranks", "dropped", "full", "note", "detail", "since_instance", "since_version", "ended", "bounded")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
@@ -639,6 +639,7 @@ class JobUpload(_message.Message):
     SINCE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    BOUNDED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     ranks: _containers.RepeatedCompositeFieldContainer[SyncedRank]
     dropped: _containers.RepeatedScalarFieldContainer[int]
@@ -648,7 +649,8 @@ class JobUpload(_message.Message):
     since_instance: str
     since_version: int
     ended: bool
-    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., full: bool = ..., note: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., detail: bool = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., ended: bool = ...) -> None: ...
+    bounded: bool
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., full: bool = ..., note: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., detail: bool = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., ended: bool = ..., bounded: bool = ...) -> None: ...
 
 class SyncedRank(_message.Message):
     __slots__ = ("rank", "world_size", "host", "pid", "node", "reporting", "ended", "report_age_s", "has_step", "step", "step_age_s", "phases", "groups", "verdict", "replica", "ft_wait", "ft_wait_age_s", "verified", "normal_step_s", "kernel", "kernel_age_s", "held_s")
@@ -772,7 +774,7 @@ class JobSyncDown(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[JobReply, _Mapping]]] = ...) -> None: ...
 
 class JobReply(_message.Message):
-    __slots__ = ("job_id", "episode", "digest", "detail", "full", "others", "gone", "since_instance", "since_version")
+    __slots__ = ("job_id", "episode", "digest", "detail", "full", "others", "gone", "since_instance", "since_version", "verdict_json")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -782,6 +784,7 @@ class JobReply(_message.Message):
     GONE_FIELD_NUMBER: _ClassVar[int]
     SINCE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_JSON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     episode: SyncedEpisode
     digest: SyncedDigest
@@ -791,4 +794,5 @@ class JobReply(_message.Message):
     gone: _containers.RepeatedScalarFieldContainer[int]
     since_instance: str
     since_version: int
-    def __init__(self, job_id: _Optional[str] = ..., episode: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., digest: _Optional[_Union[SyncedDigest, _Mapping]] = ..., detail: bool = ..., full: bool = ..., others: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., gone: _Optional[_Iterable[int]] = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ...) -> None: ...
+    verdict_json: str
+    def __init__(self, job_id: _Optional[str] = ..., episode: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., digest: _Optional[_Union[SyncedDigest, _Mapping]] = ..., detail: bool = ..., full: bool = ..., others: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., gone: _Optional[_Iterable[int]] = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., verdict_json: _Optional[str] = ...) -> None: ...

@@ -99,7 +99,8 @@ class StreamTransport:
         out = self._out
         if out is None or not self.connected:
             return []
-        ups = self.uplink.uploads(payload, self._clock())
+        bounded = self.view.bounded if self.view is not None else False
+        ups = self.uplink.uploads(payload, self._clock(), bounded)
         if ups:
             msg = probe_pb2.JobSyncUp(
                 node_id=self.node_id, refresh_s=self.refresh_s, jobs=[upload_pb(u) for u in ups]

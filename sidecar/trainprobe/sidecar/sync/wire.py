@@ -8,11 +8,15 @@ oversized message costs its bytes, never a list of that length.
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 from trainprobe.proto import probe_pb2 as pb
 from trainprobe.sidecar.core import limits
 from trainprobe.sidecar.core.job.digest import JobDigest
 from trainprobe.sidecar.core.job.hub import Refused
 from trainprobe.sidecar.core.job.uplink import Upload
+from trainprobe.sidecar.core.job.verdict import JobVerdict
 from trainprobe.sidecar.core.job.view import EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary
 
@@ -126,6 +130,7 @@ def upload_pb(up: Upload) -> pb.JobUpload:
         full=up.full,
         detail=up.detail,
         ended=up.ended,
+        bounded=up.bounded,
     )
     if up.note is not None:
         m.note.CopyFrom(_note_pb(up.note))
@@ -155,6 +160,7 @@ def uploads_of(msg: pb.JobSyncUp) -> list[Upload]:
                 j.detail,
                 since,
                 j.ended,
+                j.bounded,
             )
         )
     return out
@@ -186,7 +192,20 @@ def reply_pb(job_id: str, r: SyncReply) -> pb.JobReply:
         )
     if r.since is not None:
         m.since_instance, m.since_version = r.since
+    if r.verdict is not None:
+        m.verdict_json = json.dumps(asdict(r.verdict), default=str)
     return m
+
+
+def _verdict_of(text: str) -> JobVerdict | None:
+    if not text:
+        return None
+    v = json.loads(text)
+    return JobVerdict(
+        int(v["version"]), str(v["kind"]), bool(v["healthy"]), tuple(v["culprits"]),
+        tuple(v["waiting"]), int(v["culprit_count"]), int(v["waiting_count"]),
+        float(v["confidence"]), str(v["summary"]), dict(v["evidence"]), int(v["ranks"]),
+    )  # fmt: skip
 
 
 def reply_of(m: pb.JobReply) -> SyncReply:
@@ -208,4 +227,5 @@ def reply_of(m: pb.JobReply) -> SyncReply:
         full=m.full,
         gone=tuple(m.gone),
         since=(m.since_instance, m.since_version) if m.since_instance else None,
+        verdict=_verdict_of(m.verdict_json),
     )

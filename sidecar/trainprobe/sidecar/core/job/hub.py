@@ -246,7 +246,9 @@ class SummaryHub:
             state = self.jobs[job] = CoordinatorState(
                 self.stale_after_s, instance=f"{self.instance}.{self._created}"
             )
-        return state.sync(node_id, ranks, up.note, now, up.detail, up.since, refresh_s)
+        return state.sync(
+            node_id, ranks, up.note, now, up.detail, up.since, refresh_s, bounded=up.bounded
+        )
 
     def _push(self, job: str, sender: str, reply: SyncReply, key: tuple[object, ...]) -> list[Push]:
         digest_only = SyncReply((), reply.episode, reply.digest, detail=False, full=False)

@@ -70,6 +70,8 @@ class Upload:
     since: tuple[str, int] | None = None
     #: The node serves no rank of the job any more.
     ended: bool = False
+    #: With ``detail``: a large job's verdict and the ranks it names will do.
+    bounded: bool = False
 
 
 class Uplink:
@@ -99,8 +101,9 @@ class Uplink:
             return not same_summary(before, s, now - at, self.refresh_s)
         return now - at >= self.heartbeat_s or matters(before) != matters(s)
 
-    def uploads(self, round_: Round, now: float) -> list[Upload]:
-        """What to send for ``round_`` (empty: nothing this time)."""
+    def uploads(self, round_: Round, now: float, bounded: bool = False) -> list[Upload]:
+        """What to send for ``round_`` (empty: nothing this time); ``bounded``:
+        see :attr:`Upload.bounded`."""
         out: list[Upload] = []
         quiet: list[Upload] = []
         for job, (mine, note, detail, since) in round_.items():
@@ -118,7 +121,10 @@ class Uplink:
                 del sent[rank]
             for s in changed:
                 sent[s.rank] = (s, now)
-            up = Upload(job, changed, dropped, full, note, detail, since if detail else None)
+            up = Upload(
+                job, changed, dropped, full, note, detail, since if detail else None,
+                bounded=bounded and detail,
+            )  # fmt: skip
             if full or changed or dropped or detail or note != self._notes.get(job):
                 out.append(up)
             else:

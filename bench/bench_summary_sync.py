@@ -1,0 +1,283 @@
+"""What one upstream costs in summary mode (``job_sync_to``), by the number of nodes.
+
+    python bench/bench_summary_sync.py [--nodes 10,100,1000] [--ranks-per-node 8]
+        [--procs 4] [--window-s 10] [--incident] [--json bench/results/summary_sync.json]
+
+    # the issue's size, on a 16-core machine (the upstream pinned to CPU 0):
+    python bench/bench_summary_sync.py --nodes 12500 --procs 14 --window-s 30 --incident
+
+The upstream is a real sidecar process (telemetry off), pinned to one CPU.
+``--nodes`` simulated node sidecars, spread over ``--procs`` load processes
+(pinned to the other CPUs), each keep one real JobSync stream over a Unix
+socket, and run the node's own code for it: every 500 ms a round of
+``--ranks-per-node`` healthy ranks (a step every 200 ms, collectives briefly
+in flight), what to ask from :class:`~trainprobe.sidecar.core.job.view.JobView`,
+what to send from :class:`~trainprobe.sidecar.core.job.uplink.Uplink`, the
+answers applied to the view. All nodes are one job (``N x ranks`` ranks).
+
+Measured over ``--window-s`` once every stream is up: the upstream's CPU
+seconds per second (its /proc utime + stime), its RSS at the end and its peak
+(VmHWM), and the messages the nodes sent and received a second. With
+``--incident``, then, rank 0 (node 0) stops: its summary says so at the next
+round (as its node's rules and /proc would), and the bench measures how long
+until node 1's view holds it silent and names it the culprit
+(:func:`~trainprobe.sidecar.core.job.view.analyze_job`), and the upstream's
+CPU during the 10 s after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import add_repo_to_path, cpu_seconds, write_result
+
+add_repo_to_path()
+
+import grpc  # noqa: E402
+
+from trainprobe.proto import probe_pb2 as pb  # noqa: E402
+from trainprobe.sidecar.core.job.uplink import Uplink  # noqa: E402
+from trainprobe.sidecar.core.job.view import JobView, analyze_job  # noqa: E402
+from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary  # noqa: E402
+from trainprobe.sidecar.sync.wire import reply_of, upload_pb  # noqa: E402
+
+JOB = "bench"
+INTERVAL_S = 0.5
+REFRESH_S = 3.0
+METHOD = "/trainprobe.v1.Sidecar/JobSync"
+
+
+def _raise_fds() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _summary(rank: int, world: int, t: float, stopped_at: float | None) -> RankSummary:
+    step = int(t / 0.2)
+    seq = step * 2
+    if stopped_at is not None and t >= stopped_at:
+        age = t - stopped_at
+        frozen = int(stopped_at / 0.2)
+        return RankSummary(
+            rank, world, host=f"n{rank // 8}", pid=1000 + rank, reporting=False,
+            report_age_s=age, has_step=True, step=frozen, step_age_s=age,
+            groups=(GroupProgress("default", frozen * 2, frozen * 2),), verdict="UNRESPONSIVE",
+            verified=True, normal_step_s=1.0, kernel="stopped", kernel_age_s=0.1,
+        )  # fmt: skip
+    inflight = 0.01 if (rank + step) % 3 == 0 else None
+    return RankSummary(
+        rank, world, host=f"n{rank // 8}", pid=1000 + rank, report_age_s=(t % 1.0) / 10,
+        has_step=True, step=step, step_age_s=t % 0.2, verified=True, normal_step_s=1.0,
+        groups=(GroupProgress("default", seq + (inflight is not None), seq, inflight,
+                              "allreduce" if inflight else "", seq + 1),),
+    )  # fmt: skip
+
+
+async def _node(
+    i: int, per: int, world: int, target: str, t0: float, stop_at: Any, stats: dict[str, Any]
+) -> None:
+    view, uplink = JobView(), Uplink(REFRESH_S)
+    ranks = range(i * per, (i + 1) * per)
+    async with grpc.aio.insecure_channel(target) as ch:
+        call = ch.stream_stream(
+            METHOD,
+            request_serializer=pb.JobSyncUp.SerializeToString,
+            response_deserializer=pb.JobSyncDown.FromString,
+        )()
+
+        async def read() -> None:
+            async for down in call:
+                stats["received"] += 1
+                for j in down.jobs:
+                    view.update(j.job_id, reply_of(j), time.monotonic())
+                if i == 1 and stats["onset"] and not stats["named_after"]:
+                    now = time.monotonic()
+                    remote = view.remote(JOB, now, 3 * REFRESH_S)
+                    mine = [_summary(r, world, now - t0, None) for r in ranks]
+                    verdict = view.verdict(JOB)
+                    if verdict is not None:  # a large job: the upstream's verdict is the analysis
+                        d = verdict.diagnosis(False)
+                    else:
+                        d = analyze_job([*mine, *remote]) if remote else None
+                    if d is not None and 0 in d.culprits:
+                        stats["named_after"] = now - stats["onset"]
+
+        reader = asyncio.ensure_future(read())
+        reader.add_done_callback(
+            lambda t: (
+                t.cancelled() or t.exception() is None or print(f"node {i}: {t.exception()!r}")
+            )
+        )
+        stats["up"] += 1
+        await asyncio.sleep((i % 50) * INTERVAL_S / 50)  # spread the rounds
+        while not reader.done():
+            now = time.monotonic()
+            stopped = stop_at.value if i == 0 and stop_at.value > 0 else None
+            mine = [_summary(r, world, now - t0, stopped and stopped - t0) for r in ranks]
+            detail, since = view.ask(JOB, mine, False, now)
+            ups = uplink.uploads({JOB: (mine, None, detail, since)}, now, view.bounded)
+            if ups:
+                await call.write(
+                    pb.JobSyncUp(node_id=f"node-{i}", refresh_s=REFRESH_S,
+                                 jobs=[upload_pb(u) for u in ups])
+                )  # fmt: skip
+                stats["sent"] += 1
+            await asyncio.sleep(INTERVAL_S)
+
+
+def _load(
+    p: int, nodes: range, per: int, world: int, target: str, cpus: set[int], counters: Any,
+    stop_at: Any,
+) -> None:  # fmt: skip
+    """One load process: its nodes' streams; [up, sent, received, named ms] at 4 * p."""
+    _raise_fds()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    stats: dict[str, Any] = {"up": 0, "sent": 0, "received": 0, "onset": 0.0, "named_after": 0.0}
+    t0 = time.monotonic()
+
+    async def main() -> None:
+        tasks = [
+            asyncio.ensure_future(_node(i, per, world, target, t0, stop_at, stats)) for i in nodes
+        ]
+        while not all(t.done() for t in tasks):
+            await asyncio.sleep(0.2)
+            if stop_at.value > 0 and not stats["onset"]:
+                stats["onset"] = stop_at.value
+            with counters.get_lock():
+                counters[4 * p] = stats["up"]
+                counters[4 * p + 1] = stats["sent"]
+                counters[4 * p + 2] = stats["received"]
+                counters[4 * p + 3] = int(stats["named_after"] * 1000)
+
+    asyncio.run(main())
+
+
+def _status(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="tpsum-"))
+    sock = work / "up.sock"
+    cpus = sorted(os.sched_getaffinity(0))
+    up_cpu, load_cpus = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    env = {**os.environ, "TRAINPROBE_TELEMETRY": "false", "OTEL_SDK_DISABLED": "true"}
+    with open(work / "up.log", "wb") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "trainprobe.sidecar", "--listen", f"unix://{sock}",
+             "--state-dir", str(work / "state")],
+            env=env, stdout=subprocess.DEVNULL, stderr=log,
+            preexec_fn=lambda: (_raise_fds(), os.sched_setaffinity(0, up_cpu)),
+        )  # fmt: skip
+    try:
+        while not sock.exists():
+            time.sleep(0.05)
+            if up.poll() is not None:
+                raise SystemExit((work / "up.log").read_text())
+        procs = max(1, min(procs, n))
+        counters = mp.Array("q", 4 * procs)
+        stop_at = mp.Value("d", 0.0)
+        chunk = -(-n // procs)
+        loads = []
+        for p in range(procs):
+            nodes = range(p * chunk, min(n, (p + 1) * chunk))
+            loads.append(
+                mp.Process(
+                    target=_load,
+                    args=(p, nodes, per, n * per, f"unix://{sock}", load_cpus, counters, stop_at),
+                    daemon=True,
+                )
+            )
+            loads[-1].start()
+
+        def total(k: int) -> int:
+            return sum(counters[4 * p + k] for p in range(procs))
+
+        deadline = time.monotonic() + 60 + n / 50
+        while total(0) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        connected = total(0)
+        time.sleep(2 * INTERVAL_S + 1.0)  # every node's first full upload is in
+        c0, s0, r0, t0 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
+        time.sleep(window_s)
+        c1, s1, r1, t1 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
+        out: dict[str, Any] = {
+            "nodes": n,
+            "ranks": n * per,
+            "connected": connected,
+            "upstream_cores": round((c1 - c0) / (t1 - t0), 4),
+            "upstream_rss_mb": round(_status(up.pid, "VmRSS") / 2**20, 1),
+            "upstream_peak_rss_mb": round(_status(up.pid, "VmHWM") / 2**20, 1),
+            "sent_per_s": round((s1 - s0) / (t1 - t0), 1),
+            "received_per_s": round((r1 - r0) / (t1 - t0), 1),
+        }
+        if incident:
+            stop_at.value = time.monotonic()
+            c0, t0 = cpu_seconds(up.pid), time.monotonic()
+            time.sleep(10.0)
+            c1, t1 = cpu_seconds(up.pid), time.monotonic()
+            named = max(counters[4 * p + 3] for p in range(procs))
+            out["incident_upstream_cores"] = round((c1 - c0) / (t1 - t0), 4)
+            out["culprit_named_after_s"] = round(named / 1000, 3) if named else None
+            out["incident_peak_rss_mb"] = round(_status(up.pid, "VmHWM") / 2**20, 1)
+        for proc in loads:
+            proc.kill()
+        return out
+    finally:
+        up.terminate()
+        try:
+            up.wait(10)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default="10,100,400")
+    ap.add_argument("--ranks-per-node", type=int, default=8)
+    ap.add_argument("--procs", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 1)))
+    ap.add_argument("--window-s", type=float, default=10.0)
+    ap.add_argument("--incident", action="store_true")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    started = time.monotonic()
+    rows = []
+    for n in (int(x) for x in args.nodes.split(",")):
+        row = measure(n, args.ranks_per_node, args.procs, args.window_s, args.incident)
+        rows.append(row)
+        print(
+            f"{row['nodes']:>6} nodes ({row['ranks']:>7} ranks, {row['connected']} up): "
+            f"upstream {row['upstream_cores']:.3f} cores, RSS {row['upstream_rss_mb']} MB "
+            f"(peak {row['upstream_peak_rss_mb']}); nodes sent {row['sent_per_s']}/s, "
+            f"received {row['received_per_s']}/s"
+            + (
+                f"; incident: {row['incident_upstream_cores']:.3f} cores, culprit named "
+                f"{row['culprit_named_after_s']} s after onset"
+                if args.incident
+                else ""
+            ),
+            flush=True,
+        )
+    if args.json:
+        write_result(args.json, "summary_sync", {"rows": rows, "args": vars(args)}, started)
+
+
+if __name__ == "__main__":
+    main()
