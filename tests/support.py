@@ -78,6 +78,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def ctl(
+    *args: str, timeout: float = 60, check: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``trainprobe ARGS`` as a user runs it (``env`` added to :func:`child_env`'s);
+    ``check``: a failure raises, with its output."""
+    return subprocess.run(
+        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
 class SidecarProcess:
     """``python -m trainprobe.sidecar`` on a private Unix socket."""
 

@@ -12,20 +12,10 @@ import socket
 import subprocess
 from pathlib import Path
 
-from tests.support import PYTHON, REPO, child_env, free_port, short_tmpdir, sidecar, wait_for
+from tests.support import PYTHON, REPO, child_env, ctl, free_port, short_tmpdir, sidecar, wait_for
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 LONG_JOB = "torchelastic-3f2a9c1e-5b7d-4e08-a1c6-9d2e7f4b8a10"
-
-
-def ctl(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        env=child_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def sidecar_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,16 +15,14 @@ targeting; tests/test_detect_e2e.py tests the patience itself.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import (
-    PYTHON,
     Workers,
-    child_env,
+    ctl,
     free_port,
     short_tmpdir,
     sidecar,
@@ -41,17 +39,6 @@ FAST = ["--steps", "400", "--step-s", "0.02", "--interval-ms", "100", "--watch-d
 
 def hang_args(rank: int, at: int, mode: str) -> list[str]:
     return [*FAST, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-mode", mode]
-
-
-def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``trainprobe diagnose ARGS`` as a user runs it."""
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "diagnose", *args],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def span_attributes(traces: Path, incident_id: str, key: str) -> dict[str, Any]:
@@ -145,13 +132,13 @@ def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -
         action = wait_for(lambda: job_records(sc, "mismatch4", "action"), 30, what="dry run")[0]
         assert action["dry_run"] is True and action["ranks"] == [1]
         # Live, during the hang: `trainprobe diagnose` prints the incident's text.
-        out = diagnose_cli("--job", "mismatch4", "--target", sc.target)
+        out = ctl("diagnose", "--job", "mismatch4", "--target", sc.target)
         assert out.returncode == 0 and out.stdout.strip() == d["text"]
-        raw = diagnose_cli("--job", "mismatch4", "--json", "--target", sc.target)
+        raw = ctl("diagnose", "--job", "mismatch4", "--json", "--target", sc.target)
         record = json.loads(raw.stdout)
         assert record["culprits"] == [1] and record["episode"] == inc["id"]
         assert all(p.poll() is None for p in w.procs)  # a dry run kills nobody
-        missing = diagnose_cli("--job", "nope", "--target", sc.target)
+        missing = ctl("diagnose", "--job", "nope", "--target", sc.target)
         assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
 
 

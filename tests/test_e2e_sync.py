@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 import torch
 
-from tests.support import PYTHON, Workers, child_env, short_tmpdir, sidecar, wait_for
+from tests.support import Workers, ctl, short_tmpdir, sidecar, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,25 +50,11 @@ def test_latencies_and_sequence_numbers_reach_the_sidecar() -> None:
             assert 0 < s.sync_p50_s <= s.sync_max_s < 10
             issued.add(group.issued)
         assert len(issued) == 1, "every rank issued the same collectives"
-        out = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target, "--json"],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        out = ctl("status", "--target", sc.target, "--json", check=True).stdout
         rows = json.loads(out)["workers"]
         assert {int(g["issued"]) for r in rows for g in r["groups"]} == issued
         assert all("completed" in g and "inflightSeq" in g for r in rows for g in r["groups"])
-        table = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        table = ctl("status", "--target", sc.target, check=True).stdout
         # The default (100-column) table heads it SYNC; the value is p50/max.
         assert " SYNC " in table.splitlines()[1]
         assert re.search(r"\d+\.\d/\d+\.\dms", table), table
@@ -182,14 +167,7 @@ def test_a_straggler_shows_as_arrival_lag_in_status_json() -> None:
         ) as w,
     ):
         assert w.wait(120) == [0, 0], w.log_text(0)
-        out = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target, "--json"],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        out = ctl("status", "--target", sc.target, "--json", check=True).stdout
         lag = {int(r.get("rank", 0)): r["arrivalLag"] for r in json.loads(out)["workers"]}
         # Every collective of the 30 steps was compared on both ranks.
         assert int(lag[0]["count"]) >= 30 and int(lag[1]["count"]) >= 30

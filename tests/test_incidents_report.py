@@ -9,6 +9,7 @@ headless Chromium (Debian's), which screenshots it and dumps its DOM.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests import support
 from tests.support import (
     PYTHON,
     REPO,
@@ -38,14 +40,8 @@ JOB = "rep"
 CHROMIUM = "/usr/bin/chromium"
 
 
-def ctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+#: ``trainprobe ARGS``; a report renders its plots, which takes a while on 2 busy cores.
+ctl = functools.partial(support.ctl, timeout=120)
 
 
 @dataclass

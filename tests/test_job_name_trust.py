@@ -16,21 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.raw_client import connect, stepping
-from tests.support import PYTHON, REPO, child_env, sidecar, wait_for
+from tests.support import PYTHON, REPO, child_env, ctl, sidecar, wait_for
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 
 WORKER = REPO / "tests" / "workers" / "hang_after.py"
 NOWHERE = "unix:///nonexistent/trainprobe-test.sock"
-
-
-def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def incident(key: str, job: str, name: str = "", text: str = "") -> dict[str, Any]:

@@ -10,15 +10,16 @@ sidecar's own log are read.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import PYTHON, SidecarProcess, Workers, child_env, short_tmpdir
+from tests import support
+from tests.support import SidecarProcess, Workers, short_tmpdir
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +30,7 @@ HANG = ("--hang-rank", "1", "--hang-at", "15")
 RAW = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        env=child_env(COLUMNS="100"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+ctl = functools.partial(support.ctl, COLUMNS="100")
 
 
 def assert_clean(text: str, what: str) -> None:

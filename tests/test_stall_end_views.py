@@ -13,15 +13,16 @@ human name (spaces and markup in it), as a user copies it from ``status``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import PYTHON, Workers, child_env, short_tmpdir, sidecar, wait_for
+from tests import support
+from tests.support import Workers, short_tmpdir, sidecar, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +32,7 @@ ARGS = ["--steps", "100000", "--step-s", "0.02", "--interval-ms", "100", "--watc
 DELAY = ["--delay-backward-rank", "1", "--delay-backward-at", "20", "--delay-backward-s", "8"]
 
 
-def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        env=child_env(COLUMNS="200"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+ctl = functools.partial(support.ctl, timeout=120, COLUMNS="200")
 
 
 def spans(traces: Path) -> list[dict[str, Any]]:
