@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.support import PYTHON, REPO, SidecarProcess, child_env, short_tmpdir, wait_for
+from tests.support import PYTHON, REPO, SidecarProcess, child_env, ctl, short_tmpdir, wait_for
 from tests.test_bad_input import hello, report, run_stream
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
 from trainprobe.sidecar.core.limits import MAX_ID_LEN, MAX_LABEL_VALUE_LEN, MAX_STATUS_BYTES
@@ -118,15 +118,9 @@ def test_status_is_cut_to_its_size_bound_and_says_how_many_rows_it_left_out(
     assert len(reply.workers) + reply.omitted == 80 + others  # every row shown or counted
     narrowed = sc.status("wide079")  # one job: fits
     assert len(narrowed.workers) == 1 and narrowed.omitted == 0
-    ctl = subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "status", "--target", sc.target],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-    )
-    assert ctl.returncode == 0, ctl.stderr
-    assert f"({reply.omitted} more workers not shown" in ctl.stdout
+    shown = ctl("status", "--target", sc.target)
+    assert shown.returncode == 0, shown.stderr
+    assert f"({reply.omitted} more workers not shown" in shown.stdout
 
 
 def _errors(stderr: str) -> list[str]:

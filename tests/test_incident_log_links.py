@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PYTHON, child_env
+from tests.support import ctl
 from trainprobe.sidecar.act.incident_log import IncidentLog, log_set
 
 
@@ -36,13 +36,7 @@ def test_a_fifo_or_a_device_in_the_rotated_set_blocks_no_reader(tmp_path: Path) 
     os.symlink("/dev/zero", tmp_path / "incidents.jsonl.2")  # one endless line
     (tmp_path / "incidents.jsonl.3").mkdir()
     for cmd in (["incidents", "--json"], ["incidents"]):
-        r = subprocess.run(
-            [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *cmd, "--log", str(log)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=child_env(),
-        )
+        r = ctl(*cmd, "--log", str(log))
         assert r.returncode == 0, r.stderr
         assert "inc-00001" in r.stdout
         for n in (1, 2, 3):
