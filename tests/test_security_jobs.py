@@ -59,7 +59,13 @@ def test_another_uid_joining_a_paused_job_does_not_make_its_pause_a_kill() -> No
         stepping(w, 10)
         intruder = _other_uid_rank(sc.target, job, 2, 3, 40.0)
         try:
-            time.sleep(3.0)  # its Hello is in, whatever came of it
+            wait_for(  # its Hello is in: refused, or (before) a rank of the job
+                lambda: (
+                    "cannot join" in sc.log_text() or 2 in {r.rank for r in sc.status(job).workers}
+                ),
+                30,
+                what="the other uid's Hello",
+            )
             for pid in w.pids:
                 os.kill(pid, signal.SIGSTOP)
             try:
