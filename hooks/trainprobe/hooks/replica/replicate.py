@@ -59,7 +59,8 @@ from trainprobe.hooks.replicated_optim import (
     ReplicatedOptimizer,
     replica_env,
 )
-from trainprobe.hooks.torchft import RayReplicaGroup, ft_comm_hook
+from trainprobe.hooks.report.replica_group import RayReplicaGroup
+from trainprobe.hooks.torchft import ft_comm_hook
 
 log = logging.getLogger("trainprobe.hooks")
 

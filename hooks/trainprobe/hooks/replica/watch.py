@@ -78,7 +78,7 @@ class ReplicaMethods:
         under a launcher of replica groups (``trainprobe run``), from its env."""
         try:
             from trainprobe.hooks.replica.replicate import launcher_replica_group
-            from trainprobe.hooks.torchft import ray_train_replica_group
+            from trainprobe.hooks.report.replica_group import ray_train_replica_group
 
             if self._ray[1]:
                 self._replica = ray_train_replica_group(self._ray[1])

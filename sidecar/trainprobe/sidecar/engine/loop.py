@@ -34,10 +34,11 @@ from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.incident.policy import ActionPolicy
 from trainprobe.sidecar.core.job.view import EpisodeNote, JobView
 from trainprobe.sidecar.core.judge.culprit import Diagnosis, RankSummary
-from trainprobe.sidecar.core.judge.rules import RuleConfig, evaluate, evaluate_worker, job_contexts
+from trainprobe.sidecar.core.judge.rules import RuleConfig, job_contexts
 from trainprobe.sidecar.core.session.model import Finding, WorkerState
-from trainprobe.sidecar.core.session.pace import BEHIND_S, Pace, defer
+from trainprobe.sidecar.core.session.pace import Pace
 from trainprobe.sidecar.core.session.registry import Registry
+from trainprobe.sidecar.engine.paced import PacedJudge
 from trainprobe.sidecar.engine.ports import (
     ActionRunner,
     GathererFactory,
@@ -125,8 +126,7 @@ class Engine:
         self.pace = Pace()
         #: The tick interval once run() ticks (tick lag means nothing before).
         self.interval_s: float | None = None
-        self._behind = False
-        self._count_deferred_at = 0.0
+        self._paced = PacedJudge(rules, self.pace)
         #: Silent local ranks read from /proc before any rule's clock runs out.
         self.stopped = StoppedWatch()
         self._read_states = read_states
@@ -158,44 +158,7 @@ class Engine:
         return plan_round(self.state, episode, self.registry.workers(), round_no)
 
     def _judge(self, workers: list[WorkerState], now: float) -> list[Finding]:
-        """The rules' findings, judged as of the sidecar's own lateness ago while it
-        is behind (core/session/pace.py): its lateness ages nobody."""
-        allowance = self.pace.allowance(now)
-        behind = allowance >= BEHIND_S
-        if behind != self._behind:
-            self._behind = behind
-            if behind:
-                log.warning(
-                    "sidecar is behind its own reports by %.1fs: verdicts that are ages "
-                    "are judged that much later until it catches up",
-                    allowance,
-                )
-            else:
-                log.warning("sidecar caught up with its reports: verdicts judged at once")
-                self.pace.note_deferred(())
-        if not behind:
-            return evaluate(workers, self.rules, now)
-        judged = evaluate(workers, self.rules, now, allowance)
-        flagged = self.state.flagged
-        standing = {w.key: w.verdict_rule for w in workers if w.key in flagged} if flagged else {}
-        count = now >= self._count_deferred_at
-        if count:  # judged at now in full once a second, to count what is deferred
-            self._count_deferred_at = now + 1.0
-            at_now = evaluate(workers, self.rules, now)
-        elif flagged:  # otherwise only the workers whose verdict stands
-            ctx = job_contexts(workers, self.rules.stall)
-            at_now = [
-                f
-                for w in workers
-                if w.key in flagged
-                for f in evaluate_worker(w, self.rules, ctx[w.hello.job_id], now)
-            ]
-        else:
-            return judged
-        findings, deferred = defer(judged, at_now, standing)
-        if count:
-            self.pace.note_deferred(deferred)
-        return findings
+        return self._paced.judge(workers, now, self.state.flagged)
 
     def _stopped(self, workers: list[WorkerState], now: float) -> list[Finding]:
         """Ranks the kernel holds stopped (core/hang/stopped.py), and the reads that
