@@ -17,7 +17,7 @@ from trainprobe.sidecar.core.limits import (
     MAX_LABELS,
     MAX_RECENT,
 )
-from trainprobe.sidecar.core.session import RayInfo, Registry, RegistryError, ValidationError
+from trainprobe.sidecar.core.session import RayIds, Registry, RegistryError, ValidationError
 
 T0 = 100.0
 
@@ -42,7 +42,7 @@ def _refused(h: object) -> str:
 def test_an_oversized_ray_id_is_refused_naming_field_and_limit(
     field: str, value: str, words: str
 ) -> None:
-    message = _refused(replace(hello(), ray=RayInfo(**{field: value})))
+    message = _refused(replace(hello(), ray=RayIds(**{field: value})))
     assert words in message and f"at most {MAX_ID_LEN}" in message
 
 

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from tests.otel_builders import MS, T0, WMM, apply, coll, hello, report
-from trainprobe.sidecar.core.session.model import PhaseData, RayInfo, Verdict
+from trainprobe.sidecar.core.session.model import PhaseData, RayIds, Verdict
 from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.otel import (
     TraceBuilder,
@@ -185,7 +185,7 @@ def test_finished_phase_lands_in_the_trace_of_the_step_before_it() -> None:
 def test_worker_attributes_carry_gpu_ray_and_labels() -> None:
     h = hello(
         gpu_uuid="GPU-1234",
-        ray=RayInfo(job_id="02000000", node_id="n1", actor_id="a1", worker_id="", run_name="r"),
+        ray=RayIds(job_id="02000000", node_id="n1", actor_id="a1", worker_id="", run_name="r"),
         labels={"k8s.pod.name": "pod-7", "team": "x"},
     )
     a = worker_attributes(h, local_host="sidecar-host")

@@ -19,7 +19,7 @@ from trainprobe.proto import RAY_NAMESPACE, ray_node_actor_name, ray_node_socket
 from trainprobe.sidecar import SettingsError, load_settings
 from trainprobe.sidecar.core.incident import RecoveryWatch
 from trainprobe.sidecar.core.ray import actor_summary, kill_settled, plan_ray_kill
-from trainprobe.sidecar.core.session import HelloData, RayInfo, ReportData, WorkerKey, WorkerState
+from trainprobe.sidecar.core.session import HelloData, RayIds, ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.session.fold import note_offset
 from trainprobe.sidecar.ray import HandleStore, RayUnavailable, settings_for_node
 from trainprobe.sidecar.ray.link import probe_address
@@ -32,7 +32,7 @@ ACTOR = "ffa6374939963a1313ec6fba01000000"
 
 
 def test_kill_goes_through_ray_only_for_ray_actors_when_configured() -> None:
-    actor = RayInfo(job_id="01000000", node_id=NODE, actor_id=ACTOR)
+    actor = RayIds(job_id="01000000", node_id=NODE, actor_id=ACTOR)
     assert plan_ray_kill(actor, restart=False, ray_configured=True).route == "ray"
     assert plan_ray_kill(actor, restart=False, ray_configured=True).no_restart is True
     assert plan_ray_kill(actor, restart=True, ray_configured=True).no_restart is False
@@ -40,7 +40,7 @@ def test_kill_goes_through_ray_only_for_ray_actors_when_configured() -> None:
     # An actor id from an unverified session is a claim: never aimed at with ray.kill.
     unverified = plan_ray_kill(actor, restart=False, ray_configured=True, verified=False)
     assert unverified.route == "signal" and "not verified" in unverified.reason
-    driver = RayInfo(job_id="01000000", node_id=NODE)  # a Ray driver, not an actor
+    driver = RayIds(job_id="01000000", node_id=NODE)  # a Ray driver, not an actor
     plan = plan_ray_kill(driver, restart=False, ray_configured=True)
     assert (plan.route, plan.reason) == ("signal", "worker is not a Ray actor")
 

@@ -11,6 +11,7 @@ from trainprobe.sidecar.core.conventions import (
     RENDEZVOUS_PHASE,
     STACK_SIGNALS,
     STARTUP_PHASES,
+    RayIds,
 )
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "STACK_SIGNALS",
     "STARTUP_PHASES",
     "VERSION",
+    "RayIds",
     "bearer_metadata",
     "bearer_value",
     "package_version",

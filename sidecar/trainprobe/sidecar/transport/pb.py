@@ -13,7 +13,7 @@ from trainprobe.sidecar.core.session.model import (
     GroupSeqData,
     HelloData,
     PhaseData,
-    RayInfo,
+    RayIds,
     ReplicaIdentityData,
     ReplicaProgressData,
     ReportData,
@@ -34,7 +34,7 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
         pid=m.pid,
         # Version-1 hooks that predate the field send 0: assume the default.
         interval_ms=m.interval_ms or 1000,
-        ray=RayInfo(
+        ray=RayIds(
             job_id=m.ray.job_id,
             node_id=m.ray.node_id,
             actor_id=m.ray.actor_id,

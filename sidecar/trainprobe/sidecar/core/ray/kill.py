@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainprobe.sidecar.core.session.model import RayInfo
+from trainprobe.sidecar.core.session.model import RayIds
 
 #: Actor states (Ray State API) after which a kill has taken effect.
 SETTLED_STATES = frozenset({"DEAD", "RESTARTING"})
@@ -38,7 +38,7 @@ class RayKillPlan:
 
 
 def plan_ray_kill(
-    ray: RayInfo, restart: bool, ray_configured: bool, verified: bool = True
+    ray: RayIds, restart: bool, ray_configured: bool, verified: bool = True
 ) -> RayKillPlan:
     """Go through Ray when the worker is a Ray actor, Ray is configured, and the
     session's pid was verified by the kernel.

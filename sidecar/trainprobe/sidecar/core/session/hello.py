@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["HelloData", "RayInfo", "ReplicaIdentityData", "VerifiedProcess", "WorkerKey"]
+from trainprobe.sidecar.core.conventions import RayIds
+
+__all__ = ["HelloData", "RayIds", "ReplicaIdentityData", "VerifiedProcess", "WorkerKey"]
 
 
 class WorkerKey(NamedTuple):
@@ -24,15 +26,6 @@ class WorkerKey(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.job_id}/rank{self.rank}"
-
-
-@dataclass(frozen=True)
-class RayInfo:
-    job_id: str = ""
-    node_id: str = ""
-    actor_id: str = ""
-    worker_id: str = ""
-    run_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,7 +48,7 @@ class HelloData:
     host: str
     pid: int
     interval_ms: int = 1000
-    ray: RayInfo = field(default_factory=RayInfo)
+    ray: RayIds = field(default_factory=RayIds)
     gpu_uuid: str = ""
     cuda_device: int = -1
     labels: dict[str, str] = field(default_factory=dict)

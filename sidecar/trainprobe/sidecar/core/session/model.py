@@ -19,7 +19,7 @@ from typing import Any
 from trainprobe.sidecar.core.ring import FloatRing
 from trainprobe.sidecar.core.session.hello import (
     HelloData,
-    RayInfo,
+    RayIds,
     ReplicaIdentityData,
     VerifiedProcess,
     WorkerKey,
@@ -56,7 +56,7 @@ __all__ = [
     "GroupSeqData",
     "HelloData",
     "PhaseData",
-    "RayInfo",
+    "RayIds",
     "ReplicaIdentityData",
     "ReplicaProgressData",
     "ReportData",
