@@ -17,15 +17,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from tests.raw_client import connect
 from tests.support import PYTHON, Workers, child_env, short_tmpdir, sidecar, wait_for
 from tests.test_pause_e2e import FLAGS, TRAIN, records, stepping
 from tests.test_pod_dirs import as_uid
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a real second uid")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a real second uid")
 
 OTHER_UID = 1001
 
@@ -50,6 +54,7 @@ def _other_uid_rank(
     )
 
 
+@needs_root
 def test_another_uid_joining_a_paused_job_does_not_make_its_pause_a_kill() -> None:
     job = "uidpause"
     with (
@@ -88,3 +93,80 @@ def test_another_uid_joining_a_paused_job_does_not_make_its_pause_a_kill() -> No
             intruder.communicate(timeout=10)
         assert "PERMISSION_DENIED" in sc.log_text() and "uid 1001 cannot join" in sc.log_text()
         assert 2 not in {r.rank for r in sc.status(job).workers}
+
+
+OSC = "\x1b]0;pwned\x07"
+CLEAR = "\x1b[2J\x1b[H"
+
+
+def _reports_then_hangs(
+    job: str, host: str, hang: threading.Event
+) -> Iterator[probe_pb2.WorkerMessage]:
+    """An unverified client: rank 1 of ``job`` on ``host``, 20 reports, then silent
+    with its stream open until ``hang`` is set."""
+    yield probe_pb2.WorkerMessage(
+        hello=probe_pb2.Hello(
+            protocol_version=PROTOCOL_VERSION,
+            hook_version="v",
+            job_id=job,
+            rank=1,
+            local_rank=1,
+            world_size=2,
+            host=host,
+            pid=os.getpid(),
+            interval_ms=100,
+        )
+    )
+    for seq in range(1, 21):
+        now = time.monotonic_ns()
+        report = probe_pb2.Report(
+            seq=seq, mono_ns=now, wall_ns=time.time_ns(), has_step=True, last_step=seq,
+            last_step_mono_ns=now, total_steps=seq,
+        )  # fmt: skip
+        yield probe_pb2.WorkerMessage(report=report)
+        time.sleep(0.1)
+    hang.wait(60)
+
+
+def test_a_kill_notice_carries_no_raw_client_string_to_the_survivors() -> None:
+    """The notice that tells a job's other ranks whom trainprobe killed quotes the
+    diagnosis, which quotes the culprit's own word (its host). An unverified
+    client whose host was an OSC title change and a screen clear hung in a job:
+    before, both reached the healthy rank's stderr raw (its terminal)."""
+    job = "noticeesc"
+    code = (
+        "import logging, time; logging.basicConfig(); "
+        "from trainprobe.hooks import LivenessProbeHook as H; "
+        f"h = H(interval_ms=100, job_id={job!r}, rank=0, world_size=2); "
+        "[h.on_step_end(i) or time.sleep(0.1) for i in range(600)]"
+    )
+    hang = threading.Event()
+    with sidecar("--hang-patience-s", "0", "--kill-grace-s", "1") as sc:
+        rank0 = subprocess.Popen(
+            [PYTHON, "-c", code],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=child_env(TRAINPROBE_TARGET=sc.target),
+        )
+        try:
+            wait_for(lambda: 0 in {r.rank for r in sc.status(job).workers}, 30, what="rank 0")
+            client = threading.Thread(
+                target=connect,
+                args=(sc.target, _reports_then_hangs(job, f"h{OSC}{CLEAR}", hang)),
+                daemon=True,
+            )
+            client.start()
+            wait_for(
+                lambda: [r for r in sc.incidents("action") if r.get("job_id") == job],
+                60,
+                what="the kill of rank 1",
+            )
+            time.sleep(1.0)  # the notice was acknowledged before the kill; its log line is out
+        finally:
+            hang.set()
+            rank0.kill()
+            _, err = rank0.communicate(timeout=10)
+    text = err.decode(errors="replace")
+    (line,) = [x for x in text.splitlines() if "trainprobe killed rank 1" in x]
+    assert "\x1b" not in text and "\x07" not in text, repr(line)
+    assert "h\\x1b]0;pwned\\x07\\x1b[2J" in line, line

@@ -26,6 +26,7 @@ from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.incident.recovery import RecoveryWatch
 from trainprobe.sidecar.core.session.model import ReportData, WorkerKey, WorkerState
 from trainprobe.sidecar.core.session.registry import Registry
+from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.transport.commander import Commander
 
 log = logging.getLogger("trainprobe.sidecar")
@@ -218,14 +219,16 @@ class Actions:
         if not peers or not targets:
             return
         text = str((incident.diagnosis or {}).get("text") or "")
+        # The diagnosis quotes clients' own words (a culprit's host, its stack),
+        # and the hooks log the notice to their training's terminal: escaped here.
         notice = probe_pb2.Notice(
             incident_id=incident.id,
             job_id=incident.job_id,
             killed_ranks=sorted(t.hello.rank for t in targets),
             verdict=incident.verdict.value,
             rule=incident.rule,
-            reason=text.splitlines()[0][:300] if text else "",
-            evicted_replica=evicted_replica,
+            reason=printable(text.splitlines()[0])[:300] if text else "",
+            evicted_replica=printable(evicted_replica),
             replicas_left=replicas_left,
         )
         await asyncio.gather(
