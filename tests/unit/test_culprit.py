@@ -26,21 +26,15 @@ def waiting(
         inflight_op=op,
         inflight_seq=seq,
     )
-    return RankSummary(
-        rank=rank,
-        world_size=world,
-        host=f"node{rank // 2}",
-        pid=100 + rank,
-        has_step=True,
-        step=10,
-        step_age_s=6.5,
-        groups=(g,),
-        **kw,
-    )  # type: ignore[arg-type]
+    return _rank(rank, world, g, **kw)
 
 
 def idle(rank: int, issued: int = 41, world: int = 4, **kw: object) -> RankSummary:
-    g = GroupProgress("default", issued=issued, completed=issued)
+    return _rank(rank, world, GroupProgress("default", issued=issued, completed=issued), **kw)
+
+
+def _rank(rank: int, world: int, g: GroupProgress, **kw: object) -> RankSummary:
+    """Rank ``rank`` of ``world``, two a node, at step 10 for 6.5 s, in group ``g``."""
     return RankSummary(
         rank=rank,
         world_size=world,
