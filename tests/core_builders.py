@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.session import HelloData, PhaseData, Registry, ReportData, WorkerState
+from collections.abc import Iterable
+
+from trainprobe.sidecar.core.session import (
+    Finding,
+    HelloData,
+    PhaseData,
+    Registry,
+    ReportData,
+    WorkerState,
+)
 
 NS = 1_000_000_000
 
@@ -74,3 +83,22 @@ def phase(name: str, start_s: float, timeout_s: float = 0.0, end_s: float = 0.0)
 def connected(registry: Registry, rank: int = 0, now: float = 100.0, **kw: object) -> WorkerState:
     """Open a session at sidecar time ``now`` (worker and sidecar clocks agree)."""
     return registry.open(hello(rank=rank, **kw), now)  # type: ignore[arg-type]
+
+
+def lockstep(
+    reg: Registry, ranks: int, until: float, step_s: float = 0.1, t0: float = 100.0
+) -> None:
+    """Ranks 0..``ranks``-1 connect at ``t0``, then all step and report every
+    ``step_s`` until ``until`` (no lag)."""
+    workers = [connected(reg, r, t0) for r in range(ranks)]
+    t, i = t0, 0
+    while t < until - 1e-9:
+        i += 1
+        t = t0 + i * step_s
+        for w in workers:
+            reg.apply(w, report(t, step=i, seq=i), t)
+
+
+def fired(findings: Iterable[Finding]) -> set[tuple[int, str]]:
+    """(rank, rule) of each finding."""
+    return {(f.key.rank, f.rule) for f in findings}

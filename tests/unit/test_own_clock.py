@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.core_builders import connected, report
+from tests.core_builders import fired, lockstep, report
 from trainprobe.sidecar.act.incident_log import IncidentLog
 from trainprobe.sidecar.core.incident.policy import ActionPolicy
 from trainprobe.sidecar.core.judge import RuleConfig, evaluate
@@ -20,27 +20,12 @@ T0 = 100.0
 CFG = RuleConfig(heartbeat_timeout_s=3.0, stall=StallPolicy(timeout_s=2.0))
 
 
-def rules(findings: list) -> set[tuple[int, str]]:
-    return {(f.key.rank, f.rule) for f in findings}
-
-
-def stepping(reg: Registry, ranks: int, until: float, step_s: float = 0.1) -> None:
-    """Every rank steps and reports each ``step_s`` from T0 to ``until`` (no lag)."""
-    workers = [connected(reg, r, T0) for r in range(ranks)]
-    t, i = T0, 0
-    while t < until - 1e-9:
-        i += 1
-        t = T0 + i * step_s
-        for w in workers:
-            reg.apply(w, report(t, step=i, seq=i), t)
-
-
 def test_a_freeze_holds_verdicts_until_each_worker_reports_again() -> None:
     reg = Registry()
-    stepping(reg, 2, T0 + 5)
+    lockstep(reg, 2, T0 + 5)
     frozen_until = T0 + 17  # the sidecar was stopped for 12 s
     # Without the gate both ranks look stalled and silent for 12 s.
-    assert rules(evaluate(reg, CFG, frozen_until)) == {(0, "heartbeat"), (1, "heartbeat")}
+    assert fired(evaluate(reg, CFG, frozen_until)) == {(0, "heartbeat"), (1, "heartbeat")}
     reg.hold_until_fresh(frozen_until)
     assert evaluate(reg, CFG, frozen_until) == []
     # A report sent during the freeze, read after it, opens no gate.
@@ -55,23 +40,23 @@ def test_a_freeze_holds_verdicts_until_each_worker_reports_again() -> None:
     # Rank 1 stopped stepping at T0+5 (the worker's clock says so): once a fresh
     # report arrives, its stall is found from the worker's own step time.
     reg.apply(w1, report(frozen_until + 0.1, step=50, step_t_s=T0 + 5, seq=171), frozen_until + 0.1)
-    assert rules(evaluate(reg, CFG, frozen_until + 0.2)) == {(1, "stall")}
+    assert fired(evaluate(reg, CFG, frozen_until + 0.2)) == {(1, "stall")}
 
 
 def test_after_a_freeze_silence_counts_from_the_resume() -> None:
     reg = Registry()
-    stepping(reg, 1, T0 + 5)
+    lockstep(reg, 1, T0 + 5)
     resumed = T0 + 40
     reg.hold_until_fresh(resumed)
     assert evaluate(reg, CFG, resumed + 2.9) == []
     found = evaluate(reg, CFG, resumed + 3.1)
-    assert rules(found) == {(0, "heartbeat")}
+    assert fired(found) == {(0, "heartbeat")}
     assert 3.0 < found[0].evidence["report_age_s"] < 3.2
 
 
 def test_a_stream_broken_by_our_freeze_is_not_a_death() -> None:
     reg = Registry()
-    stepping(reg, 2, T0 + 5)
+    lockstep(reg, 2, T0 + 5)
     resumed = T0 + 35
     reg.hold_until_fresh(resumed)
     w0, w1 = list(reg)
@@ -79,14 +64,14 @@ def test_a_stream_broken_by_our_freeze_is_not_a_death() -> None:
     # 1's process is gone (the kernel says so): only rank 1 is DEAD.
     reg.close(w0, w0.generation, "vanished", resumed + 0.01, pid_alive=True)
     reg.close(w1, w1.generation, "vanished", resumed + 0.01, pid_alive=False)
-    assert rules(evaluate(reg, CFG, resumed + 0.1)) == {(1, "exit")}
+    assert fired(evaluate(reg, CFG, resumed + 0.1)) == {(1, "exit")}
     # Rank 0 never comes back: unresponsive, counted from the resume.
-    assert rules(evaluate(reg, CFG, resumed + 3.2)) == {(0, "heartbeat"), (1, "exit")}
+    assert fired(evaluate(reg, CFG, resumed + 3.2)) == {(0, "heartbeat"), (1, "exit")}
 
 
 def test_ages_come_from_the_send_time_when_the_sidecar_lags() -> None:
     reg = Registry()
-    stepping(reg, 1, T0 + 5)
+    lockstep(reg, 1, T0 + 5)
     w = next(iter(reg))
     # The sidecar's loop falls 2.5 s behind: each report is read 2.5 s after it
     # was sent, and the worker steps every 0.1 s throughout.
@@ -98,12 +83,12 @@ def test_ages_come_from_the_send_time_when_the_sidecar_lags() -> None:
     assert evaluate(reg, CFG, read_at + 0.1) == []
     # Judged as of arrival it would have looked stalled 2.6 s (> 2 s).
     w.ingest_lag_s = 0.0
-    assert rules(evaluate(reg, CFG, read_at + 0.1)) == {(0, "stall")}
+    assert fired(evaluate(reg, CFG, read_at + 0.1)) == {(0, "stall")}
 
 
 def test_a_client_clock_cannot_hide_its_own_hang() -> None:
     reg = Registry()
-    stepping(reg, 1, T0 + 5)
+    lockstep(reg, 1, T0 + 5)
     w = next(iter(reg))
     # Reports whose clock suddenly claims they were sent 50 s before they came,
     # each with a step just before that: judged "as of the send" without a
@@ -112,7 +97,7 @@ def test_a_client_clock_cannot_hide_its_own_hang() -> None:
     for i in range(1, 10):
         t = T0 + 5 + i
         reg.apply(w, report(t - 50, step=50 + i, step_t_s=t - 50.1, seq=100 + i), t)
-    assert rules(evaluate(reg, CFG, T0 + 15)) == {(0, "stall")}
+    assert fired(evaluate(reg, CFG, T0 + 15)) == {(0, "stall")}
 
 
 class NoActions:
@@ -126,7 +111,7 @@ class NoActions:
 def test_the_engine_notices_a_gap_between_its_ticks(tmp_path: Path) -> None:
     now = [T0 + 5]
     reg = Registry()
-    stepping(reg, 2, now[0])
+    lockstep(reg, 2, now[0])
     engine = Engine(
         reg, CFG, ActionPolicy(), IncidentLog(tmp_path / "i.jsonl"), NoActions(), lambda: now[0]
     )

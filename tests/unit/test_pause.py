@@ -7,7 +7,7 @@ rank held while a peer runs and waits is a hang, its culprit definitive.
 
 from __future__ import annotations
 
-from tests.core_builders import connected, report
+from tests.core_builders import connected, fired, lockstep, report
 from trainprobe.sidecar.core.hang.pause import pause_check, paused_line, paused_reason
 from trainprobe.sidecar.core.judge import RuleConfig, evaluate
 from trainprobe.sidecar.core.judge.culprit import RankSummary
@@ -136,28 +136,14 @@ def test_assess_carries_the_freezer_state_of_the_last_sample() -> None:
     assert assess(0, procs[:1], [], reporter_alive=True).held is False
 
 
-def stepping(reg: Registry, ranks: int, until: float, step_s: float = 0.1) -> None:
-    workers = [connected(reg, r, T0) for r in range(ranks)]
-    t, i = T0, 0
-    while t < until - 1e-9:
-        i += 1
-        t = T0 + i * step_s
-        for w in workers:
-            reg.apply(w, report(t, step=i, seq=i), t)
-
-
-def rules(findings: list) -> set[tuple[int, str]]:
-    return {(f.key.rank, f.rule) for f in findings}
-
-
 def test_resume_restarts_every_clock_of_the_job_at_the_resume() -> None:
     reg = Registry()
-    stepping(reg, 2, T0 + 5)  # last step and report at T0+5
+    lockstep(reg, 2, T0 + 5)  # last step and report at T0+5
     other = connected(reg, 0, T0, job="other")
     reg.apply(other, report(T0 + 5, step=50, seq=50), T0 + 5)
     held_until = T0 + 20  # the whole job was stopped 15 s
     # Without the resume, both ranks read as silent for 15 s.
-    assert rules(evaluate(reg, CFG, held_until)) >= {(0, "heartbeat"), (1, "heartbeat")}
+    assert fired(evaluate(reg, CFG, held_until)) >= {(0, "heartbeat"), (1, "heartbeat")}
     reg.resume_job("job", held_until)
     # Silence counts from the resume; nothing else is judged before a fresh report.
     assert [f for f in evaluate(reg, CFG, held_until + 1) if f.key.job_id == "job"] == []
@@ -175,7 +161,7 @@ def test_resume_restarts_every_clock_of_the_job_at_the_resume() -> None:
             reg.apply(
                 w, report(held_until + 2.4, step=50, step_t_s=T0 + 5, seq=61), held_until + 2.4
             )
-    found = {r for r, rule in rules(evaluate(reg, CFG, held_until + 2.5)) if rule == "stall"}
+    found = {r for r, rule in fired(evaluate(reg, CFG, held_until + 2.5)) if rule == "stall"}
     assert found == {0, 1}
     # Another job's clocks are its own.
     assert other.last_phase_end_at == 0.0 and other.fresh_after == 0.0

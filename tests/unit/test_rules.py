@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.core_builders import connected, phase, report
+from tests.core_builders import connected, fired, phase, report
 from trainprobe.sidecar.core.judge import RuleConfig, evaluate
 from trainprobe.sidecar.core.session import (
     GpuMemoryData,
@@ -18,10 +18,6 @@ from trainprobe.sidecar.core.session import (
 )
 
 T0 = 100.0  # sidecar and worker clocks agree in these tests (offset 0)
-
-
-def rules(findings: list) -> set[tuple[int, str]]:
-    return {(f.key.rank, f.rule) for f in findings}
 
 
 def stepping(reg: Registry, rank: int, steps: int, step_s: float, t0: float = T0) -> float:
@@ -41,7 +37,7 @@ def test_heartbeat_fires_after_timeout_and_not_before() -> None:
     cfg = RuleConfig(heartbeat_timeout_s=10)
     assert evaluate(reg, cfg, T0 + 9.9) == []
     found = evaluate(reg, cfg, T0 + 10.1)
-    assert rules(found) == {(0, "heartbeat")}
+    assert fired(found) == {(0, "heartbeat")}
     assert found[0].verdict is Verdict.UNRESPONSIVE
     assert found[0].evidence["report_age_s"] > 10
 
@@ -51,7 +47,7 @@ def test_heartbeat_limit_is_at_least_three_intervals() -> None:
     w = connected(reg, 0, T0, interval_ms=5000)
     reg.apply(w, report(T0, step=1), T0)
     assert evaluate(reg, RuleConfig(heartbeat_timeout_s=10), T0 + 14) == []
-    assert rules(evaluate(reg, RuleConfig(heartbeat_timeout_s=10), T0 + 15.1)) == {(0, "heartbeat")}
+    assert fired(evaluate(reg, RuleConfig(heartbeat_timeout_s=10), T0 + 15.1)) == {(0, "heartbeat")}
 
 
 def test_a_relayed_rank_is_judged_by_its_nodes_batch_interval() -> None:
@@ -63,7 +59,7 @@ def test_a_relayed_rank_is_judged_by_its_nodes_batch_interval() -> None:
         w = reg.get(next(iter(reg)).key)
         w.relay_interval_ms = relay_ms
         cfg = RuleConfig(heartbeat_timeout_s=3, stall=StallPolicy(timeout_s=3))
-        return rules(evaluate(reg, cfg, t + at))
+        return fired(evaluate(reg, cfg, t + at))
 
     assert judged(0, 3.5) == {(0, "heartbeat")}  # a direct stream: silent
     assert judged(4000, 3.5) == set()  # relayed every 4 s: the next batch is due
@@ -76,8 +72,8 @@ def test_a_relayed_rank_is_judged_by_its_nodes_batch_interval() -> None:
     w.relay_interval_ms = 4000
     reg.apply(w, report(t + 8, step=5, step_t_s=t, seq=99), t + 8)
     cfg = RuleConfig(heartbeat_timeout_s=3, stall=StallPolicy(timeout_s=3))
-    assert rules(evaluate(reg, cfg, t + 6.9)) == set()
-    assert rules(evaluate(reg, cfg, t + 8.1)) == {(0, "stall")}
+    assert fired(evaluate(reg, cfg, t + 6.9)) == set()
+    assert fired(evaluate(reg, cfg, t + 8.1)) == {(0, "stall")}
 
 
 def test_explicit_stall_fires_only_when_steps_stop() -> None:
@@ -88,7 +84,7 @@ def test_explicit_stall_fires_only_when_steps_stop() -> None:
     reg.apply(w, report(t + 29, step=5, step_t_s=t, seq=99), t + 29)
     assert evaluate(reg, cfg, t + 29.9) == []
     found = evaluate(reg, cfg, t + 30.1)
-    assert rules(found) == {(0, "stall")}
+    assert fired(found) == {(0, "stall")}
     assert found[0].verdict is Verdict.HUNG
     assert found[0].evidence["basis"] == "explicit"
     assert found[0].evidence["step"] == 5
@@ -100,7 +96,7 @@ def test_auto_stall_uses_startup_timeout_during_warmup_then_floor_and_p99() -> N
     reg = Registry()
     t = stepping(reg, 0, 10, 0.1)  # 9 samples: still warming up
     assert evaluate(reg, cfg, t + 100) == []  # 100 s stall is fine during warm-up
-    assert rules(evaluate(reg, cfg, t + 600.5)) == {(0, "stall")}
+    assert fired(evaluate(reg, cfg, t + 600.5)) == {(0, "stall")}
 
     reg = Registry()
     t = stepping(reg, 0, 30, 0.1)  # fast steps: the 30 s floor applies
@@ -124,7 +120,7 @@ def test_auto_threshold_is_merged_across_ranks_by_max() -> None:
     t = stepping(reg, 1, 10, 0.5)
     # rank 0 alone would get 1 s; the job's slowest rank sets 5 s for both.
     assert evaluate(reg, cfg, t + 4.0) == []
-    assert rules(evaluate(reg, cfg, t + 5.5)) == {(0, "stall"), (1, "stall")}
+    assert fired(evaluate(reg, cfg, t + 5.5)) == {(0, "stall"), (1, "stall")}
 
 
 def test_declared_phase_covers_a_stall_and_overrun_is_hung() -> None:
@@ -137,7 +133,7 @@ def test_declared_phase_covers_a_stall_and_overrun_is_hung() -> None:
     )
     assert evaluate(reg, cfg, t + 59) == []  # 58 s without a step, inside the phase
     found = evaluate(reg, cfg, t + 61)
-    assert rules(found) == {(0, "phase_overrun")}
+    assert fired(found) == {(0, "phase_overrun")}
     assert found[0].evidence["phase"] == "checkpoint"
     assert found[0].evidence["timeout_s"] == 60
 
@@ -148,7 +144,7 @@ def test_phase_without_timeout_uses_the_default() -> None:
     w = connected(reg, 0, T0)
     reg.apply(w, report(T0 + 1, step=1, phases=(phase("eval", T0 + 1),)), T0 + 1)
     assert evaluate(reg, cfg, T0 + 100) == []
-    assert rules(evaluate(reg, cfg, T0 + 101.5)) == {(0, "phase_overrun")}
+    assert fired(evaluate(reg, cfg, T0 + 101.5)) == {(0, "phase_overrun")}
 
 
 def test_phase_on_one_rank_covers_peers_waiting_for_it() -> None:
@@ -172,7 +168,7 @@ def test_phase_on_one_rank_covers_peers_waiting_for_it() -> None:
             t + 301,
         )
     assert evaluate(reg, cfg, t + 304) == []
-    assert rules(evaluate(reg, cfg, t + 305.5)) == {(r, "stall") for r in range(4)}
+    assert fired(evaluate(reg, cfg, t + 305.5)) == {(r, "stall") for r in range(4)}
 
 
 def test_startup_timeout_applies_before_the_first_step() -> None:
@@ -182,7 +178,7 @@ def test_startup_timeout_applies_before_the_first_step() -> None:
     reg.apply(w, report(T0 + 1), T0 + 1)
     assert evaluate(reg, cfg, T0 + 599) == []  # not judged by the 5 s stall limit
     found = evaluate(reg, cfg, T0 + 600.5)
-    assert rules(found) == {(0, "startup")}
+    assert fired(found) == {(0, "startup")}
     assert found[0].verdict is Verdict.HUNG
 
 
@@ -195,10 +191,10 @@ def test_exit_without_goodbye_is_dead_and_goodbye_is_silent() -> None:
     reg.close(a, a.generation, "vanished", T0 + 1, pid_alive=False)
     reg.close(b, b.generation, "goodbye", T0 + 1, pid_alive=False)
     found = evaluate(reg, cfg, T0 + 1.1)
-    assert rules(found) == {(0, "exit")}
+    assert fired(found) == {(0, "exit")}
     assert found[0].verdict is Verdict.DEAD
     assert found[0].evidence["pid_alive"] is False
-    assert rules(evaluate(reg, cfg, T0 + 60)) == {(0, "exit")}  # a dead pid is not "unresponsive"
+    assert fired(evaluate(reg, cfg, T0 + 60)) == {(0, "exit")}  # a dead pid is not "unresponsive"
 
 
 def test_vanished_stream_with_live_pid_becomes_unresponsive() -> None:
@@ -207,8 +203,8 @@ def test_vanished_stream_with_live_pid_becomes_unresponsive() -> None:
     w = connected(reg, 0, T0)
     reg.apply(w, report(T0, step=1), T0)
     reg.close(w, w.generation, "vanished", T0 + 1, pid_alive=True)
-    assert rules(evaluate(reg, cfg, T0 + 2)) == {(0, "exit")}
-    assert rules(evaluate(reg, cfg, T0 + 10.5)) == {(0, "exit"), (0, "heartbeat")}
+    assert fired(evaluate(reg, cfg, T0 + 2)) == {(0, "exit")}
+    assert fired(evaluate(reg, cfg, T0 + 10.5)) == {(0, "exit"), (0, "heartbeat")}
 
 
 def test_killed_workers_are_not_judged_again() -> None:
@@ -238,7 +234,7 @@ def test_gpu_memory_needs_consecutive_reports_over_the_ratio() -> None:
     assert evaluate(reg, cfg, T0 + 5) == []
     send(6, 0.98)
     found = evaluate(reg, cfg, T0 + 6)
-    assert rules(found) == {(0, "gpu_memory")}
+    assert fired(found) == {(0, "gpu_memory")}
     assert found[0].verdict is Verdict.DEGRADED
     assert found[0].evidence["used_ratio"] == 0.98
 
@@ -253,7 +249,7 @@ def test_sync_latency_is_degraded() -> None:
         w, report(T0 + 2, step=2, seq=2, sync=SyncData(count=3, p50_s=0.1, max_s=6.0)), T0 + 2
     )
     found = evaluate(reg, cfg, T0 + 2)
-    assert rules(found) == {(0, "sync_latency")}
+    assert fired(found) == {(0, "sync_latency")}
     assert found[0].verdict is Verdict.DEGRADED
 
 
@@ -269,7 +265,7 @@ def test_sync_inflight_fires_after_the_first_step_only() -> None:
     reg.apply(w, replace(report(T0 + 2, step=1, seq=2), sync=inflight), T0 + 2)
     assert evaluate(reg, cfg, T0 + 5.9) == []
     found = evaluate(reg, cfg, T0 + 6.2)
-    assert rules(found) == {(0, "sync_inflight")}
+    assert fired(found) == {(0, "sync_inflight")}
     assert found[0].evidence["group"] == "default"
     assert found[0].evidence["inflight_age_s"] > 5
 
@@ -284,4 +280,4 @@ def test_worker_clock_offset_is_mapped() -> None:
     reg.apply(w, report(T0 + skew + 2, step=1, step_t_s=T0 + skew + 1, seq=2), T0 + 2.001)
     assert abs(w.last_step_at - (T0 + 1.001)) < 0.01
     assert evaluate(reg, cfg, T0 + 10.9) == []
-    assert rules(evaluate(reg, cfg, T0 + 11.1)) == {(0, "stall")}
+    assert fired(evaluate(reg, cfg, T0 + 11.1)) == {(0, "stall")}
