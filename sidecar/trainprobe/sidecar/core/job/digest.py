@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 
@@ -57,6 +58,9 @@ REPORTING_REFRESH_S = 3.0
 _AGE_SLACK_S = 0.5
 _AGES = frozenset({"report_age_s", "step_age_s", "kernel_age_s", "ft_wait_age_s"})
 _OTHERS = tuple(f.name for f in fields(RankSummary) if f.name not in _AGES | {"groups"})
+#: Those fields of a summary, as one tuple: a coordinator compares every
+#: uploaded rank at every sync (two syncs a second a node).
+_others_of = attrgetter(*_OTHERS)
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def same_summary(
     reporting rank's fresh report is news only once the held one is
     ``refresh`` seconds old (:func:`refresh_s`).
     """
-    if any(getattr(before, f) != getattr(now, f) for f in _OTHERS):
+    if _others_of(before) != _others_of(now):
         return False
     held_report_age = before.report_age_s + dt_s
     if now.reporting and held_report_age >= refresh:

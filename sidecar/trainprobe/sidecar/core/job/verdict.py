@@ -150,20 +150,28 @@ class JobAnalysis:
     culprit_set: frozenset[int] = frozenset()
     waiting_set: frozenset[int] = frozenset()
     #: The verdict that names none of the asker's ranks beyond the first
-    #: MAX_NAMED (most sidecars get it: built once, not at every sync).
-    _common: list[JobVerdict] = field(default_factory=list, compare=False, repr=False)
+    #: MAX_NAMED, and the ranks it names: built once, not at every sync.
+    _common: list[tuple[JobVerdict, frozenset[int]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def verdict_for(self, mine: Collection[int]) -> JobVerdict:
         """The verdict bounded for the sidecar that owns ``mine``."""
+        if "replicas" in self.diagnosis.evidence or self.healthy is not None:
+            return self._verdict(mine)  # the asker's replica is named too
         if not self._common:
-            self._common.append(self._verdict(()))
-        common = self._common[0]
-        named = (*common.culprits, *common.waiting)
-        if "replicas" not in self.diagnosis.evidence and all(
-            r in named or (r not in self.culprit_set and r not in self.waiting_set) for r in mine
-        ):
+            v = self._verdict(())
+            self._common.append((v, frozenset((*v.culprits, *v.waiting))))
+        common, named = self._common[0]
+        culprits = [r for r in mine if r in self.culprit_set and r not in named]
+        waiting = [r for r in mine if r in self.waiting_set and r not in named]
+        if not culprits and not waiting:
             return common
-        return self._verdict(mine)
+        return replace(
+            common,
+            culprits=tuple(sorted({*common.culprits, *culprits})),
+            waiting=tuple(sorted({*common.waiting, *waiting})),
+        )
 
     def _verdict(self, mine: Collection[int]) -> JobVerdict:
         d = self.diagnosis
