@@ -116,8 +116,10 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the
     Ray Train ends rank 0 itself, and that end is part of the episode, not a
     new incident. Ray Train's restarted group then hangs in its start-up: rank
     1 sleeps after making its hook, before its first step, while rank 0 waits
-    in that step's allreduce. It is caught (rule ``startup``), rank 1 alone is
-    named and killed through Ray, and Ray Train's second restart finishes the run."""
+    in that step's allreduce. It is named in seconds (rule ``startup_straggler``,
+    ``init_straggler_s`` after rank 0 began waiting), killed through Ray, rank 1
+    alone, after the start-up patience (``startup_timeout_s``, counted from its
+    connect), and Ray Train's second restart finishes the run."""
     job, workdir = ray_node.job, ray_node.workdir
     progress = workdir / "culprit.jsonl"
     config = {
@@ -160,8 +162,9 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the
     assert d["stacks"]["1"]["method"] == "in-process" and "train_func" in d["stacks"]["1"]["where"]
     assert inc["targets"] == [1] and inc["action"] == "restart"
     # The restarted group's start-up hang: rank 1 alone named and killed.
-    assert again["rule"] == "startup" and again["diagnosis"]["culprits"] == [1], again
-    assert again["targets"] == [1]
+    assert again["rule"] == "startup_straggler", again
+    assert again["diagnosis"]["culprits"] == [1] and again["diagnosis"]["waiting"] == [0]
+    assert again["targets"] == [1] and again["detection_latency_s"] < STARTUP_S
     actions = {a["incident_id"]: a for a in records if a["type"] == "action" and "phase" not in a}
     assert set(actions) == {inc["id"], again["id"]}
     assert list(actions[inc["id"]]["outcomes"]) == ["1"]

@@ -36,7 +36,8 @@ from trainprobe.sidecar.core.incident import ActionPolicy
 from trainprobe.sidecar.core.job import EpisodeNote, JobView, SyncReply
 from trainprobe.sidecar.core.judge import RuleConfig, evaluate, summarize
 from trainprobe.sidecar.core.judge.evidence import RankEvidence
-from trainprobe.sidecar.core.session import Registry, StallPolicy, Verdict
+from trainprobe.sidecar.core.judge.summary import previous_attempt
+from trainprobe.sidecar.core.session import GroupSeqData, Registry, StallPolicy, SyncData, Verdict
 from trainprobe.sidecar.core.session.model import WorkerKey, WorkerState
 
 T0 = 100.0
@@ -280,3 +281,117 @@ def test_a_replicated_stall_that_ends_by_itself_records_the_replicated_patience(
     assert isinstance(record.record, StallEnded)
     # The patience that governs this job from now on is the replicated one, not 90 s.
     assert record.record.patience_s == REPLICA_FLOOR_S
+
+
+def first_allreduce(since: float) -> SyncData:
+    """A report's sync part: waiting in allreduce #1 of group 0 since ``since``."""
+    return SyncData(groups=(GroupSeqData("0", 1, 0, int(since * 1e9), "allreduce", 1),))
+
+
+#: Rank 0 waits in a collective; rank 1 sleeps in its own code.
+STRAGGLING = (
+    RankEvidence(0, state="sleeping", activity="collective", samples=2),
+    RankEvidence(1, state="sleeping", activity="sleep", where="train.py:12", samples=2),
+)
+
+
+def decision(effects: Sequence[Effect]) -> dict[str, object] | None:
+    acts = [e.record for e in effects if isinstance(e, Record)]
+    return next((r.to_record() for r in acts if isinstance(r, ActDecision)), None)
+
+
+def test_a_start_up_straggler_is_named_in_seconds_and_killed_after_the_start_up_patience() -> None:
+    # Past the process group (Ray Train's restarted group): rank 0 waits in its
+    # first allreduce from T0+2, rank 1 (connected at T0) never enters it.
+    state = machine(patience_s=0.0)  # an ambiguous stall dies at its verdict...
+    reg = Registry()
+    w0, w1 = (connected(reg, r, T0, world=2) for r in (0, 1))
+    reg.apply(w0, report(T0 + 8, sync=first_allreduce(T0 + 2)), T0 + 8)
+    reg.apply(w1, report(T0 + 8), T0 + 8)
+    (watch,) = [e for e in tick(state, reg, T0 + 8) if isinstance(e, Watch)]
+    assert (watch.incident.rule, watch.incident.ranks) == ("startup_straggler", [1])
+    assert watch.incident.onset_at == T0  # its connect
+    _, effects = step(
+        state, reg.workers(), None, (first_round(state, reg, watch, *STRAGGLING),), T0 + 9
+    )
+    (published,) = [e.incident for e in effects if isinstance(e, Publish)]
+    assert published.diagnosis is not None and published.decision is not None
+    assert published.diagnosis["culprits"] == [1] and published.diagnosis["waiting"] == [0]
+    assert published.diagnosis["where"] == {"1": "train.py:12"}
+    # ...but a start-up straggler's waits the start-up patience from its connect.
+    assert published.decision["act"] is False and published.decision["patience_s"] == 600
+    assert "startup_timeout_s" in str(published.decision["patience_basis"])
+    assert not any(isinstance(e, (ExecuteAction, KillDecided, MarkKill)) for e in effects)
+    for n, now in enumerate((T0 + 599, T0 + 601), start=2):
+        reg.apply(w0, report(now, seq=n, sync=first_allreduce(T0 + 2)), now)
+        reg.apply(w1, report(now, seq=n), now)
+        (nxt,) = [e for e in effects if isinstance(e, Watch)]
+        rnd = first_round(state, reg, nxt, *STRAGGLING)
+        _, effects = step(state, reg.workers(), None, (rnd,), now)
+        if now < T0 + 600:
+            assert not any(isinstance(e, ExecuteAction) for e in effects)
+    (execute,) = [e for e in effects if isinstance(e, ExecuteAction)]
+    assert execute.incident.targets == [1] and decision(effects)["rule"] == "patience"  # type: ignore[index]
+
+
+def test_a_start_up_wait_that_ends_by_itself_leaves_the_patience_as_it_was() -> None:
+    # Rank 1 downloads for 100 s while rank 0 waits at a barrier: named, then both step.
+    state = machine(patience_s=None)
+    reg = Registry()
+    w0, w1 = (connected(reg, r, T0, world=2) for r in (0, 1))
+    reg.apply(w0, report(T0 + 8, sync=first_allreduce(T0 + 2)), T0 + 8)
+    reg.apply(w1, report(T0 + 8), T0 + 8)
+    assert [e for e in tick(state, reg, T0 + 8) if isinstance(e, Watch)]
+    for w in (w0, w1):
+        reg.apply(w, report(T0 + 100, step=1, step_t_s=T0 + 100, seq=2), T0 + 100)
+    tick(state, reg, T0 + 100)
+    assert state.episodes.get("job") is None
+    assert state.patience.stalls("job") == [] and state.patience.patience_s("job")[0] == 90
+
+
+def test_a_gone_process_of_the_previous_attempt_is_no_definitive_evidence() -> None:
+    # Attempt 1: both ranks step; we kill rank 1 and the orchestrator ends rank 0.
+    state = machine(patience_s=None)
+    reg = Registry()
+    old = [connected(reg, r, T0, world=2) for r in (0, 1)]
+    for w in old:
+        reg.apply(w, report(T0 + 20, step=13, step_t_s=T0 + 19), T0 + 20)
+        assert reg.close(w, w.generation, "vanished", T0 + 25, pid_alive=False)
+    old[1].killed_by_us = True
+    # Attempt 2: rank 0's new process waits in its first allreduce; rank 1's new
+    # process hangs before its hook (a checkpoint read) and never connects.
+    w0 = connected(reg, 0, T0 + 40, world=2, pid=2000)
+    now = T0 + 40 + 601
+    reg.apply(w0, report(now, sync=first_allreduce(T0 + 41)), now)
+    (watch,) = [e for e in tick(state, reg, now) if isinstance(e, Watch)]
+    assert (watch.incident.rule, watch.incident.ranks) == ("startup", [0])
+    # Rank 1's session left from attempt 1 is sampled: /proc says its pid is gone.
+    gone = RankEvidence(1, state="gone", samples=2, reporter_alive=False)
+    rnd = first_round(state, reg, watch, STRAGGLING[0], gone)
+    assert [w.hello.pid for w in rnd.states] == [1001, 2000]
+    _, effects = step(state, reg.workers(), None, (rnd,), now + 0.5)
+    j = decision(effects)
+    assert j is not None and j["rule"] == "patience" and j["definitive"] is False, j
+    # Named as the rank of this attempt that never reported, not by its old pid.
+    (published,) = [e.incident for e in effects if isinstance(e, Publish)]
+    assert published.diagnosis is not None and published.diagnosis["culprits"] == [1]
+    assert "rank 1 never reported" in str(published.diagnosis["summary"])
+    assert "1001" not in str(published.diagnosis["summary"])
+    assert "served by another sidecar" not in published.action_reason
+    # Rank 0 is ended after job_kill_grace_s (the orchestrator restarts the group),
+    # not at once as a definitive culprit's peers are (peers_of_gone).
+    assert not any(isinstance(e, Sweep) for e in tick(state, reg, now + 1))
+    sweeps = [e for e in tick(state, reg, now + 11) if isinstance(e, Sweep)]
+    assert [(s.phase, s.ranks) for s in sweeps] == [("job_kill_grace", (0,))]
+
+
+def test_only_a_session_last_heard_before_every_live_peer_began_is_of_a_previous_attempt() -> None:
+    # (rank, first seen, last heard, live)
+    assert previous_attempt([(0, 140.0, 700.0, True), (1, 100.0, 125.0, False)]) == {1}
+    # Rank 1 died while rank 0's process ran: the same attempt, its death stays definitive.
+    assert previous_attempt([(0, 100.0, 700.0, True), (1, 100.0, 125.0, False)]) == set()
+    assert previous_attempt([(0, 140.0, 700.0, True), (1, 130.0, 145.0, False)]) == set()
+    # A live session, however silent, is the rules' to judge (heartbeat, stopped).
+    assert previous_attempt([(0, 140.0, 700.0, True), (1, 100.0, 125.0, True)]) == set()
+    # No live peer to compare with: nothing is superseded.
+    assert previous_attempt([(0, 100.0, 120.0, False), (1, 100.0, 125.0, False)]) == set()

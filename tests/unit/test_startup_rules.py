@@ -6,7 +6,7 @@ from tests.core_builders import connected, hello, phase, report
 from trainprobe.sidecar.core.judge import RuleConfig, analyze, evaluate
 from trainprobe.sidecar.core.judge.culprit import ALL_IN_FLIGHT, STRAGGLER
 from trainprobe.sidecar.core.judge.summary import summarize
-from trainprobe.sidecar.core.session import Registry, StallPolicy
+from trainprobe.sidecar.core.session import GroupSeqData, Registry, StallPolicy, SyncData, Verdict
 from trainprobe.sidecar.core.session.model import VerifiedProcess, WorkerState
 
 T0 = 100.0
@@ -164,3 +164,59 @@ def test_an_unverified_session_does_not_complete_the_world_for_a_verified_rank()
     join(real, 2, None, verified=True, world=3)
     assert found(real, T0 + 7) == {1: "init_straggler", 2: "init_straggler"}
     assert culprits(real, T0 + 7) == (1, 2)
+
+
+def past_the_group(waiting: dict[int, float], world: int = 3, verified: bool = True) -> Registry:
+    """Ranks past init_process_group (under Ray Train it was made before any hook,
+    so no start-up phase), connected at T0 and before their first step; those in
+    ``waiting`` wait in their first allreduce since the time given, the others in
+    no collective. Reports at T0 + 30."""
+    reg = Registry()
+    for rank in range(world):
+        h = hello(rank=rank, world=world)
+        w = reg.open(h, T0, VerifiedProcess(h.pid, 1000, 1) if verified else None)
+        since = waiting.get(rank)
+        groups = (
+            () if since is None else (GroupSeqData("0", 1, 0, int(since * 1e9), "allreduce", 1),)
+        )
+        reg.apply(w, report(T0 + 30, sync=SyncData(groups=groups)), T0 + 30)
+    return reg
+
+
+def test_past_the_group_the_rank_in_no_collective_is_named_straggler_s_after_its_peers_waited() -> (
+    None
+):
+    # Ray Train's restarted group: rank 1 hangs after its hook, before its first
+    # step; ranks 0 and 2 wait in that step's allreduce. Named in seconds, as
+    # init_straggler is before the group, not startup_timeout_s (600 s) after.
+    reg = past_the_group({0: T0 + 10, 2: T0 + 12})
+    assert found(reg, T0 + 16.9) == {}  # 4.9 s after the last began waiting: not yet
+    (hung,) = evaluate(reg, CFG, T0 + 17.5)
+    assert (hung.key.rank, hung.rule, hung.verdict) == (1, "startup_straggler", Verdict.HUNG)
+    assert hung.evidence["waiting"] == [0, 2] and hung.evidence["waited_s"] == 5.5
+    # The onset is its connect (elapsed_s): the kill counts the start-up patience from there.
+    assert hung.evidence["elapsed_s"] == 17.5
+    diag = analyze([summarize(w, T0 + 17.5, 1e6) for w in reg])
+    assert diag.kind == STRAGGLER and diag.culprits == (1,) and diag.waiting == (0, 2)
+    # Nobody waits in a collective: each rank is in its own start-up (600 s).
+    assert found(past_the_group({}), T0 + 500) == {}
+    # Every rank waits: the collective is stuck, no rank is late.
+    assert found(past_the_group({0: T0 + 1, 1: T0 + 1, 2: T0 + 1}), T0 + 500) == {}
+
+
+def test_past_the_group_no_straggler_is_named_while_a_rank_of_the_world_is_missing() -> None:
+    # Rank 2 never connected (hung before its hook, or on another node not yet
+    # heard): it may be the one rank 0 waits for, so rank 1 is not named late.
+    reg = past_the_group({0: T0 + 1}, world=3)
+    w2 = next(w for w in reg if w.hello.rank == 2)
+    assert reg.close(w2, w2.generation, "vanished", T0 + 2, pid_alive=False)
+    assert 1 not in found(reg, T0 + 500)
+    # An unverified client's claim to wait makes no verified rank late.
+    liar = past_the_group({}, world=2)
+    h = hello(rank=1, world=2, pid=4242)
+    w = next(w for w in liar if w.hello.rank == 1)
+    assert liar.close(w, w.generation, "vanished", T0 + 1, pid_alive=False)
+    w = liar.open(h, T0 + 2)
+    groups = (GroupSeqData("0", 1, 0, int((T0 + 2) * 1e9), "allreduce", 1),)
+    liar.apply(w, report(T0 + 30, sync=SyncData(groups=groups)), T0 + 30)
+    assert 0 not in found(liar, T0 + 100)

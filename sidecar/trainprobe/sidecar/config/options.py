@@ -162,14 +162,18 @@ _CORE: tuple[Option, ...] = (
     Option(
         "startup_timeout_s",
         v.seconds(0.1, 604800),
-        "HUNG if the first step has not completed this long after the worker connected.",
+        "HUNG if the first step has not completed this long after the worker connected; "
+        "also the least patience before a start-up hang (rule startup_straggler) is killed.",
         _R,
     ),
     Option(
         "init_straggler_s",
         v.seconds(0.1, 604800),
         "HUNG (rule init_straggler) if a rank has not reached init_process_group this long "
-        "after the last of its peers arrived there (needs the hook made before it).",
+        "after the last of its peers arrived there (needs the hook made before it); past "
+        "the process group, HUNG (rule startup_straggler) if a rank before its first step "
+        "is in no collective this long after the last of its peers began waiting in their "
+        "first one (its kill waits startup_timeout_s from its connect).",
         _R,
     ),
     Option(

@@ -80,9 +80,13 @@ def plan_targets(
         why = (
             f"culprit rank(s) {culprits} ({diagnosis.kind}, confidence {diagnosis.confidence:.2f})"
         )
-        others = [r for r in culprits if r not in served]
+        missing = diagnosis.evidence.get("missing")
+        absent = set(missing) if isinstance(missing, (list, tuple)) else set()
+        others = [r for r in culprits if r not in served and r not in absent]
         if others:
             why += f"; rank(s) {others} are served by another sidecar, which acts on them"
+        if unseen := [r for r in culprits if r in absent]:
+            why += f"; rank(s) {unseen} have no session on any sidecar (not connected)"
         return mine, why
     fallback = policy.on_inconclusive
     why = f"diagnosis {diagnosis.kind}: no culprit named; on_inconclusive={fallback}"

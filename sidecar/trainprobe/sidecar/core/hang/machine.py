@@ -44,7 +44,13 @@ from trainprobe.sidecar.core.hang.effects import (
 from trainprobe.sidecar.core.hang.episodes import Episode, late_stalled
 from trainprobe.sidecar.core.hang.follow import follow, served, stacks_read
 from trainprobe.sidecar.core.hang.records import IncidentUpdate, PauseEnded, StallEnded
-from trainprobe.sidecar.core.hang.rounds import judge_round, kill_decided, patience_for, signals_for
+from trainprobe.sidecar.core.hang.rounds import (
+    START_UP_RULES,
+    judge_round,
+    kill_decided,
+    patience_for,
+    signals_for,
+)
 from trainprobe.sidecar.core.hang.state import HangState, VerdictOf, job_verdict, summaries
 from trainprobe.sidecar.core.incident.actions import Action, is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident, group_incidents
@@ -249,6 +255,8 @@ def _closed(
         return
     if ep.acted or ep.remote_id or ep.incident is None:
         return
+    if ep.incident.rule in START_UP_RULES:
+        return  # a start-up wait (a download at a barrier) says nothing of a step's stalls
     stepped = any(
         w.hello.job_id == ep.job_id and not w.ended and w.last_step_at > ep.opened_at
         for w in workers

@@ -11,6 +11,7 @@ resume), for :mod:`~trainprobe.sidecar.core.hang.rounds`.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from trainprobe.sidecar.core.hang.effects import Effect, EvidenceRound, Log, Record, ResumeJob
 from trainprobe.sidecar.core.hang.episodes import Episode
@@ -19,7 +20,13 @@ from trainprobe.sidecar.core.hang.records import PauseDecision
 from trainprobe.sidecar.core.hang.state import HangState
 from trainprobe.sidecar.core.judge.culprit import RankSummary
 from trainprobe.sidecar.core.judge.decision import Judgement
-from trainprobe.sidecar.core.judge.evidence import ProcSample, RankEvidence, assess, stale_after_s
+from trainprobe.sidecar.core.judge.evidence import (
+    ProcSample,
+    RankEvidence,
+    assess,
+    stale_after_s,
+)
+from trainprobe.sidecar.core.judge.summary import previous_attempt, session_times
 from trainprobe.sidecar.core.session.model import WorkerState, heard_every_ms
 
 __all__ = [
@@ -136,7 +143,8 @@ def every_rank(
     may still be on its way: the round's sampled ranks (at most 8), the local
     ones past them (:func:`unsampled_evidence`), the relayed ones (their node's
     word) and another sidecar's (:func:`remote_evidence`, from the job's
-    summaries ``ranks``)."""
+    summaries ``ranks``). A session of an earlier attempt is marked ``superseded``:
+    the kernel's word on it proves nothing against the job's current ranks."""
     job = [w for w in workers if w.hello.job_id == rnd.episode.job_id]
     rest = [w for w in job if w.hello.rank not in rnd.evidence]
     sampled = {w.hello.rank for w in rnd.states}
@@ -145,6 +153,9 @@ def every_rank(
     seen, remote = remote_evidence([s for s in ranks if s.rank not in mine], now, wait_s)
     seen.update({**unsampled_evidence(beyond, rnd.kernel, now), **relayed_evidence(rest, now)})
     seen.update(rnd.evidence)
+    old = previous_attempt(session_times(job))
+    for rank in old & seen.keys():
+        seen[rank] = replace(seen[rank], superseded=True)
     return seen, sorted({*awaiting_word([*rnd.states, *rest], now), *remote})
 
 

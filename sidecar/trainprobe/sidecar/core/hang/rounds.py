@@ -62,7 +62,11 @@ from trainprobe.sidecar.core.judge.evidence import definitive_reason
 from trainprobe.sidecar.core.judge.replicas import apply_replicas, culprit_onset, replica_evidence
 from trainprobe.sidecar.core.session.model import WorkerState
 
-__all__ = ["judge_round", "kill_decided", "patience_for", "signals_for"]
+__all__ = ["START_UP_RULES", "judge_round", "kill_decided", "patience_for", "signals_for"]
+
+#: Rules of a rank before its first step, past its process group: their kill
+#: keeps the start-up patience (:func:`patience_for`).
+START_UP_RULES = frozenset({"startup", "startup_straggler"})
 
 
 def signals_for(config: HangConfig, incident: Incident) -> bool:
@@ -124,14 +128,14 @@ def judge_round(
         if ep.resumed_at is None:
             out.append(_next(cfg, rnd))
         return out
-    evidence = rnd.evidence
+    evidence = {r: seen.get(r, ev) for r, ev in rnd.evidence.items()}  # superseded marked
     dead = {r for r, ev in evidence.items() if definitive_reason(ev)}
     # A replicated job: after the stacks, a waiting replica is still never a culprit.
     base = analyze_job(ranks, job_verdict(state, ep.job_id))
     diag = apply_replicas(ranks, refine(base, seen, awaiting), dead)
     where = {r: ev.where for r, ev in evidence.items() if r in diag.culprits and ev.where}
     diag = diag.with_where(where)
-    patience_s, basis = patience_for(state, ep.job_id, diag, now)
+    patience_s, basis = patience_for(state, ep.job_id, diag, now, incident.rule)
     j = judge(diag, evidence, culprit_onset(ranks, diag, ep.onset_at, now), patience_s, basis, now)
     # Every other live rank held: even a definitive kill waits for the word
     # that may make it a pause (a job stopped on two nodes, one node's word first).
@@ -169,12 +173,24 @@ def _next(cfg: HangConfig, rnd: EvidenceRound) -> Watch:
     )
 
 
-def patience_for(state: HangState, job_id: str, diag: Diagnosis, now: float) -> tuple[float, str]:
-    """The job's patience: a replicated job's (short, backed off per place) or today's."""
+def patience_for(
+    state: HangState, job_id: str, diag: Diagnosis, now: float, rule: str = ""
+) -> tuple[float, str]:
+    """The job's patience: a replicated job's (short, backed off per place) or
+    today's; a start-up hang's (``rule``) never less than ``startup_timeout_s``,
+    since a healthy start waits that long (one rank downloads, its peers sit in
+    a barrier), and it counts from the rank's connect."""
     rep = replica_evidence(diag.evidence)
     if rep is None or not rep.culprits:
-        return state.patience.patience_s(job_id)
-    return state.patience.replica_patience_s(job_id, _place(diag, rep.culprits), now)
+        patience_s, basis = state.patience.patience_s(job_id)
+    else:
+        patience_s, basis = state.patience.replica_patience_s(
+            job_id, _place(diag, rep.culprits), now
+        )
+    start_s = state.config.rules.stall.startup_timeout_s
+    if rule in START_UP_RULES and patience_s < start_s:
+        return start_s, f"start-up: startup_timeout_s ({basis}: {patience_s:.0f}s)"
+    return patience_s, basis
 
 
 def _fill(

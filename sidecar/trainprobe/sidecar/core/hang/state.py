@@ -29,7 +29,7 @@ from trainprobe.sidecar.core.job.view import (
 from trainprobe.sidecar.core.judge.culprit import ALL_IN_FLIGHT, HEALTHY, Diagnosis, RankSummary
 from trainprobe.sidecar.core.judge.evidence import stale_after_s
 from trainprobe.sidecar.core.judge.rules import RuleConfig, heartbeat_limit_s
-from trainprobe.sidecar.core.judge.summary import summarize
+from trainprobe.sidecar.core.judge.summary import previous_attempt, session_times, summarize
 from trainprobe.sidecar.core.session.model import Verdict, WorkerKey, WorkerState, heard_every_ms
 
 __all__ = [
@@ -120,8 +120,12 @@ def local_summaries(
     now: float,
     verdict_of: VerdictOf | None = None,
 ) -> list[RankSummary]:
-    """The ranks of ``job_id`` that report to this sidecar (what it shares)."""
+    """The ranks of ``job_id`` that report to this sidecar (what it shares); a
+    session of an earlier attempt is not the rank now (its new process may not
+    have connected yet): the analysis sees that rank as missing."""
     rules = state.config.rules
+    job = [w for w in workers if w.hello.job_id == job_id]
+    old = previous_attempt(session_times(job))
     return [
         summarize(
             w,
@@ -129,8 +133,8 @@ def local_summaries(
             min(heartbeat_limit_s(w, rules), stale_after_s(heard_every_ms(w))),
             verdict_of(w) if verdict_of is not None else None,
         )
-        for w in workers
-        if w.hello.job_id == job_id
+        for w in job
+        if w.hello.rank not in old
     ]
 
 

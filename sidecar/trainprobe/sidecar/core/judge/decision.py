@@ -139,6 +139,7 @@ def _stuck(ev: RankEvidence) -> bool:
         and not ev.waiting
         and not definitive_reason(ev)
         and ev.state != "exiting"
+        and not ev.superseded
     )
 
 

@@ -187,6 +187,10 @@ class RankEvidence:
     samples: int = 0
     #: Frozen by a cgroup freezer in the last sample (None: no freezer to ask).
     frozen: bool | None = None
+    #: The session is of an earlier attempt: it was last heard before every live
+    #: session of its job began (``summary.previous_attempt``). Its process is not
+    #: the rank the job waits for now, whatever the kernel says of it.
+    superseded: bool = False
 
     @property
     def held(self) -> bool:
@@ -213,6 +217,8 @@ class RankEvidence:
     @property
     def label(self) -> str:
         """What the rank is doing, in a word: ``reading``, ``stopped``..."""
+        if self.superseded:
+            return f"a process of an earlier attempt ({self.state or 'unknown'})"
         if self.frozen:
             return "frozen (cgroup freezer)"
         if self.state in ("stopped", "traced", "exiting", "zombie", "gone", "disk"):
@@ -235,6 +241,7 @@ class RankEvidence:
             "reporter_alive": self.reporter_alive,
             "samples": self.samples,
             "frozen": self.frozen,
+            **({"superseded": True} if self.superseded else {}),
         }
 
 
@@ -295,7 +302,13 @@ def definitive_reason(ev: RankEvidence) -> str:
     looking at it. Uninterruptible I/O (state D), a lock wait, a busy CPU and
     a silent reporter are not either: each also happens in a healthy job
     (a slow NFS read, a lock held across slow I/O, a long C call).
+
+    Nor is the word on a process of an earlier attempt (``superseded``): after
+    a restart its rank's new process may not have connected yet (a hang
+    before its hook), and the old one being gone says nothing of it.
     """
+    if ev.superseded:
+        return ""
     if ev.state == "stopped":
         return "stopped"
     if ev.state in ("zombie", "gone"):

@@ -46,6 +46,11 @@ class JobContext:
     last_arrival_at: float = 0.0
     world_size: int = 0
     connected: int = 0
+    #: After the process group, before the first step: the ranks with no step
+    #: yet that wait in a collective (a first allreduce, a barrier), and when
+    #: the last of them began waiting there.
+    first_waiting: tuple[int, ...] = ()
+    first_wait_at: float = 0.0
     #: The same start-up counts from the job's verified sessions alone: what a
     #: verified rank is judged by, so that no unverified session's claim (that it
     #: arrived, or that it is a rank of the world) makes a verified rank late.

@@ -9,6 +9,9 @@
 |               |              | last peer arrived in the rendezvous                          |
 | rendezvous    | HUNG         | every rank of the job inside init_process_group, none out    |
 |               |              | rendezvous_timeout_s after the last arrived                  |
+| startup_      | HUNG         | no first step and in no collective init_straggler_s after    |
+| straggler     |              | the last peer began waiting in its first one (a first        |
+|               |              | allreduce, a barrier); every rank of the world connected     |
 | startup       | HUNG         | no first step within startup_timeout_s, outside any phase    |
 | stall         | HUNG         | reports arrive but the step has not advanced for the stall   |
 |               |              | threshold, outside any phase                                 |
@@ -64,8 +67,10 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     The tally is inlined (one method call per worker per tick cost more than
     the tally itself); each job's is [samples, p99_s, phase holders, last
     phase end, ranks arrived in the rendezvous, the last arrival, world size,
-    connected ranks, and the arrivals, last arrival and connected ranks of
-    verified sessions alone].
+    connected ranks, the arrivals, last arrival and connected ranks of
+    verified sessions alone, and the ranks waiting in a collective before
+    their first step and when the last began, of all sessions and of the
+    verified ones].
     Start-up phases hold nothing for the job: a rank before its process group
     is judged by :func:`worker_rules.startup`, against its peers (a verified
     rank against its verified peers: ``JobContext.for_rank``).
@@ -74,7 +79,23 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
     for w in workers:
         t = tallies.get(w.hello.job_id)
         if t is None:
-            t = tallies[w.hello.job_id] = [0, None, [], 0.0, [], 0.0, 0, 0, [], 0.0, 0]
+            t = tallies[w.hello.job_id] = [
+                0,
+                None,
+                [],
+                0.0,
+                [],
+                0.0,
+                0,
+                0,
+                [],
+                0.0,
+                0,
+                [],
+                0.0,
+                [],
+                0.0,
+            ]
         window = w.step_samples
         # No window outgrows its maxlen: once a job's count reaches it, skip len().
         if t[0] < window.maxlen and (n := len(window)) > t[0]:
@@ -101,6 +122,13 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             t[7] += 1
             if w.verified:
                 t[10] += 1
+            if w.inflight_since and not w.has_step:
+                since = min(w.inflight_since.values())
+                t[11].append(w.hello.rank)
+                t[12] = max(t[12], since)
+                if w.verified:
+                    t[13].append(w.hello.rank)
+                    t[14] = max(t[14], since)
     out = {}
     for job, t in tallies.items():
         samples, p99_s, holders, last_end, arrived, last_arrival, world, live = t[:8]
@@ -112,13 +140,20 @@ def job_contexts(workers: Iterable[WorkerState], policy: StallPolicy) -> dict[st
             last_arrival_at=last_arrival,
             world_size=world,
             connected=live,
+            first_waiting=tuple(sorted(t[11])),
+            first_wait_at=t[12],
         )
-        if t[10] != live or len(t[8]) != len(arrived):
+        if t[10] != live or len(t[8]) != len(arrived) or len(t[13]) != len(t[11]):
             # An unverified session in the job: a verified rank is judged without it.
             ctx = replace(
                 ctx,
                 verified=replace(
-                    ctx, arrived=tuple(sorted(set(t[8]))), last_arrival_at=t[9], connected=t[10]
+                    ctx,
+                    arrived=tuple(sorted(set(t[8]))),
+                    last_arrival_at=t[9],
+                    connected=t[10],
+                    first_waiting=tuple(sorted(t[13])),
+                    first_wait_at=t[14],
                 ),
             )
         out[job] = ctx
@@ -248,7 +283,7 @@ def evaluate_worker(
     elif job.phase_holders:
         hung = None  # another rank's declared phase covers this one's wait
     else:
-        hung = progress(w, cfg, job, now)
+        hung = progress(w, cfg, job.for_rank(w.verified), now)
     if hung is not None:
         _as_of(hung, shift)
         out.append(hung)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from trainprobe.sidecar.core.judge.culprit import GroupProgress, RankSummary
 from trainprobe.sidecar.core.session.model import Verdict, WorkerState, heard_every_ms
 
-__all__ = ["NORMAL_STEP_FLOOR_S", "summarize"]
+__all__ = ["NORMAL_STEP_FLOOR_S", "previous_attempt", "session_times", "summarize"]
 
 #: The least "normal step time" (s): a report late on a loaded node must not
 #: make a stepping rank look stuck. A verdict needs 3 s without progress (the
@@ -81,3 +83,28 @@ def _ft_wait(w: WorkerState, now: float) -> tuple[str, float]:
         return "", 0.0
     since = w.to_local(progress.waiting_since_mono_ns) if progress.waiting_since_mono_ns else now
     return progress.waiting, round(max(0.0, now - since), 3)
+
+
+def previous_attempt(sessions: Iterable[tuple[int, float, float, bool]]) -> set[int]:
+    """The ranks whose session is of an earlier attempt than the job's live ones.
+
+    ``sessions``: (rank, first seen, last heard, live) of each session of one
+    job, on the sidecar's clock. An ended session last heard before every live
+    one began cannot be the peer they wait for in a collective: their
+    processes, and the process group they wait in, came after it (a restart:
+    Ray Train's new group, torchrun's next attempt). One still heard while a
+    live peer ran is of the same attempt, so its death stays definitive; a
+    live one is judged by the rules (a process that reconnects keeps its
+    session and its start). One pass: a coordinator's job has thousands.
+    """
+    rows = list(sessions)
+    earliest = min((seen for _, seen, _, live in rows if live), default=None)
+    if earliest is None:
+        return set()
+    return {rank for rank, _, heard, live in rows if not live and heard < earliest}
+
+
+def session_times(sessions: Iterable[WorkerState]) -> Iterator[tuple[int, float, float, bool]]:
+    """(rank, first seen, last heard, live) of each session, for :func:`previous_attempt`."""
+    for w in sessions:
+        yield w.hello.rank, w.first_seen_at, w.last_report_at, w.connected and not w.ended

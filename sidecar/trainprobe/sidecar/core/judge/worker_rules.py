@@ -1,6 +1,6 @@
 """The rules of one worker past silence and exit, as ``rules.evaluate_worker``
 calls them: a declared phase's overrun; start-up (``rendezvous``,
-``init_straggler``, ``startup``); progress (``sync_inflight``, ``stall``);
+``init_straggler``, ``startup_straggler``, ``startup``); progress (``sync_inflight``, ``stall``);
 and what degrades a worker (``gpu_memory``, ``sync_latency``). The table of
 every rule is in ``core/judge/rules.py``. Pure: state and the time in, findings out.
 """
@@ -99,6 +99,9 @@ def startup(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Fin
 def progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Finding | None:
     if not w.has_step:
         elapsed = now - max(w.first_seen_at, job.last_phase_end_at)
+        straggler = _first_step_straggler(w, cfg, job, now, elapsed)
+        if straggler is not None:
+            return straggler
         if elapsed > cfg.stall.startup_timeout_s:
             return finding(
                 w,
@@ -143,6 +146,37 @@ def progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Fi
             samples=threshold.samples,
         )
     return None
+
+
+def _first_step_straggler(
+    w: WorkerState, cfg: RuleConfig, job: JobContext, now: float, elapsed: float
+) -> Finding | None:
+    """After the process group, before the first step: peers wait in their first
+    collective, this rank is in none (``startup_straggler``).
+
+    As ``init_straggler`` before it, a verdict ``init_straggler_s`` after the
+    last of them began waiting, once every rank of the world has a live stream
+    here (one not connected may be the one they wait for). Under Ray Train the
+    group is made before any hook exists, so this is the only start-up verdict
+    that names a culprit in seconds. A healthy start looks the same (rank 0
+    downloads while the others wait at a barrier), so its kill keeps the
+    start-up patience: counted from this rank's connect (``elapsed_s``, the
+    onset), at least ``startup_timeout_s`` (core/hang/rounds.py).
+    """
+    if not job.first_waiting or w.inflight_since or job.connected < job.world_size:
+        return None
+    waited = now - max(job.first_wait_at, job.last_phase_end_at)
+    if waited <= cfg.init_straggler_s:
+        return None
+    return finding(
+        w,
+        "startup_straggler",
+        Verdict.HUNG,
+        elapsed_s=round(elapsed, 3),
+        waiting=list(job.first_waiting),
+        waited_s=round(waited, 3),
+        timeout_s=cfg.init_straggler_s,
+    )
 
 
 def _inflight_seq(w: WorkerState, group: str) -> GroupSeqData | None:
