@@ -176,6 +176,20 @@ def test_a_verified_process_of_another_uid_cannot_join_a_job() -> None:
     assert reg.open(hello(rank=1, pid=20), T0 + 3, other).uid == 1001
 
 
+def test_a_refusal_quotes_the_holders_host_escaped() -> None:
+    """The refused hook logs the refusal to its training's stderr; the holder's
+    host is that client's word (tried: an OSC title and a screen clear reached
+    the refused hook's terminal raw)."""
+    reg = Registry(takeover_after_s=10.0)
+    h = hello(pid=10, host="h\x1b]0;pwned\x07\x1b[2J")
+    reg.open(h, T0, me())
+    with pytest.raises(RegistryError) as err:
+        reg.open(hello(pid=11), T0 + 1)
+    assert err.value.code == "ALREADY_EXISTS"
+    assert "\x1b" not in str(err.value) and "\x07" not in str(err.value)
+    assert "on h\\x1b]0;pwned\\x07\\x1b[2J" in str(err.value)
+
+
 # -- tickets ------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from trainprobe.sidecar.core.session.model import (
     WorkerState,
     heard_every_ms,
 )
+from trainprobe.sidecar.core.text import printable
 
 __all__ = ["held_by", "other_uid", "same_process", "takes_over"]
 
@@ -60,7 +61,7 @@ def held_by(old: WorkerState, hello: HelloData, node: object | None) -> str:
     return (
         f"rank {hello.rank} of job {hello.job_id!r} is already reported by "
         f"{'verified ' if old.verified else ''}pid {old.hello.pid} on "
-        f"{old.hello.host}"
+        f"{printable(old.hello.host)}"  # another client's word, logged by this one's hook
         f"{' through another relay stream' if old.node not in (None, node) else ''}"
         "; set RANK/TRAINPROBE_JOB_ID or pass rank=/job_id= to "
         "LivenessProbeHook"
