@@ -15,7 +15,9 @@ in flight), what to ask from :class:`~trainprobe.sidecar.core.job.view.JobView`,
 what to send from :class:`~trainprobe.sidecar.core.job.uplink.Uplink`, the
 answers applied to the view. All nodes are one job (``N x ranks`` ranks).
 
-Measured over ``--window-s`` once every stream is up: the upstream's CPU
+Measured over ``--window-s`` once every stream is up and the start is over
+(until every node is up the job has fewer ranks than its world, and every
+node asks for the details, as it would at a real job's start): the upstream's CPU
 seconds per second (its /proc utime + stime), its RSS at the end and its peak
 (VmHWM), and the messages the nodes sent and received a second. With
 ``--incident``, then, rank 0 (node 0) stops: its summary says so at the next
@@ -47,6 +49,7 @@ add_repo_to_path()
 import grpc  # noqa: E402
 
 from trainprobe.proto import probe_pb2 as pb  # noqa: E402
+from trainprobe.sidecar.core.job.digest import DETAIL_LINGER_S  # noqa: E402
 from trainprobe.sidecar.core.job.uplink import Uplink  # noqa: E402
 from trainprobe.sidecar.core.job.view import JobView, analyze_job  # noqa: E402
 from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary  # noqa: E402
@@ -213,7 +216,10 @@ def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> di
         while total(0) < n and time.monotonic() < deadline:
             time.sleep(0.2)
         connected = total(0)
-        time.sleep(2 * INTERVAL_S + 1.0)  # every node's first full upload is in
+        # Until every node is up the job has fewer ranks than its world: every node
+        # asks for the details, and keeps asking DETAIL_LINGER_S after (a start's
+        # cost, not the steady state's).
+        time.sleep(DETAIL_LINGER_S + 2.0)
         c0, s0, r0, t0 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
         time.sleep(window_s)
         c1, s1, r1, t1 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
