@@ -24,14 +24,35 @@ from collections.abc import Iterator
 import pytest
 
 from tests.raw_client import connect
-from tests.support import PYTHON, Workers, child_env, short_tmpdir, sidecar, wait_for
-from tests.test_pause_e2e import FLAGS, TRAIN, records, stepping
-from tests.test_pod_dirs import as_uid
+from tests.support import (
+    PYTHON,
+    SidecarProcess,
+    Workers,
+    child_env,
+    short_tmpdir,
+    sidecar,
+    wait_for,
+)
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a real second uid")
 
 OTHER_UID = 1001
+TRAIN = ["--steps", "100000", "--step-s", "0.05", "--interval-ms", "100"]
+#: Patience 0: any judgement but "paused" kills at once.
+FLAGS = ("--hang-patience-s", "0", "--kill-grace-s", "2")
+
+
+def as_uid(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+def records(sc: SidecarProcess, job: str, kind: str) -> list[dict]:
+    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
+
+
+def stepping(w: Workers, past: int) -> None:
+    wait_for(lambda: all(w.max_step(r) > past for r in range(w.n)), 120, what=f"steps > {past}")
 
 
 def _other_uid_rank(
