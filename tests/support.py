@@ -158,10 +158,12 @@ class SidecarProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def incidents(self, kind: str = "incident") -> list[dict[str, Any]]:
+    def incidents(self, kind: str = "incident", job: str | None = None) -> list[dict[str, Any]]:
+        """The log's records of type ``kind`` (of job ``job`` only, when given)."""
         if not self.incident_log.exists():
             return []
-        return [r for r in read_incident_log(self.incident_log) if r.get("type") == kind]
+        rows = [r for r in read_incident_log(self.incident_log) if r.get("type") == kind]
+        return rows if job is None else [r for r in rows if r.get("job_id") == job]
 
     def wait_incident(self, pred: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict:
         return wait_for(

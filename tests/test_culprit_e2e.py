@@ -56,10 +56,6 @@ def span_attributes(traces: Path, incident_id: str, key: str) -> dict[str, Any]:
     raise AssertionError(f"no span of incident {incident_id} with {key}")
 
 
-def job_records(sc, job: str, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
-
-
 def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
     """Rank 2 sleeps inside step 15; ranks 0, 1, 3 enter the gradient allreduce and wait."""
     with (
@@ -82,7 +78,7 @@ def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
         assert d["text"].endswith(f"rank 2 is stuck at {stacks['where']}")
         assert inc["targets"] == [2] and inc["action"] == "kill"
         assert 2.0 <= inc["detection_latency_s"] < 2.0 + 1.0
-        action = wait_for(lambda: job_records(sc, "sleep4", "action"), 30, what="kill")[0]
+        action = wait_for(lambda: sc.incidents("action", job="sleep4"), 30, what="kill")[0]
         assert action["incident_id"] == inc["id"] and list(action["outcomes"]) == ["2"]
         assert action["outcomes"]["2"]["pid"] == w.pids[2] and action["outcomes"]["2"]["exited"]
         # The peers' allreduce fails once rank 2 is gone: they end by themselves.
@@ -91,8 +87,8 @@ def test_rank_sleeping_in_its_step_is_named_and_only_it_is_killed() -> None:
         assert w.max_step() < 400
         # One incident for the whole episode: nothing more was opened or killed.
         wait_for(lambda: "hang episode" in sc.log_text() and "is over" in sc.log_text(), 30)
-        assert [r["id"] for r in job_records(sc, "sleep4", "incident")] == [inc["id"]]
-        assert len(job_records(sc, "sleep4", "action")) == 1
+        assert [r["id"] for r in sc.incidents("incident", job="sleep4")] == [inc["id"]]
+        assert len(sc.incidents("action", job="sleep4")) == 1
         # The incident span carries the same diagnosis, stacks included.
         sc.stop()  # flushes the exporters
         attrs = span_attributes(
@@ -129,7 +125,7 @@ def test_rank_calling_another_collective_is_named_and_diagnose_says_the_same() -
         assert [e["profiling_name"] for e in entries] == ["gloo:all_gather"]
         assert entries[0]["collective_seq_id"] > 0 and entries[0]["retired"] is False
         assert inc["targets"] == [1] and inc["dry_run"] is True
-        action = wait_for(lambda: job_records(sc, "mismatch4", "action"), 30, what="dry run")[0]
+        action = wait_for(lambda: sc.incidents("action", job="mismatch4"), 30, what="dry run")[0]
         assert action["dry_run"] is True and action["ranks"] == [1]
         # Live, during the hang: `trainprobe diagnose` prints the incident's text.
         out = ctl("diagnose", "--job", "mismatch4", "--target", sc.target)
@@ -167,16 +163,16 @@ def test_sigstopped_rank_is_named_and_its_stack_read_from_outside() -> None:
             methods = [a["method"] for a in stacks["attempts"]]
             assert stacks["method"] == "" and methods == ["in-process", "py-spy", "faulthandler"]
         assert inc["targets"] == [3]
-        action = wait_for(lambda: job_records(sc, "stop4", "action"), 30, what="kill")[0]
+        action = wait_for(lambda: sc.incidents("action", job="stop4"), 30, what="kill")[0]
         assert list(action["outcomes"]) == ["3"]
         # Stopped: SIGKILLed as it is, never resumed for a SIGTERM handler.
         assert action["outcomes"]["3"]["signals"] == ["SIGKILL"]
         assert action["outcomes"]["3"]["signalled_first"] == "SIGKILL"
         assert w.wait(60)[3] is not None
-        hangs = [r for r in job_records(sc, "stop4", "incident") if r["verdict"] != "DEGRADED"]
+        hangs = [r for r in sc.incidents("incident", job="stop4") if r["verdict"] != "DEGRADED"]
         assert [r["id"] for r in hangs] == [inc["id"]]
         # Definitive (the kernel says stopped): acted on at once, no patience.
-        (dec,) = job_records(sc, "stop4", "decision")
+        (dec,) = sc.incidents("decision", job="stop4")
         assert dec["rule"] == "stopped" and dec["definitive"] and dec["incident_id"] == inc["id"]
 
 
@@ -241,7 +237,7 @@ def test_ranks_over_tcp_from_another_host_are_one_job_with_the_local_ones() -> N
         assert "rank 2 on node-b never entered allreduce" in d["text"]
         assert d["stacks"]["2"]["method"] == "in-process"
         assert inc["targets"] == [2]
-        action = wait_for(lambda: job_records(sc, "tcp4", "action"), 30, what="kill")[0]
+        action = wait_for(lambda: sc.incidents("action", job="tcp4"), 30, what="kill")[0]
         assert action["outcomes"]["2"]["method"] == "abort-command"
         assert w.wait(60)[2] is not None  # it ended itself on the sidecar's command
         hosts = {s.rank: s.host for s in sc.status("tcp4").workers}
@@ -262,7 +258,7 @@ def test_peers_that_stay_stuck_are_swept_after_the_job_kill_grace() -> None:
         inc = sc.wait_incident(lambda r: r["job_id"] == "sweep3", timeout_s=180)
         assert inc["diagnosis"]["culprits"] == [1] and inc["targets"] == [1]
         sweep = wait_for(
-            lambda: [r for r in job_records(sc, "sweep3", "action") if r.get("phase")],
+            lambda: [r for r in sc.incidents("action", job="sweep3") if r.get("phase")],
             60,
             what="sweep",
         )[0]
@@ -270,4 +266,4 @@ def test_peers_that_stay_stuck_are_swept_after_the_job_kill_grace() -> None:
         assert sorted(sweep["outcomes"]) == ["0", "2"] and sweep["ok"] is True
         assert all(c is not None for c in w.wait(30))
         assert len(w.events("error")) == 2  # both peers saw rank 1's death and stayed
-        assert [r["id"] for r in job_records(sc, "sweep3", "incident")] == [inc["id"]]
+        assert [r["id"] for r in sc.incidents("incident", job="sweep3")] == [inc["id"]]

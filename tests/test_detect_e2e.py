@@ -28,12 +28,8 @@ def hang_args(rank: int, at: int, mode: str) -> list[str]:
     return [*PLAIN, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-mode", mode]
 
 
-def records(sc, job: str, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
-
-
 def decisions(sc, job: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    return records(sc, job, "decision")
+    return sc.incidents("decision", job=job)
 
 
 def test_sleeping_rank_without_watch_ddp_is_named_at_once_and_killed_after_the_patience() -> None:
@@ -62,9 +58,9 @@ def test_sleeping_rank_without_watch_ddp_is_named_at_once_and_killed_after_the_p
         row = {s.rank: s for s in sc.status("nap3").workers}[1]
         assert row.suspect.startswith("HUNG? ") and "of 12 s patience — rank 1 at" in row.suspect
         assert "(sleep)" in row.suspect and "HUNG?" in format_status(sc.status("nap3"))
-        assert not records(sc, "nap3", "action")
+        assert not sc.incidents("action", job="nap3")
         # After the patience: rank 1 alone, by the patience rule.
-        action = wait_for(lambda: records(sc, "nap3", "action"), 60, what="kill")[0]
+        action = wait_for(lambda: sc.incidents("action", job="nap3"), 60, what="kill")[0]
         waited = time.monotonic() - seen
         (dec,) = decisions(sc, "nap3")
         assert dec["rule"] == "patience" and dec["incident_id"] == inc["id"]
@@ -85,8 +81,8 @@ def test_sigstopped_rank_without_watch_ddp_is_killed_at_once_and_alone() -> None
         sidecar() as sc,
         Workers(3, sc.target, short_tmpdir(), job_id="stop3", args=hang_args(2, 40, "stop")) as w,
     ):
-        action = wait_for(lambda: records(sc, "stop3", "action"), 180, what="kill")[0]
-        (inc,) = records(sc, "stop3", "incident")
+        action = wait_for(lambda: sc.incidents("action", job="stop3"), 180, what="kill")[0]
+        (inc,) = sc.incidents("incident", job="stop3")
         (dec,) = decisions(sc, "stop3")
         assert dec["rule"] == "stopped" and dec["definitive"] is True
         # At once: far below the 90 s patience a sleep would get.
@@ -117,14 +113,14 @@ def test_rank_killed_by_sigkill_while_its_peers_block_is_the_culprit_and_decided
         # A zombie until the test (its parent) reaps it, then gone: both are definitive.
         assert dec["rule"] in ("gone", "zombie") and dec["definitive"] is True
         assert dec["decided_after_s"] < 20.0
-        hung = next(r for r in records(sc, "gone3", "incident") if r["verdict"] != "DEAD")
+        hung = next(r for r in sc.incidents("incident", job="gone3") if r["verdict"] != "DEAD")
         assert hung["diagnosis"]["culprits"] == [1] and hung["targets"] == [1]
         # The culprit's own action (it is gone already), and its blocked peers:
         # they can never finish their collective, so they are ended at once, not
         # after the 10 s job-kill grace, and the job can restart. Either record
         # may be written first.
         acts = wait_for(
-            lambda: a if len(a := records(sc, "gone3", "action")) >= 2 else None,
+            lambda: a if len(a := sc.incidents("action", job="gone3")) >= 2 else None,
             60,
             what="the culprit's action and the sweep",
         )
@@ -165,4 +161,4 @@ def test_healthy_8s_stall_with_watch_ddp_gets_a_verdict_and_is_never_killed() ->
         resumed = wait_for(lambda: decisions(sc, "slow3"), 30, what="resumed")[0]
         assert resumed["rule"] == "resumed" and resumed["act"] is False
         assert 4.0 < resumed["stalled_s"] < 30.0
-        assert not records(sc, "slow3", "action")
+        assert not sc.incidents("action", job="slow3")

@@ -8,7 +8,6 @@ one job, rank 0 reporting to node A and rank 1 to node B, as if on two hosts.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
@@ -18,10 +17,6 @@ pytestmark = pytest.mark.slow
 
 FAST = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "100", "--watch-ddp"]
 RULES = ("--heartbeat-timeout-s", "3", "--sync-timeout-s", "3", "--hang-patience-s", "0")
-
-
-def records(sc: SidecarProcess, job: str, kind: str) -> list[dict[str, Any]]:
-    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
 
 
 def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
@@ -45,10 +40,10 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         wait_for(lambda: [x.rank for x in a.status("js2").workers] == [0], 60, what="rank 0")
         assert [x.rank for x in b.status("js2").workers] == [1]
         hang = wait_for(lambda: w.events("hang"), 90, what="rank 1 stopping itself")[0]
-        kill = wait_for(lambda: records(b, "js2", "action"), 60, what="node B's kill")[0]
+        kill = wait_for(lambda: b.incidents("action", job="js2"), 60, what="node B's kill")[0]
         assert list(kill["outcomes"]) == ["1"] and kill["outcomes"]["1"]["exited"], kill
         assert w.wait(30)[1] is not None  # the stopped rank is gone
-        inc = records(b, "js2", "incident")[0]
+        inc = b.incidents("incident", job="js2")[0]
         d = inc["diagnosis"]
         # Rank 0 reports to node A only: node B knows it waits from the upstream.
         assert d["culprits"] == [1] and d["waiting"] == [0], d
@@ -57,8 +52,8 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         assert inc["time"] - hang["t"] <= 5.0, (inc["time"], hang["t"])
         # Node A blamed and signalled nothing of its own.
         time.sleep(1.0)
-        assert records(a, "js2", "action") == []
-        assert all(0 not in r.get("culprits", []) for r in records(a, "js2", "incident"))
-        assert all(r.get("targets", []) == [] for r in records(a, "js2", "incident"))
+        assert a.incidents("action", job="js2") == []
+        assert all(0 not in r.get("culprits", []) for r in a.incidents("incident", job="js2"))
+        assert all(r.get("targets", []) == [] for r in a.incidents("incident", job="js2"))
         assert "syncing job summaries with" in a.log_text()
         assert "refused job sync" not in up.log_text()

@@ -28,8 +28,8 @@ TRAIN = ["--steps", "100000", "--step-s", "0.05", "--interval-ms", "100"]
 FLAGS = ("--hang-patience-s", "0", "--kill-grace-s", "2")
 
 
-def records(sc: SidecarProcess, job: str, kind: str) -> list[dict]:
-    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
+def decisions(sc: SidecarProcess, job: str) -> list[dict]:
+    return sc.incidents("decision", job=job)
 
 
 def stepping(w: Workers, past: int, timeout_s: float = 120.0) -> None:
@@ -51,7 +51,9 @@ def hold_and_resume(
     try:
         held_at = time.monotonic()
         dec = wait_for(
-            lambda: next((d for d in records(sc, job, "decision") if d["rule"] == "paused"), None),
+            lambda: next(
+                (d for d in sc.incidents("decision", job=job) if d["rule"] == "paused"), None
+            ),
             held_s + 30,
             what="the paused decision",
         )
@@ -63,15 +65,17 @@ def hold_and_resume(
         release()  # type: ignore[operator]
     stepping(w, before + 20)
     resumed = wait_for(
-        lambda: next((d for d in records(sc, job, "decision") if d["rule"] == "resumed"), None),
+        lambda: next(
+            (d for d in sc.incidents("decision", job=job) if d["rule"] == "resumed"), None
+        ),
         30,
         what="the resumed decision",
     )
     assert resumed["paused_s"] > 0
     time.sleep(3.0)  # a kill after the resume would have come by now (patience 0)
-    assert records(sc, job, "action") == [], records(sc, job, "action")
+    assert sc.incidents("action", job=job) == [], sc.incidents("action", job=job)
     assert all(p.poll() is None for p in w.procs), "a rank of the paused job died"
-    incidents = records(sc, job, "incident")
+    incidents = sc.incidents("incident", job=job)
     assert incidents and all(i["action"] == "observe" for i in incidents), incidents
 
 
@@ -107,11 +111,11 @@ def test_one_rank_stopped_while_its_peer_waits_is_still_killed_at_once() -> None
     ):
         stepping(w, 10)
         os.kill(w.pids[1], signal.SIGSTOP)
-        action = wait_for(lambda: records(sc, "stop1of2", "action"), 120, what="the kill")[0]
-        dec = next(d for d in records(sc, "stop1of2", "decision") if d.get("act"))
+        action = wait_for(lambda: sc.incidents("action", job="stop1of2"), 120, what="the kill")[0]
+        dec = next(d for d in sc.incidents("decision", job="stop1of2") if d.get("act"))
         assert dec["rule"] == "stopped" and dec["definitive"] is True
         assert list(action["outcomes"]) == ["1"]
-        assert not any(d["rule"] == "paused" for d in records(sc, "stop1of2", "decision"))
+        assert not any(d["rule"] == "paused" for d in sc.incidents("decision", job="stop1of2"))
 
 
 # -- cgroup freezers (real ones: this needs a writable cgroupfs, e.g. root) -----------------
@@ -173,5 +177,7 @@ def test_a_job_frozen_by_a_cgroup_freezer_is_paused_and_never_killed(version: st
             lambda: (group / knob).write_text(thaw),
             10.0,
         )
-        dec = next(d for d in records(sc, f"freeze-{version}", "decision") if d["rule"] == "paused")
+        dec = next(
+            d for d in sc.incidents("decision", job=f"freeze-{version}") if d["rule"] == "paused"
+        )
         assert "frozen by a cgroup freezer" in dec["why"], dec
