@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,7 @@ def as_uid(uid: int) -> list[str]:
 
 
 def records(sc: SidecarProcess, job: str, kind: str) -> list[dict]:
-    return [r for r in sc.incidents(kind) if r.get("job_id") == job]
+    return sc.incidents(kind, job=job)
 
 
 def stepping(w: Workers, past: int) -> None:
@@ -178,7 +179,7 @@ def test_a_kill_notice_carries_no_raw_client_string_to_the_survivors() -> None:
             )
             client.start()
             wait_for(
-                lambda: [r for r in sc.incidents("action") if r.get("job_id") == job],
+                lambda: sc.incidents("action", job=job),
                 60,
                 what="the kill of rank 1",
             )
@@ -191,3 +192,47 @@ def test_a_kill_notice_carries_no_raw_client_string_to_the_survivors() -> None:
     (line,) = [x for x in text.splitlines() if "trainprobe killed rank 1" in x]
     assert "\x1b" not in text and "\x07" not in text, repr(line)
     assert "h\\x1b]0;pwned\\x07\\x1b[2J" in line, line
+
+
+#: A client of another uid that sends no identity ticket: rank 2 of a job, reporting.
+UNVERIFIED = """
+import os, sys, threading
+from tests.raw_client import connect, stepping
+from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
+hello = probe_pb2.Hello(
+    protocol_version=PROTOCOL_VERSION, hook_version="v", job_id=sys.argv[2], rank=2,
+    local_rank=2, world_size=3, host="x", pid=os.getpid(), interval_ms=100,
+)
+connect(sys.argv[1], stepping(hello, threading.Event()))
+"""
+
+
+@needs_root
+def test_an_opened_socket_takes_no_unverified_worker() -> None:
+    """The same intruder with no ticket would be unverified, and an unverified
+    rank that reports runs: tried, it made the same whole-job stop a kill of
+    both ranks. On a socket opened to other users (``--socket-access``), a
+    Connect must carry its own pid's ticket."""
+    job = "unvjob"
+    home = short_tmpdir("tp-home-")
+    os.chown(home, OTHER_UID, OTHER_UID)
+    with sidecar("--socket-access", "all") as sc:
+        intruder = subprocess.Popen(
+            [*as_uid(OTHER_UID), PYTHON, "-c", UNVERIFIED, sc.target, job],
+            cwd=str(Path(__file__).parents[1]),
+            env=child_env(HOME=str(home)),
+        )
+        try:
+            wait_for(
+                lambda: (
+                    "needs the identity ticket" in sc.log_text()
+                    or 2 in {r.rank for r in sc.status(job).workers}
+                ),
+                30,
+                what="the unverified Hello",
+            )
+            assert 2 not in {r.rank for r in sc.status(job).workers}
+            assert "PERMISSION_DENIED" in sc.log_text()
+        finally:
+            intruder.kill()
+            intruder.wait(10)

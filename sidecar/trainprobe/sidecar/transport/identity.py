@@ -66,6 +66,9 @@ class TicketDesk:
         self._by_pid: dict[int, bytes] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self.paths: list[Path] = []
+        #: Whether a socket is open to other users (``--socket-access``): then a
+        #: Connect on it must be verified (transport/session_open.py).
+        self.shared = False
 
     def issue(self, peer: Peer) -> bytes:
         old = self._by_pid.pop(peer.pid, None)
@@ -108,6 +111,7 @@ class TicketDesk:
                 path.unlink()  # a stale one: the gRPC socket beside it was checked first
         server = await asyncio.start_unix_server(self._answer, path=str(path))
         os.chmod(path, mode)
+        self.shared = self.shared or bool(mode & 0o077)
         self._servers.append(server)
         self.paths.append(path)
 

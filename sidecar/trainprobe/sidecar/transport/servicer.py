@@ -155,7 +155,8 @@ class SidecarServicer:
             first = await anext(request_iterator, None)
             if first is None:
                 return
-            state, error = self.open_session(first, relay=None)
+            unix = str(context.peer()).startswith("unix:")
+            state, error = self.open_session(first, relay=None, unix=unix)
             del first  # its upb arena (C memory) is not kept for the stream's life
             if state is None:
                 return
@@ -204,11 +205,14 @@ class SidecarServicer:
         relay: Any,
         vouched: VerifiedProcess | None = None,
         node: object | None = None,
+        unix: bool = False,
     ) -> tuple[WorkerState | None, Refusal | None]:
         """Open a session from a stream's first message (Connect, or relayed when
         ``relay`` names the relay route); on refusal, the status to send
         (:func:`~trainprobe.sidecar.transport.session_open.open_session`)."""
-        return open_session(self.registry, self.tickets, self._clock, first, relay, vouched, node)
+        return open_session(
+            self.registry, self.tickets, self._clock, first, relay, vouched, node, unix
+        )
 
     async def _read(self, state: WorkerState, request_iterator: Any) -> Ending:
         """Consume the stream; return how it ended and the error to send, if any."""

@@ -42,12 +42,18 @@ def open_session(
     relay: Any,
     vouched: VerifiedProcess | None = None,
     node: object | None = None,
+    unix: bool = False,
 ) -> tuple[WorkerState | None, Refusal | None]:
     """Open a session from a stream's first message (Connect, or relayed when
     ``relay`` names the relay route); on refusal, the status to send.
 
     A relayed Hello is verified only by its ``node`` (the Relay stream that
     carried it), which ``vouched`` for the pid it verified on its host.
+    ``unix``: a Connect on a Unix socket. Where those are open to other users
+    (``--socket-access group``/``all``), an unverified one is refused: its uid
+    is unknown, and a rank that reports counts as running in its job, so another
+    user's process could make a job of ranks it cannot signal look not paused
+    (core/session/session_rule.py's ``other_uid`` binds verified ones).
     """
     if isinstance(first, Malformed):
         return None, (
@@ -60,6 +66,13 @@ def open_session(
             f"the first message must be a Hello, got {first.WhichOneof('body') or 'nothing'}",
         )
     verified = verify_hello(tickets, first.hello) if relay is None else vouched
+    if verified is None and unix and relay is None and tickets is not None and tickets.shared:
+        return None, (
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"pid {first.hello.pid}: this socket is open to other users (--socket-access), "
+            "so a worker needs the identity ticket of its own pid (a hook older than "
+            "the sidecar, or a PID namespace the sidecar cannot see, has none)",
+        )
     if verified is not None and verified.pid != first.hello.pid:
         return None, (
             grpc.StatusCode.INVALID_ARGUMENT,
