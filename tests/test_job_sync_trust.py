@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+from tests.support import SidecarProcess, Workers, free_port, short_tmpdir, wait_for
 from trainprobe.proto import probe_pb2 as pb
 from trainprobe.proto import probe_pb2_grpc
 
@@ -119,3 +120,36 @@ def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
         wait_for(lambda: w.max_step() > before + 10, 30, what="still stepping")
         assert "refused job sync" in up.log_text()
         assert up.proc is not None and up.proc.poll() is None
+
+
+def test_over_tcp_a_node_syncs_only_with_the_token_and_the_pinned_upstream() -> None:
+    """As a relay node: TLS with the upstream's own certificate, then the token."""
+    from tests.test_relay_trust import self_signed
+
+    wd = short_tmpdir("jstls-")
+    _, _, cert = self_signed(wd, "upstream")
+    _, _, other = self_signed(wd, "impostor")
+    good, bad = wd / "token", wd / "wrong"
+    for path, text in ((good, "s3cret-token-0123456789"), (bad, "not-the-token-012345678")):
+        path.write_text(text + "\n")
+        path.chmod(0o600)
+    tcp = f"tcp://127.0.0.1:{free_port()}"
+    up = SidecarProcess(
+        short_tmpdir("jsup-"), "--listen", tcp, "--token-file", str(good),
+        "--tls-cert-file", str(cert), "--tls-key-file", str(wd / "upstream.key"),
+    )  # fmt: skip
+
+    def node(token: Path, pinned: Path) -> SidecarProcess:
+        return SidecarProcess(
+            short_tmpdir("jsn-"), "--job-sync-to", tcp, "--token-file", str(token),
+            "--relay-tls-cert-file", str(pinned),
+        )  # fmt: skip
+
+    with up, node(good, cert) as ok, node(bad, cert) as wrong, node(good, other) as fooled:
+        wait_for(lambda: "syncing job summaries with" in ok.log_text(), 20, what="sync")
+        wait_for(lambda: "is down (UNAUTHENTICATED" in wrong.log_text(), 20, what="refusal")
+        wait_for(lambda: "is down" in fooled.log_text(), 20, what="handshake failure")
+        assert "syncing job summaries with" not in fooled.log_text()
+        assert "syncing job summaries with" not in wrong.log_text() or (
+            "UNAUTHENTICATED" in wrong.log_text()
+        )

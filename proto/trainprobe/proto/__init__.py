@@ -45,12 +45,15 @@ from trainprobe.proto.wire import (
 PROTOCOL_VERSION = 1
 #: Initial-metadata key with which an upstream sidecar accepts a Relay stream.
 RELAY_ACCEPTED_KEY = "trainprobe-relay-accepted"
+#: Initial-metadata key with which an upstream sidecar accepts a JobSync stream.
+JOB_SYNC_ACCEPTED_KEY = "trainprobe-jobsync-accepted"
 
 __all__ = [
     "AUTH_METADATA_KEY",
     "DEFAULT_TARGET_ENV",
     "DOOMED_DIR_NAME",
     "IDENT_SUFFIX",
+    "JOB_SYNC_ACCEPTED_KEY",
     "MAX_MESSAGE_BYTES",
     "MESSAGE_SIZE_OPTIONS",
     "PERMANENT_CODES",

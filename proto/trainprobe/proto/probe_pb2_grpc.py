@@ -105,7 +105,9 @@ class SidecarServicer(object):
         the summaries that changed, a heartbeat otherwise; down come the job's
         digest and episode when they change, and the other nodes' ranks while the
         node asks for them. Kill orders never travel on it: each node acts on its
-        own ranks. A refused upload ends the stream with its status.
+        own ranks. A refused upload ends the stream with its status. The upstream
+        accepts the stream by sending the initial metadata
+        `trainprobe-jobsync-accepted`; the node counts it up only then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import (
+    JOB_SYNC_ACCEPTED_KEY,
     MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
     Backoff,
@@ -153,7 +154,8 @@ class StreamTransport:
                 request_serializer=probe_pb2.JobSyncUp.SerializeToString,
                 response_deserializer=probe_pb2.JobSyncDown.FromString,
             )(metadata=self._metadata)
-            await call.wait_for_connection()
+            await asyncio.wait_for(call.wait_for_connection(), WRITE_TIMEOUT_S)
+            await self._accepted(call)
             self.uplink.reset()
             out = self._out = asyncio.Queue(OUTBOX)
             self.connected = True
@@ -179,6 +181,17 @@ class StreamTransport:
                 self._out = None
                 reader.cancel()
                 call.cancel()
+
+    @staticmethod
+    async def _accepted(call: Any) -> None:
+        """Return once the upstream accepted the stream; raise its refusal (a wrong token)."""
+        metadata = await asyncio.wait_for(call.initial_metadata(), WRITE_TIMEOUT_S)
+        if metadata is not None and JOB_SYNC_ACCEPTED_KEY in metadata:
+            return
+        code = await asyncio.wait_for(call.code(), WRITE_TIMEOUT_S)
+        raise grpc.aio.AioRpcError(
+            code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=await call.details()
+        )
 
     async def _read(self, call: Any) -> None:
         async for down in call:

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import probe_pb2
+from trainprobe.proto import JOB_SYNC_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
 from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.wire import reply_pb, uploads_of
@@ -64,6 +64,8 @@ class JobSyncUpstream:
     async def JobSync(self, request_iterator: Any, context: Any) -> None:
         out: asyncio.Queue[probe_pb2.JobSyncDown] = asyncio.Queue(OUTBOX)
         node: list[str] = []
+        # Past the server's token check: the node counts its stream up only now.
+        await context.send_initial_metadata(((JOB_SYNC_ACCEPTED_KEY, "1"),))
         try:
             error = await pump(context.write, self._read(node, out, request_iterator), out)
         finally:

@@ -51,6 +51,6 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
                     return await continuation(handler_call_details)
         return (
             self._deny_stream
-            if handler_call_details.method.endswith(("/Connect", "/Relay"))
+            if handler_call_details.method.endswith(("/Connect", "/Relay", "/JobSync"))
             else (self._deny_unary)
         )
