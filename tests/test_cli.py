@@ -176,7 +176,7 @@ def test_stack_files_are_removed_by_the_sidecar_after_a_kill_and_by_the_next_hoo
             # The new hook swept the dead process's file and left the live one's.
             assert own.exists() and live_file.exists() and not dead_file.exists()
             wait_for(
-                lambda: [r for r in sc.incidents("action") if r.get("job_id") == "stackfile"],
+                lambda: sc.incidents("action", job="stackfile"),
                 30,
                 what="the kill",
             )

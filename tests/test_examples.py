@@ -50,7 +50,7 @@ def test_a_healthy_run_of_the_example_finishes_with_no_incident() -> None:
         ) as w,
     ):
         assert w.wait(180) == [0, 0], (w.log_text(0), w.log_text(1))
-        assert [r for r in sc.incidents() if r.get("job_id") == "example-ok"] == []
+        assert sc.incidents(job="example-ok") == []
 
 
 @pytest.mark.timeout(420)

@@ -129,7 +129,7 @@ def _stepping(up: SidecarProcess, job: str, ranks: set[int]) -> bool:
 
 
 def _records(up: SidecarProcess, job: str, kind: str) -> list[dict]:
-    return [r for r in up.incidents(kind) if r.get("job_id") == job]
+    return up.incidents(kind, job=job)
 
 
 @pytest.mark.parametrize("rank2", ["absent", "made-up", "traced"])

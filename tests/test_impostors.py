@@ -143,7 +143,7 @@ def running(*things: object) -> Iterator[None]:
 
 
 def actions(sc: SidecarProcess, job: str) -> list[dict]:
-    return [r for r in sc.incidents("action") if r.get("job_id") == job]
+    return sc.incidents("action", job=job)
 
 
 def wait_action(sc: SidecarProcess, job: str, timeout_s: float = 20.0) -> dict:

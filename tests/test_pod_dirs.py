@@ -88,9 +88,7 @@ def _killed_by_the_sidecar(sc: SidecarProcess, proc: subprocess.Popen[bytes], jo
     assert proc.stdout.readline().strip() == b"hung"
     proc.wait(30)
     assert proc.returncode is not None and proc.returncode < 0, proc.returncode
-    actions = wait_for(
-        lambda: [r for r in sc.incidents("action") if r.get("job_id") == job], 10, what="action"
-    )
+    actions = wait_for(lambda: sc.incidents("action", job=job), 10, what="action")
     (out,) = actions[0]["outcomes"].values()
     assert out["method"] == "signal" and out["signals"], out
     assert f"(verified, uid {proc_uid_of(sc, job)}" in sc.log_text()
@@ -151,7 +149,7 @@ def test_without_cap_kill_another_uid_is_verified_but_not_killed(empty_dir: Path
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == b"hung"
             actions = wait_for(
-                lambda: [r for r in sc.incidents("action") if r.get("job_id") == "other-nocap"],
+                lambda: sc.incidents("action", job="other-nocap"),
                 20,
                 what="action",
             )

@@ -80,7 +80,7 @@ def _assert_keeps_training(sc: SidecarProcess, job: str, worker: subprocess.Pope
     assert row.verdict == "OK", row
     assert row.step < 10**6, row  # no poisoned step count
     assert actions(sc, job) == []
-    assert [r for r in sc.incidents() if r.get("job_id") == job] == []
+    assert sc.incidents(job=job) == []
 
 
 # -- 1. the poison: one Hello with the worker's job, rank, pid and host ------------------

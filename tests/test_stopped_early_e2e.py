@@ -30,7 +30,7 @@ def test_a_sigstopped_rank_is_confirmed_by_the_early_read_and_killed_before_stal
         Workers(2, sc.target, short_tmpdir(), job_id="early", args=ARGS) as w,
     ):
         wait_for(
-            lambda: [r for r in sc.incidents("action") if r.get("job_id") == "early"],
+            lambda: sc.incidents("action", job="early"),
             180,
             what="the kill",
         )
