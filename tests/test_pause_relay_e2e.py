@@ -22,7 +22,6 @@ from tests.test_pause_e2e import (
     TRAIN,
     freezer,
     hold_and_resume,
-    records,
     stepping,
     stop_and_continue,
 )
@@ -40,7 +39,7 @@ def test_a_relayed_job_sigstopped_for_15_s_then_continued_is_paused_and_never_ki
     up, node = _pair()
     with up, node, Workers(2, node.target, short_tmpdir(), job_id="rpause", args=TRAIN) as w:
         stop_and_continue(up, w, "rpause", 15.0)
-        dec = next(d for d in records(up, "rpause", "decision") if d["rule"] == "paused")
+        dec = next(d for d in up.incidents("decision", job="rpause") if d["rule"] == "paused")
         assert "stopped by SIGSTOP" in dec["why"] and "ranks [0, 1]" in dec["why"], dec
         assert "killed worker pid" not in node.log_text()
 
@@ -56,7 +55,7 @@ def test_a_job_held_on_the_upstreams_host_and_through_a_node_is_paused() -> None
         Workers(2, node.target, short_tmpdir(), job_id="rmix", args=TRAIN, rank_env=direct) as w,
     ):
         stop_and_continue(up, w, "rmix", 10.0)
-        dec = next(d for d in records(up, "rmix", "decision") if d["rule"] == "paused")
+        dec = next(d for d in up.incidents("decision", job="rmix") if d["rule"] == "paused")
         assert "ranks [0, 1]" in dec["why"], dec
         # Rank 0 read here, from /proc, twice or more; rank 1 one sample, the node's word.
         assert dec["evidence"]["0"]["samples"] >= 2 and dec["evidence"]["1"]["samples"] == 1, dec
@@ -82,7 +81,7 @@ def test_a_relayed_job_frozen_by_a_cgroup_v2_freezer_is_paused_and_never_killed(
             lambda: (group / knob).write_text("0"),
             10.0,
         )
-        dec = next(d for d in records(up, "rfreeze", "decision") if d["rule"] == "paused")
+        dec = next(d for d in up.incidents("decision", job="rfreeze") if d["rule"] == "paused")
         assert "frozen by a cgroup freezer" in dec["why"], dec
 
 
@@ -91,10 +90,10 @@ def test_one_relayed_rank_stopped_while_its_peer_waits_is_killed_as_stopped() ->
     with up, node, Workers(2, node.target, short_tmpdir(), job_id="rstop1", args=TRAIN) as w:
         stepping(w, 10)
         os.kill(w.pids[1], signal.SIGSTOP)
-        action = wait_for(lambda: records(up, "rstop1", "action"), 120, what="the kill")[0]
-        dec = next(d for d in records(up, "rstop1", "decision") if d.get("act"))
+        action = wait_for(lambda: up.incidents("action", job="rstop1"), 120, what="the kill")[0]
+        dec = next(d for d in up.incidents("decision", job="rstop1") if d.get("act"))
         assert dec["rule"] == "stopped" and dec["definitive"] is True, dec
         assert list(action["outcomes"]) == ["1"]
         assert action["outcomes"]["1"]["method"] == "relay-signal", action
-        assert not any(d["rule"] == "paused" for d in records(up, "rstop1", "decision"))
+        assert not any(d["rule"] == "paused" for d in up.incidents("decision", job="rstop1"))
         assert w.wait(30)[1] is not None  # the stopped rank is really gone
