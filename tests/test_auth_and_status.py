@@ -8,20 +8,10 @@ import sys
 
 import grpc
 
-from tests.support import PYTHON, SidecarProcess, child_env, free_port, short_tmpdir, wait_for
+from tests.support import PYTHON, SidecarProcess, child_env, ctl, free_port, short_tmpdir, wait_for
 from tests.test_hook_resilience import start_loop
 from trainprobe.hooks.report.reporter import Reporter
 from trainprobe.proto import probe_pb2, probe_pb2_grpc
-
-
-def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", *args],
-        capture_output=True,
-        text=True,
-        env=child_env(**(env or {})),
-        timeout=60,
-    )
 
 
 def test_tcp_requires_the_token_and_the_hook_sends_it() -> None:
@@ -98,7 +88,7 @@ def ctl_status(port: int) -> dict | None:
         "--target",
         f"tcp://127.0.0.1:{port}",
         "--json",
-        env={"TRAINPROBE_TOKEN": "s3cret"},
+        TRAINPROBE_TOKEN="s3cret",
     )
     assert out.returncode == 0, out.stderr
     workers = json.loads(out.stdout).get("workers", [])

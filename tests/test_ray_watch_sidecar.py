@@ -19,8 +19,7 @@ import pytest
 
 from tests.otel_support import OtlpReceiver
 from tests.ray_support import fresh_ray, pid_running
-from tests.support import SidecarProcess, free_port, short_tmpdir, wait_for
-from tests.test_auth_and_status import ctl
+from tests.support import SidecarProcess, ctl, free_port, short_tmpdir, wait_for
 from tests.test_otel_export import FAST_EXPORT, samples_of, scrape
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
