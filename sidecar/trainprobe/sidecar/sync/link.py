@@ -46,7 +46,8 @@ log = logging.getLogger("trainprobe.sidecar")
 
 #: Longest wait for the upstream to take one message before the node reconnects.
 WRITE_TIMEOUT_S = 10.0
-#: Messages waiting to go up; more means the upstream stopped reading: reconnect.
+#: Messages waiting to go up; while it is full a round is skipped. A write the
+#: upstream does not take in WRITE_TIMEOUT_S starts a new stream.
 OUTBOX = 16
 
 
@@ -79,6 +80,8 @@ class StreamTransport:
         self.connected = False
         self.sessions = 0
         self.sent = self.received = 0
+        #: Rounds skipped while the outbox was full (the upstream is slow to read).
+        self.skipped = 0
         self._out: asyncio.Queue[probe_pb2.JobSyncUp] | None = None
         self._task: asyncio.Task[None] | None = None
         self._metadata = bearer_metadata(token if upstream.kind != "unix" else None)
@@ -100,16 +103,18 @@ class StreamTransport:
         out = self._out
         if out is None or not self.connected:
             return []
+        if out.full():
+            # A busy upstream (a job's start, an incident at scale): skip this round,
+            # as the uplink never saw it; the next one sends what changed since.
+            self.skipped += 1
+            return []
         bounded = self.view.bounded if self.view is not None else False
         ups = self.uplink.uploads(payload, self._clock(), bounded)
         if ups:
             msg = probe_pb2.JobSyncUp(
                 node_id=self.node_id, refresh_s=self.refresh_s, jobs=[upload_pb(u) for u in ups]
             )
-            try:
-                out.put_nowait(msg)
-            except asyncio.QueueFull:
-                self.connected = False  # the writer sees it and starts a new stream
+            out.put_nowait(msg)  # not full: checked above, and nothing ran since
         return []  # answers are applied as they arrive
 
     def warn(self, job_id: str, reason: str) -> None:
@@ -163,7 +168,7 @@ class StreamTransport:
             log.info("syncing job summaries with %s", self.upstream)
             reader = asyncio.ensure_future(self._read(call))
             try:
-                while self.connected:
+                while True:
                     getter = asyncio.ensure_future(out.get())
                     done, _ = await asyncio.wait(
                         {reader, getter}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
@@ -176,7 +181,6 @@ class StreamTransport:
                     if reader in done:
                         reader.result()  # raises what ended the stream
                         raise ConnectionError("the upstream ended the job sync stream")
-                raise ConnectionError("the upstream does not take messages fast enough")
             finally:
                 self._out = None
                 reader.cancel()
