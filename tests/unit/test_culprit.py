@@ -245,3 +245,15 @@ def test_unverified_sequence_numbers_never_outvote_the_verified_ranks() -> None:
 
     ahead = analyze([stepped(0, 50, True), stepped(1, 49, True), stepped(2, 10**9, False)])
     assert ahead.culprits == (1,), ahead.summary
+
+
+def test_a_world_size_no_hello_could_claim_is_read_as_the_largest_one_can() -> None:
+    """Another sidecar's summaries (the Ray job sync: the coordinator is an actor any
+    process of the cluster can call) carry a world size no Hello was checked for.
+    The missing ranks are counted up to it, on the sidecar's loop: a made-up
+    2**62 never ended. At most MAX_WORLD_SIZE, the bound every Hello meets."""
+    from trainprobe.sidecar.core.limits import MAX_WORLD_SIZE
+
+    silent = RankSummary(rank=0, world_size=2, reporting=False, report_age_s=9.0)
+    diag = analyze([silent, RankSummary(rank=1, world_size=4 * MAX_WORLD_SIZE)])
+    assert len(diag.culprits) == MAX_WORLD_SIZE - 1, len(diag.culprits)

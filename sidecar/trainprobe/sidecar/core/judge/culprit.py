@@ -31,6 +31,7 @@ from trainprobe.sidecar.core.judge.diagnosis import (
     GroupProgress,
     RankSummary,
 )
+from trainprobe.sidecar.core.limits import MAX_WORLD_SIZE
 from trainprobe.sidecar.core.text import sentences, short_list
 
 __all__ = [
@@ -63,7 +64,9 @@ def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:
     live = {r.rank: r for r in ranks if r.ended != "goodbye"}
     if not live:
         return Diagnosis(HEALTHY, summary="no live ranks")
-    world = max(r.world_size for r in ranks)
+    # Another sidecar's summary (the Ray job sync) may claim any world size: the
+    # missing ranks are listed up to it, so at most what a Hello may claim.
+    world = min(max(r.world_size for r in ranks), MAX_WORLD_SIZE)
     present = {r.rank for r in ranks}  # once: at the coordinator a job has 100,000 ranks
     missing = [rank for rank in range(world) if rank not in present]
     silent = sorted([r.rank for r in live.values() if not r.reporting] + missing)
