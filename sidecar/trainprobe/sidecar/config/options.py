@@ -73,7 +73,9 @@ _CORE: tuple[Option, ...] = (
         v.choice("user", "group", "all"),
         "Who may connect to the Unix sockets: user (socket 0600, directory 0700), group "
         "(0660, 0710: this user's group) or all (0666, 0711: workers of any uid, e.g. a "
-        "trainer container of another UID in the pod). Workers are verified all the same.",
+        "trainer container of another UID in the pod). Beyond user, every worker must be "
+        "verified (the identity ticket of its own pid), and a job belongs to the uid of its "
+        "verified ranks.",
         _S,
     ),
     Option(
