@@ -36,12 +36,17 @@ QUORUM_TIMEOUT_S = 60.0
 
 
 def replica_env() -> tuple[int, int] | None:
-    """(this replica group's index, number of groups) from the launcher's env
-    (``TORCHFT_LIGHTHOUSE`` and ``REPLICA_GROUP_ID``, as torchft's torchx sets
-    them too), or None."""
+    """(this replica group's index, number of groups), or None: from the launcher's
+    env (``TORCHFT_LIGHTHOUSE`` and ``REPLICA_GROUP_ID``, as torchft's torchx sets
+    them too) or, under Ray Train with ``TorchftConfig`` (``TORCHFT_LIGHTHOUSE``
+    alone), from Ray Train's context (``report.replica_group.ray_train_replicas``)."""
     group = os.environ.get("REPLICA_GROUP_ID", "")
-    if not os.environ.get("TORCHFT_LIGHTHOUSE") or not group.isdigit():
+    if not os.environ.get("TORCHFT_LIGHTHOUSE") or (group and not group.isdigit()):
         return None
+    if not group:
+        from trainprobe.hooks.report.replica_group import ray_train_replicas
+
+        return ray_train_replicas()
     return int(group), max(int(group) + 1, int(os.environ.get("NUM_REPLICA_GROUPS", "1") or 1))
 
 

@@ -10,6 +10,12 @@ and across the groups by the Manager; a step is committed only by the replicas
 in its quorum, so a hung or lost replica group is evicted (by the sidecar) and
 the others go on. Without ``TORCHFT_LIGHTHOUSE`` (plain ``torchrun``) it
 changes nothing but ``hook.watch_ddp(model)``: the same script runs either way.
+Under Ray Train with ``TorchftConfig`` (``ray_train.torchft_config``), the same
+line in ``train_func``: the replica group's index and count come from Ray
+Train's context (``report.replica_group.ray_train_replicas``: Ray Train gives
+each replica group its own process group), the lighthouse from the
+``TORCHFT_LIGHTHOUSE`` its backend sets, the store from the group's
+``MASTER_ADDR``/``MASTER_PORT``; nothing else differs.
 
 What it wires, and why each default:
 
@@ -171,7 +177,10 @@ def replicate(
     env = replica_env()
     if env is None:  # plain torchrun: plain DDP
         if os.environ.get("TORCHFT_LIGHTHOUSE"):
-            log.warning("trainprobe: TORCHFT_LIGHTHOUSE without REPLICA_GROUP_ID: not replicated")
+            log.warning(
+                "trainprobe: TORCHFT_LIGHTHOUSE without REPLICA_GROUP_ID or Ray Train: "
+                "not replicated"
+            )
         if hook is not None and isinstance(model, nn.parallel.DistributedDataParallel):
             hook.watch_ddp(model)
         return model, ReplicatedOptimizer(optimizer, None)

@@ -12,7 +12,14 @@ from trainprobe.proto import probe_pb2
 
 log = logging.getLogger("trainprobe.hooks")
 
-__all__ = ["RAY_LIGHTHOUSE_ENV", "RAY_REPLICA_PREFIX", "RayReplicaGroup", "ray_train_replica_group"]
+__all__ = [
+    "RAY_LIGHTHOUSE_ENV",
+    "RAY_REPLICA_PREFIX",
+    "RayReplicaGroup",
+    "ray_train_group",
+    "ray_train_replica_group",
+    "ray_train_replicas",
+]
 
 #: Set on every worker of a Ray Train run with TorchftConfig (Ray's own constant's value).
 RAY_LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
@@ -62,6 +69,18 @@ def ray_train_replica_group(ray_ranks: dict[str, int]) -> RayReplicaGroup | None
     is told by ``TORCHFT_LIGHTHOUSE``, which its backend sets on every worker
     before ``train_func``.
     """
+    found = ray_train_group(ray_ranks)
+    if found is None:
+        return None
+    index, _, group_rank, group_world = found
+    return RayReplicaGroup(f"{RAY_REPLICA_PREFIX}{index}", group_rank, group_world)
+
+
+def ray_train_group(ray_ranks: dict[str, int]) -> tuple[int, int, int, int] | None:
+    """(replica group index, number of groups, group rank, group size) of this
+    Ray Train worker, or None outside a TorchftConfig run (see
+    :func:`ray_train_replica_group`): index = (world rank - group rank) //
+    group size, groups = world size // group size."""
     if "rank" not in ray_ranks or not os.environ.get(RAY_LIGHTHOUSE_ENV):
         return None
     group_rank, group_world = 0, 1
@@ -73,4 +92,14 @@ def ray_train_replica_group(ray_ranks: dict[str, int]) -> RayReplicaGroup | None
     except Exception:
         log.debug("trainprobe: no process group to read the replica group from", exc_info=True)
     index = max(0, int(ray_ranks["rank"]) - group_rank) // group_world
-    return RayReplicaGroup(f"{RAY_REPLICA_PREFIX}{index}", group_rank, group_world)
+    groups = max(index + 1, int(ray_ranks.get("world_size", 1)) // group_world)
+    return index, groups, group_rank, group_world
+
+
+def ray_train_replicas() -> tuple[int, int] | None:
+    """(this worker's replica group index, number of groups) under Ray Train with
+    ``TorchftConfig``, read from Ray Train's context now; None elsewhere."""
+    from trainprobe.hooks.report.identity import ray_ids
+
+    found = ray_train_group(ray_ids()[1])
+    return None if found is None else found[:2]
