@@ -18,14 +18,11 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
+# Declared once, in the sidecar's pure core, for both ends: what the Hello's
+# RayIdentity carries and the sidecar kills by.
+from trainprobe.proto.wire import RayIds
 
-@dataclass(frozen=True)
-class RayIds:
-    job_id: str = ""
-    node_id: str = ""
-    actor_id: str = ""
-    worker_id: str = ""
-    run_name: str = ""
+__all__ = ["Identity", "RayCapture", "RayIds", "ray_ids", "resolve_identity"]
 
 
 @dataclass(frozen=True)
