@@ -30,11 +30,10 @@ boundary, which a hung rank never reaches; the sidecar sees the handler
 from __future__ import annotations
 
 import functools
-import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from trainprobe.hooks.framework.guard import guarded, report_failure
 from trainprobe.hooks.framework.phases import OpenPhases
 from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
@@ -47,33 +46,12 @@ else:
     except ImportError:
         import pytorch_lightning as pl
 
-log = logging.getLogger("trainprobe.hooks")
-
 # The earliest place we run: Lightning's init_process_group comes later, in fit.
 prepare()
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-def _report_failure(callback: LivenessProbeCallback, where: str) -> None:
-    """Log a callback's failure: a warning the first time, debug after."""
-    level = logging.DEBUG if callback._warned else logging.WARNING
-    callback._warned = True
-    log.log(level, "trainprobe: %s failed; training goes on", where, exc_info=True)
-
-
-def _guarded(fn: F) -> F:
-    """Never let trainprobe raise into Lightning's loop."""
-
-    @functools.wraps(fn)
-    def run(self: LivenessProbeCallback, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(self, *args, **kwargs)
-        except Exception:
-            _report_failure(self, fn.__name__)
-            return None
-
-    return run  # type: ignore[return-value]
+#: Never let trainprobe raise into Lightning's loop.
+_guarded = guarded(keep_result=True)
 
 
 class LivenessProbeCallback(pl.Callback):
@@ -158,7 +136,7 @@ class LivenessProbeCallback(pl.Callback):
                 self._last_step = step
                 self.hook.on_step_end(step)
         except Exception:
-            _report_failure(self, "on_train_batch_end")
+            report_failure(self, "on_train_batch_end")
 
     # -- phases ------------------------------------------------------------------
 

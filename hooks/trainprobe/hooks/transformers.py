@@ -30,15 +30,14 @@ trainer that called it on the stack, once per ``train()``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
-from collections.abc import Callable
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from trainprobe.hooks.framework.guard import guarded, report_failure
 from trainprobe.hooks.framework.phases import OpenPhases
 from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
@@ -48,31 +47,13 @@ log = logging.getLogger("trainprobe.hooks")
 # The earliest place we run: TrainingArguments makes the process group later.
 prepare()
 
-F = TypeVar("F", bound=Callable[..., Any])
 #: How far up the stack the calling Trainer may be (callback <- call_event <-
 #: on_train_begin <- _inner_training_loop, plus room for subclasses' wrappers).
 _MAX_FRAMES = 12
 
 
-def _report_failure(callback: LivenessProbeCallback, where: str) -> None:
-    """Log a callback's failure: a warning the first time, debug after."""
-    level = logging.DEBUG if callback._warned else logging.WARNING
-    callback._warned = True
-    log.log(level, "trainprobe: %s failed; training goes on", where, exc_info=True)
-
-
-def _guarded(fn: F) -> F:
-    """Never let trainprobe raise into the Trainer's loop."""
-
-    @functools.wraps(fn)
-    def run(self: LivenessProbeCallback, *args: Any, **kwargs: Any) -> Any:
-        try:
-            fn(self, *args, **kwargs)
-        except Exception:
-            _report_failure(self, fn.__name__)
-        return None  # never replaces the Trainer's control
-
-    return run  # type: ignore[return-value]
+#: Never let trainprobe raise into the Trainer's loop.
+_guarded = guarded(keep_result=False)
 
 
 def calling_trainer(max_frames: int = _MAX_FRAMES) -> Any:
@@ -156,7 +137,7 @@ class LivenessProbeCallback(TrainerCallback):
                 if control.should_evaluate or control.should_save:
                     self._open_flagged(args, control)
         except Exception:
-            _report_failure(self, "on_step_end")
+            report_failure(self, "on_step_end")
 
     @_guarded
     def on_step_begin(
