@@ -227,12 +227,20 @@ def test_a_sidecar_asks_for_details_only_while_it_needs_them() -> None:
     assert not view.detailed("j") and view.ask("j", healthy, False, now + 40)[0]
 
 
-def test_a_missing_rank_makes_a_sidecar_ask_for_details() -> None:
-    c = CoordinatorState(instance="c1")
-    c.sync("s1", node(1, 3), None, 0.0, detail=False)  # node 2's ranks never came
+def test_a_rank_lost_makes_a_sidecar_ask_for_details_a_job_still_connecting_does_not() -> None:
+    c = CoordinatorState(instance="c1", stale_after_s=30.0)
+    c.sync("s1", node(1, 3), None, 0.0, detail=False)  # node 2's ranks have not come yet
     view = JobView()
     view.update("j", c.sync("s0", node(0, 3), None, 0.1, detail=False), 0.1)
-    assert view.ask("j", node(0, 3), False, 0.2)[0]
+    # A job's start: every node would fetch every rank until the last one connects.
+    assert view.ask("j", node(0, 3), False, 0.2) == (False, None)
+    c.sync("s2", node(2, 3), None, 0.3, detail=False)
+    view.update("j", c.sync("s0", node(0, 3), None, 0.4, detail=False), 0.4)
+    assert view.ask("j", node(0, 3), False, 0.5) == (False, None)
+    # Node 2 goes silent past the stale limit: its ranks, once held, are missing.
+    c.sync("s1", node(1, 3), None, 20.0, detail=False)
+    view.update("j", c.sync("s0", node(0, 3), None, 31.0, detail=False), 31.0)
+    assert view.ask("j", node(0, 3), False, 31.1)[0]
 
 
 def test_diagnose_of_a_healthy_job_held_as_a_digest_reads_it_and_asks_for_details() -> None:

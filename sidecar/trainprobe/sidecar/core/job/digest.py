@@ -128,18 +128,31 @@ def needs_detail(
     episode: bool,
     wanted_until: float,
     now: float,
+    most_ranks: int | None = None,
 ) -> bool:
     """Whether a sidecar should fetch the other sidecars' ranks of a job now.
 
     ``episode``: a hang episode of the job is open here or at the coordinator;
     ``wanted_until``: until when a reader (``trainprobe diagnose``) or an
-    earlier reason keeps them wanted.
+    earlier reason keeps them wanted; ``most_ranks``: the most ranks a digest
+    of the job ever said were held (None: count every rank short of the world).
     """
     if episode or now < wanted_until:
         return True
-    if digest is not None and (digest.suspects or digest.ranks < digest.world_size):
+    if digest is not None and (digest.suspects or _lost(digest, most_ranks)):
         return True  # a rank missing is one the analysis would call unresponsive
     return any(is_suspect(s) for s in local)
+
+
+def _lost(digest: JobDigest, most_ranks: int | None) -> bool:
+    """Whether the job lacks a rank it once had. A job still connecting lacks
+    ranks that never came: at 12,500 nodes that takes minutes, and each node
+    that fetched the details for it then cost the upstream a message and an
+    analysis of the whole job each sync (the upstream saturated on one core).
+    A rank that never comes blocks the others' collectives, which makes them
+    suspect: that is asked for."""
+    short = digest.ranks < digest.world_size
+    return short and (most_ranks is None or digest.ranks < most_ranks)
 
 
 def refresh_s(heartbeat_timeout_s: float) -> float:

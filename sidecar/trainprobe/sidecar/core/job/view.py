@@ -78,6 +78,9 @@ class _Heard:
     wanted_until: float = float("-inf")
     #: The coordinator's analysis, when ``ranks`` are only the ones it names.
     analysis: JobVerdict | None = None
+    #: The most ranks a digest said the coordinator held (a rank lost is news,
+    #: one not yet connected is not: digest.needs_detail).
+    most_ranks: int = 0
 
 
 class JobView:
@@ -106,7 +109,7 @@ class JobView:
         DETAIL_LINGER_S after, so that a brief doubt does not flap."""
         heard = self._jobs.get(job_id) or _Heard()
         episode = needed or heard.episode is not None
-        if needs_detail(local, heard.digest, episode, float("-inf"), now):
+        if needs_detail(local, heard.digest, episode, float("-inf"), now, heard.most_ranks):
             self.want(job_id, now + DETAIL_LINGER_S)
         elif now >= heard.wanted_until:
             return False, None
@@ -120,6 +123,8 @@ class JobView:
     def update(self, job_id: str, reply: SyncReply, now: float) -> None:
         heard = self._jobs.setdefault(job_id, _Heard())
         heard.episode, heard.digest = reply.episode, reply.digest
+        if reply.digest is not None:
+            heard.most_ranks = max(heard.most_ranks, reply.digest.ranks)
         heard.analysis = reply.verdict if reply.detail else None
         if not reply.detail:
             heard.ranks.clear()  # not needed: not held
