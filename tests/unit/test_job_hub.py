@@ -116,3 +116,31 @@ def test_the_wire_carries_summaries_notes_and_a_bounded_verdict_whole() -> None:
     reply = SyncReply(((s, 0.25),), note, None, gone=(2,), since=("i", 9), verdict=verdict)
     back = reply_of(pb.JobReply.FromString(reply_pb("j", reply).SerializeToString()))
     assert back == reply
+
+
+def test_a_node_polling_for_details_gets_a_large_jobs_verdict_once_per_analysis() -> None:
+    from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_SENT
+
+    hub = SummaryHub("t")
+    world = MAX_SENT + 16  # more other ranks than a node is sent whole
+    for n in range(world // 8):
+        hub.join(f"n{n}")
+        ranks = tuple(RankSummary(r, world, host=f"h{n}", pid=100 + r, step=5, verified=True)
+                      for r in range(n * 8, n * 8 + 8))  # fmt: skip
+        hub.apply(f"n{n}", [Upload("j", ranks, full=True)], 3.0, 0.0)
+    stopped = RankSummary(0, world, host="h0", pid=100, reporting=False, verdict="UNRESPONSIVE")
+    hub.apply("n0", [Upload("j", (stopped,))], 3.0, 1.0)
+    # Each node's view is the whole job's verdict: it costs the upstream one encoded
+    # answer of up to MAX_SENT summaries each. Polled twice a second by every node
+    # of a 12,500-node job, the same verdict again was most of an incident's CPU.
+    first, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.1)
+    assert first and first[0][1].verdict is not None and 0 in first[0][1].verdict.culprits
+    again, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.6)
+    assert again == []
+    # A new analysis (or an episode, a suspect count crossing zero) is answered.
+    later, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.2 + ANALYZE_EVERY_S)
+    assert later and later[0][1].verdict is not None
+    # A node that stops asking and asks again gets the verdict again.
+    hub.apply("n1", [Upload("j")], 3.0, 3.0)
+    back, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 3.1)
+    assert back and back[0][1].verdict is not None
