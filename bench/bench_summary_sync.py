@@ -1,7 +1,8 @@
 """What one upstream costs in summary mode (``job_sync_to``), by the number of nodes.
 
     python bench/bench_summary_sync.py [--nodes 10,100,1000] [--ranks-per-node 8]
-        [--procs 4] [--window-s 10] [--incident] [--json bench/results/summary_sync.json]
+        [--procs 4] [--window-s 10] [--settle-s 60] [--incident]
+        [--json bench/results/summary_sync.json]
 
     # the issue's size, on a 16-core machine (the upstream pinned to CPU 0):
     python bench/bench_summary_sync.py --nodes 12500 --procs 14 --window-s 30 --incident
@@ -15,16 +16,20 @@ in flight), what to ask from :class:`~trainprobe.sidecar.core.job.view.JobView`,
 what to send from :class:`~trainprobe.sidecar.core.job.uplink.Uplink`, the
 answers applied to the view. All nodes are one job (``N x ranks`` ranks).
 
-Measured over ``--window-s`` once every stream is up and the start is over
-(until every node is up the job has fewer ranks than its world, and every
-node asks for the details, as it would at a real job's start): the upstream's CPU
-seconds per second (its /proc utime + stime), its RSS at the end and its peak
-(VmHWM), and the messages the nodes sent and received a second. With
-``--incident``, then, rank 0 (node 0) stops: its summary says so at the next
-round (as its node's rules and /proc would), and the bench measures how long
-until node 1's view holds it silent and names it the culprit
-(:func:`~trainprobe.sidecar.core.job.view.analyze_job`), and the upstream's
-CPU during the 10 s after.
+The steady state is measured, not the start: once every stream is up the
+bench waits at least a heartbeat (every node has sent its first full upload
+and its first heartbeat), then until two successive 2 s windows of the
+nodes' sent messages agree within 20% (at most ``--settle-s``), and says how
+long that took and whether it settled. Then over ``--window-s``: the
+upstream's CPU seconds per second (its /proc utime + stime), its RSS at the
+end and its peak (VmHWM), the messages the nodes sent and received a second,
+and the answers after which node 1's view named a culprit of the healthy job
+(false culprits). With
+``--incident``, then, rank 0 (node 0) stops at the onset: its summary says so
+at its node's next round (as its node's rules and /proc would), and the bench
+measures the seconds from the onset until node 1's view holds it silent and
+names it the culprit (:func:`~trainprobe.sidecar.core.job.view.analyze_job`),
+and the upstream's CPU during the 10 s after.
 """
 
 from __future__ import annotations
@@ -49,8 +54,7 @@ add_repo_to_path()
 import grpc  # noqa: E402
 
 from trainprobe.proto import probe_pb2 as pb  # noqa: E402
-from trainprobe.sidecar.core.job.digest import DETAIL_LINGER_S  # noqa: E402
-from trainprobe.sidecar.core.job.uplink import Uplink  # noqa: E402
+from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink  # noqa: E402
 from trainprobe.sidecar.core.job.view import JobView, analyze_job  # noqa: E402
 from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary  # noqa: E402
 from trainprobe.sidecar.sync.wire import reply_of, upload_pb  # noqa: E402
@@ -59,6 +63,8 @@ JOB = "bench"
 INTERVAL_S = 0.5
 REFRESH_S = 3.0
 METHOD = "/trainprobe.v1.Sidecar/JobSync"
+#: Per load process in the shared counters: up, sent, received, named (ms), false culprits.
+K = 5
 
 
 def _raise_fds() -> None:
@@ -104,7 +110,7 @@ async def _node(
                 stats["received"] += 1
                 for j in down.jobs:
                     view.update(j.job_id, reply_of(j), time.monotonic())
-                if i == 1 and stats["onset"] and not stats["named_after"]:
+                if i == 1 and not stats["named_after"]:
                     now = time.monotonic()
                     remote = view.remote(JOB, now, 3 * REFRESH_S)
                     mine = [_summary(r, world, now - t0, None) for r in ranks]
@@ -113,7 +119,9 @@ async def _node(
                         d = verdict.diagnosis(False)
                     else:
                         d = analyze_job([*mine, *remote]) if remote else None
-                    if d is not None and 0 in d.culprits:
+                    if d is not None and d.culprits and not stats["onset"]:
+                        stats["false"] += 1  # a healthy job's culprit
+                    elif d is not None and 0 in d.culprits and stats["onset"]:
                         stats["named_after"] = now - stats["onset"]
 
         reader = asyncio.ensure_future(read())
@@ -143,11 +151,12 @@ def _load(
     p: int, nodes: range, per: int, world: int, target: str, cpus: set[int], counters: Any,
     stop_at: Any,
 ) -> None:  # fmt: skip
-    """One load process: its nodes' streams; [up, sent, received, named ms] at 4 * p."""
+    """One load process: its nodes' streams; its counters at K * p (see K)."""
     _raise_fds()
     if cpus:
         os.sched_setaffinity(0, cpus)
     stats: dict[str, Any] = {"up": 0, "sent": 0, "received": 0, "onset": 0.0, "named_after": 0.0}
+    stats["false"] = 0
     t0 = time.monotonic()
 
     async def main() -> None:
@@ -159,10 +168,11 @@ def _load(
             if stop_at.value > 0 and not stats["onset"]:
                 stats["onset"] = stop_at.value
             with counters.get_lock():
-                counters[4 * p] = stats["up"]
-                counters[4 * p + 1] = stats["sent"]
-                counters[4 * p + 2] = stats["received"]
-                counters[4 * p + 3] = int(stats["named_after"] * 1000)
+                counters[K * p] = stats["up"]
+                counters[K * p + 1] = stats["sent"]
+                counters[K * p + 2] = stats["received"]
+                counters[K * p + 3] = int(stats["named_after"] * 1000)
+                counters[K * p + 4] = stats["false"]
 
     asyncio.run(main())
 
@@ -175,7 +185,9 @@ def _status(pid: int, key: str) -> int:
     return 0
 
 
-def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> dict[str, Any]:
+def measure(
+    n: int, per: int, procs: int, window_s: float, incident: bool, settle_s: float
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tpsum-"))
     sock = work / "up.sock"
     cpus = sorted(os.sched_getaffinity(0))
@@ -194,7 +206,7 @@ def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> di
             if up.poll() is not None:
                 raise SystemExit((work / "up.log").read_text())
         procs = max(1, min(procs, n))
-        counters = mp.Array("q", 4 * procs)
+        counters = mp.Array("q", K * procs)
         stop_at = mp.Value("d", 0.0)
         chunk = -(-n // procs)
         loads = []
@@ -210,16 +222,13 @@ def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> di
             loads[-1].start()
 
         def total(k: int) -> int:
-            return sum(counters[4 * p + k] for p in range(procs))
+            return sum(counters[K * p + k] for p in range(procs))
 
         deadline = time.monotonic() + 60 + n / 50
         while total(0) < n and time.monotonic() < deadline:
             time.sleep(0.2)
-        connected = total(0)
-        # Until every node is up the job has fewer ranks than its world: every node
-        # asks for the details, and keeps asking DETAIL_LINGER_S after (a start's
-        # cost, not the steady state's).
-        time.sleep(DETAIL_LINGER_S + 2.0)
+        connected, up_at = total(0), time.monotonic()
+        settled = _settle(lambda: total(1), settle_s)
         c0, s0, r0, t0 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
         time.sleep(window_s)
         c1, s1, r1, t1 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
@@ -227,18 +236,21 @@ def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> di
             "nodes": n,
             "ranks": n * per,
             "connected": connected,
+            "settled": settled,
+            "measured_after_s": round(t0 - up_at, 1),
             "upstream_cores": round((c1 - c0) / (t1 - t0), 4),
             "upstream_rss_mb": round(_status(up.pid, "VmRSS") / 2**20, 1),
             "upstream_peak_rss_mb": round(_status(up.pid, "VmHWM") / 2**20, 1),
             "sent_per_s": round((s1 - s0) / (t1 - t0), 1),
             "received_per_s": round((r1 - r0) / (t1 - t0), 1),
+            "false_culprits": total(4),
         }
         if incident:
             stop_at.value = time.monotonic()
             c0, t0 = cpu_seconds(up.pid), time.monotonic()
             time.sleep(10.0)
             c1, t1 = cpu_seconds(up.pid), time.monotonic()
-            named = max(counters[4 * p + 3] for p in range(procs))
+            named = max(counters[K * p + 3] for p in range(procs))
             out["incident_upstream_cores"] = round((c1 - c0) / (t1 - t0), 4)
             out["culprit_named_after_s"] = round(named / 1000, 3) if named else None
             out["incident_peak_rss_mb"] = round(_status(up.pid, "VmHWM") / 2**20, 1)
@@ -254,6 +266,23 @@ def measure(n: int, per: int, procs: int, window_s: float, incident: bool) -> di
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _settle(sent: Any, limit_s: float) -> bool:
+    """Wait out the start: a heartbeat at least (every node's first full upload
+    and first heartbeat), then until two successive 2 s windows of messages
+    sent agree within 20%; False if that took more than ``limit_s``."""
+    time.sleep(HEARTBEAT_S)
+    deadline = time.monotonic() + max(0.0, limit_s - HEARTBEAT_S)
+    rates: list[float] = []
+    while True:
+        before = sent()
+        time.sleep(2.0)
+        rates.append((sent() - before) / 2.0)
+        if len(rates) >= 2 and abs(rates[-1] - rates[-2]) <= 0.2 * max(rates[-2], 1.0):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default="10,100,400")
@@ -261,18 +290,24 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--incident", action="store_true")
+    ap.add_argument("--settle-s", type=float, default=60.0)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     started = time.monotonic()
     rows = []
     for n in (int(x) for x in args.nodes.split(",")):
-        row = measure(n, args.ranks_per_node, args.procs, args.window_s, args.incident)
+        row = measure(
+            n, args.ranks_per_node, args.procs, args.window_s, args.incident, args.settle_s
+        )
         rows.append(row)
+        state = "settled" if row["settled"] else "NOT settled"
         print(
             f"{row['nodes']:>6} nodes ({row['ranks']:>7} ranks, {row['connected']} up): "
+            f"steady state ({state}, from {row['measured_after_s']} s after the last node "
+            f"connected, over {args.window_s:g} s): "
             f"upstream {row['upstream_cores']:.3f} cores, RSS {row['upstream_rss_mb']} MB "
             f"(peak {row['upstream_peak_rss_mb']}); nodes sent {row['sent_per_s']}/s, "
-            f"received {row['received_per_s']}/s"
+            f"received {row['received_per_s']}/s, {row['false_culprits']} false culprits"
             + (
                 f"; incident: {row['incident_upstream_cores']:.3f} cores, culprit named "
                 f"{row['culprit_named_after_s']} s after onset"

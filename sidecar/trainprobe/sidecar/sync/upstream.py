@@ -103,12 +103,17 @@ class JobSyncUpstream:
                     out.put_nowait(down)
                 except asyncio.QueueFull:
                     return grpc.StatusCode.RESOURCE_EXHAUSTED, "the node does not read its answers"
+            # One push goes to every node of a job (12,500 at the largest): encoded once.
+            encoded: dict[int, probe_pb2.JobSyncDown] = {}
             for other, job, reply in pushes:
                 q = self._outs.get(other)
                 if q is None:
                     continue
+                push = encoded.get(id(reply))
+                if push is None:
+                    push = encoded[id(reply)] = probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)])
                 try:
-                    q.put_nowait(probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)]))
+                    q.put_nowait(push)
                 except asyncio.QueueFull:
                     self.missed_pushes += 1
         return None
