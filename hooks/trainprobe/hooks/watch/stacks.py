@@ -56,15 +56,24 @@ def format_all_stacks(skip_thread_ids: frozenset[int] = frozenset(), first: int 
     names = {t.ident: t.name for t in threading.enumerate()}
     main_id = threading.main_thread().ident
     frames = sys._current_frames()
-    order = sorted(frames, key=lambda tid: (tid != first, tid != main_id, names.get(tid, ""), tid))
-    parts = []
-    for tid in order:
-        if tid in skip_thread_ids:
-            continue
-        name = names.get(tid, "?")
-        parts.append(f'Thread {tid:#x} "{name}" (most recent call last):\n')
-        parts.extend(traceback.format_stack(frames[tid]))
-    return "".join(parts)
+    try:
+        order = sorted(
+            frames, key=lambda tid: (tid != first, tid != main_id, names.get(tid, ""), tid)
+        )
+        parts = []
+        for tid in order:
+            if tid in skip_thread_ids:
+                continue
+            name = names.get(tid, "?")
+            parts.append(f'Thread {tid:#x} "{name}" (most recent call last):\n')
+            parts.extend(traceback.format_stack(frames[tid]))
+        return "".join(parts)
+    finally:
+        # The dict holds this very frame, which holds the dict: a cycle that kept
+        # every thread's frames, and their locals, until the cyclic GC ran. A
+        # training thread's torchft allreduce then kept its failed gloo work and
+        # the group's sockets open, and a survivor beyond it waited for a quorum.
+        frames.clear()
 
 
 def _keywords(fn: object) -> set[str]:
