@@ -103,6 +103,15 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
         ],
         ["--workers", "200", "--duration", "10"],
     ),
+    # Summary mode: one upstream (pinned to a CPU) fed by simulated nodes' JobSync
+    # streams, its steady state and an incident. The 100,000-rank size needs 16 cores:
+    # --nodes 12500 --procs 14 --window-s 30 --incident on such a machine.
+    (
+        "summary_sync",
+        "bench_summary_sync.py",
+        ["--nodes", "100,500,2000", "--window-s", "10", "--incident"],
+        ["--nodes", "10", "--window-s", "2", "--settle-s", "12", "--incident"],
+    ),
     # A 1 GB incident log read by incidents --json, incidents and report (--quick: 64 MB).
     ("incident_log", "bench_incident_log.py", ["--mb", "1024"], []),
     ("detection", "bench_detection.py", [], []),

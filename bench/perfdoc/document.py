@@ -18,6 +18,9 @@ from .sections.recovery import recovery_section
 from .sections.restart import restart_section
 from .sections.scale import job_scale_section, scale_section
 from .sections.sessions import sessions_section
+from .sections.summary_sync import AFTER as SUMMARY_SYNC_AFTER
+from .sections.summary_sync import BEFORE as SUMMARY_SYNC_BEFORE
+from .sections.summary_sync import summary_sync_section
 
 NAMES = (
     "cost",
@@ -52,6 +55,9 @@ NAMES = (
     "starved",
     "incident_log",
     "ray_sync",
+    "summary_sync",
+    *SUMMARY_SYNC_BEFORE,
+    SUMMARY_SYNC_AFTER,
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -96,6 +102,11 @@ def markdown(results: Path = RESULTS) -> str:
         *scale_section(res),
         *job_scale_section(res),
         *ray_sync_section(res["ray_sync"]),
+        *summary_sync_section(
+            res["summary_sync"],
+            [res[n] for n in SUMMARY_SYNC_BEFORE],
+            res[SUMMARY_SYNC_AFTER],
+        ),
         *sessions_section(
             res["session_cost"],
             res["session_cost_relayed"],
