@@ -241,6 +241,11 @@ def test_a_rank_lost_makes_a_sidecar_ask_for_details_a_job_still_connecting_does
     c.sync("s1", node(1, 3), None, 20.0, detail=False)
     view.update("j", c.sync("s0", node(0, 3), None, 31.0, detail=False), 31.0)
     assert view.ask("j", node(0, 3), False, 31.1)[0]
+    # A new stream to an upstream that restarted: the nodes come back one by one.
+    view.new_source()
+    again = CoordinatorState(instance="c2")
+    view.update("j", again.sync("s0", node(0, 3), None, 50.0, detail=False), 50.0)
+    assert view.ask("j", node(0, 3), False, 50.1 + DETAIL_LINGER_S) == (False, None)
 
 
 def test_diagnose_of_a_healthy_job_held_as_a_digest_reads_it_and_asks_for_details() -> None:

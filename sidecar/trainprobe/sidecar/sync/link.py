@@ -162,6 +162,8 @@ class StreamTransport:
             await asyncio.wait_for(call.wait_for_connection(), WRITE_TIMEOUT_S)
             await self._accepted(call)
             self.uplink.reset()
+            if self.view is not None:
+                self.view.new_source()
             out = self._out = asyncio.Queue(OUTBOX)
             self.connected = True
             self.sessions += 1

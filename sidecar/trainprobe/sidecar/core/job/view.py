@@ -138,6 +138,13 @@ class JobView:
             heard.ranks[s.rank] = (s, age, now)
         heard.detail, heard.since = True, reply.since
 
+    def new_source(self) -> None:
+        """Answers come from a coordinator that may hold nothing yet (a new stream
+        to an upstream, which may have restarted): its ranks come back one node at
+        a time, which is a start, not ranks lost (:func:`~.digest.needs_detail`)."""
+        for heard in self._jobs.values():
+            heard.most_ranks = 0
+
     def forget(self, job_id: str) -> None:
         """Drop what was heard of a job that has no rank here any more."""
         self._jobs.pop(job_id, None)
