@@ -116,6 +116,11 @@ def test_the_wire_carries_summaries_notes_and_a_bounded_verdict_whole() -> None:
     reply = SyncReply(((s, 0.25),), note, None, gone=(2,), since=("i", 9), verdict=verdict)
     back = reply_of(pb.JobReply.FromString(reply_pb("j", reply).SerializeToString()))
     assert back == reply
+    # A held summary is encoded once for every node it goes to; each gets its own age,
+    # and a summary changed since is encoded anew.
+    older = replace(reply, others=((s, 1.75), (replace(s, step=9), 0.5)))
+    back = reply_of(pb.JobReply.FromString(reply_pb("j", older).SerializeToString()))
+    assert back == older
 
 
 def test_a_node_polling_for_details_gets_a_large_jobs_verdict_once_per_analysis() -> None:

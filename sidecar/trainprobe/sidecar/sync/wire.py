@@ -61,6 +61,25 @@ def _rank_pb(s: RankSummary, held_s: float = 0.0) -> pb.SyncedRank:
     )
 
 
+#: Summaries encoded lately, by identity (the summary is kept, so its id is not
+#: reused): an upstream answers every node polling a large job's verdict with
+#: the same few held summaries (verdict.exemplars), so each is encoded once.
+_ENCODED: dict[int, tuple[RankSummary, pb.SyncedRank]] = {}
+_ENCODED_MAX = 1024
+
+
+def _held_pb(s: RankSummary, held_s: float) -> pb.SyncedRank:
+    hit = _ENCODED.get(id(s))
+    if hit is None or hit[0] is not s:
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        hit = _ENCODED[id(s)] = (s, _rank_pb(s))
+    m = pb.SyncedRank()
+    m.CopyFrom(hit[1])
+    m.held_s = held_s
+    return m
+
+
 def _rank_of(m: pb.SyncedRank) -> RankSummary:
     if len(m.phases) > limits.MAX_PHASES or len(m.groups) > limits.MAX_GROUPS:
         raise Refused("INVALID_ARGUMENT", f"rank {m.rank}: too many phases or groups")
@@ -171,7 +190,7 @@ def reply_pb(job_id: str, r: SyncReply) -> pb.JobReply:
         job_id=job_id,
         detail=r.detail,
         full=r.full,
-        others=[_rank_pb(s, age) for s, age in r.others],
+        others=[_held_pb(s, age) for s, age in r.others],
         gone=r.gone,
     )
     if r.episode is not None:
