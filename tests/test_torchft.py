@@ -173,3 +173,49 @@ def test_an_eviction_notice_makes_the_manager_discard_the_step(replica: Replica)
         assert replica.manager.current_step() == 1  # discarded
     finally:
         hook.close()
+
+
+def test_an_eviction_notice_is_answered_while_the_allreduce_still_waits(replica: Replica) -> None:
+    """torchft's abort drops the group, whose destructor waits for the allreduce in
+    flight: that ends only once the evicted replica is killed, and the sidecar kills
+    it after this answer (or its 0.25 s timeout, on every eviction)."""
+    import threading
+
+    from trainprobe.proto import probe_pb2
+
+    store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
+    addr = f"localhost:{store.port}/ring"
+    # A group of two in this process; the second member never joins the allreduce.
+    groups = [torchft.ProcessGroupGloo(timeout=timedelta(seconds=8)) for _ in range(2)]
+    joins = [
+        threading.Thread(target=g.configure, args=(addr, f"r{i}", i, 2))
+        for i, g in enumerate(groups)
+    ]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(30)
+    hook = LivenessProbeHook(target="unix:///nonexistent/tp.sock", job_id="ft", start=False)
+    try:
+        hook.watch_torchft(replica.manager)
+        replica.manager._pg = groups[0]
+        watch = replica.manager._trainprobe_replica_watch
+        prev = watch.enter(tp_ft.ALLREDUCE)
+        work = groups[0].allreduce([torch.ones(4)], dist.AllreduceOptions())
+        cmd = probe_pb2.Command(
+            id=8, notice=probe_pb2.Notice(incident_id="i-2", evicted_replica="train_1")
+        )
+        t0 = time.monotonic()
+        result = hook._on_command(cmd)
+        took = time.monotonic() - t0
+        assert result is not None and result.method == "report_error"
+        assert took < 4, f"answered only when the allreduce ended, {took:.1f} s"
+        assert groups[0]._pg is None  # aborted: the group closes once its work ends
+        groups.pop().abort()  # the peer goes: the allreduce fails now, not at its timeout
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError):
+            work.wait()
+        assert time.monotonic() - t0 < 4
+        watch.leave(prev)
+    finally:
+        hook.close()

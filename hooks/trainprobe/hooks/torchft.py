@@ -38,6 +38,7 @@ import contextlib
 import functools
 import logging
 import re
+import threading
 import time
 from typing import Any
 
@@ -151,10 +152,19 @@ class ReplicaWatch:
             log.debug("trainprobe: Manager.report_error failed", exc_info=True)
             return False
         if self.state[0] == ALLREDUCE:
+            pg = getattr(self._manager, "_pg", None)
+            # torchft's abort drops its group, and the last reference's destructor
+            # waits for the allreduce in flight, which ends only once the evicted
+            # replica is killed: after this notice is answered. Kept here, dropped
+            # by a thread of its own, so that the answer (and the kill) need not wait.
+            held = [getattr(pg, "_pg", None)]
             try:
-                self._manager._pg.abort()
+                pg.abort()  # type: ignore[union-attr]
             except Exception:
                 log.debug("trainprobe: aborting the replicated group failed", exc_info=True)
+            threading.Thread(
+                target=held.clear, name="trainprobe-group-release", daemon=True
+            ).start()
         return True
 
 
