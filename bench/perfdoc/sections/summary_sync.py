@@ -27,7 +27,8 @@ def _row(x: Result, when: str) -> str:
         f"{x['sent_per_s']:,.0f} / {x['received_per_s']:,.0f}",
         "not counted" if false is None else false,
         f"{x.get('incident_upstream_cores', float('nan')):.3f}",
-        "never" if named is None else f"**{named:.1f} s**",
+        ("never" if named is None else f"**{named:.1f} s**")
+        + (f" ({x['stop_sent_after_s']:.2f} s)" if "stop_sent_after_s" in x else ""),
     )
 
 
@@ -42,9 +43,11 @@ def summary_sync_section(
         "upstream sidecar, which runs the cross-node analysis on their summaries. The bench runs "
         "a real upstream pinned to one CPU and simulated nodes of 8 healthy ranks, each on a "
         "real stream running the node's own code (what to send, what to ask) every 500 ms. The "
-        "steady state is measured after the start (a heartbeat, then until the messages a "
-        "second settle); then rank 0 stops and node 1's view names the culprit (seconds from "
-        "the onset; it comes with the stopped rank's first summary). Goals at 100,000 ranks: "
+        "steady state is measured after the start (once the messages sent over a 10 s "
+        "heartbeat match the heartbeat's before); then rank 0 stops and node 1's view names "
+        "the culprit (seconds from "
+        "the onset, and when node 0 sent the stopped rank: a busy machine delays the simulated "
+        "nodes too). Goals at 100,000 ranks: "
         "≤ 1 core, ≤ 1 GB, the culprit named ≤ 5 s after the onset, 0 false culprits.",
         "",
         *head(
@@ -55,7 +58,7 @@ def summary_sync_section(
             "sent / received a second",
             "false culprits",
             "incident: cores",
-            "culprit named",
+            "culprit named (rank 0's upload)",
         ),
     ]
     for x in sorted(r["rows"], key=lambda x: x["nodes"]):
@@ -73,18 +76,23 @@ def summary_sync_section(
         "upstream was still in the start's storm when measured (about a message a node a "
         "second; a healthy node sends one every 10 s). Now only a rank the job had and lost "
         "makes nodes ask, and a node polling for details gets a large job's verdict once per "
-        "analysis. "
+        "analysis, its summaries encoded once for every node. "
         + (
-            ""
+            "During an incident every node still polls twice a second, and the upstream "
+            "analyses every rank once a second."
             if after
             else "The large sizes after the fix are yet to be measured on the 16-core machine. "
-        )
-        + "During an incident every node still polls twice a second, and the upstream "
-        "analyses every rank once a second (about 1 s a pass at 100,000 ranks, measured under "
-        "Ray): the incident's goals at that size are not shown met.",
+            "During an incident every node still polls twice a second, and the upstream "
+            "analyses every rank once a second (about 1 s a pass at 100,000 ranks, measured "
+            "under Ray): the incident's goals at that size are not shown met."
+        ),
         "",
         *reproduce(r, "summary_sync"),
-        *(["```bash", command(after, AFTER), "```", ""] if after else []),
+        *(
+            ["After, on the 16-core machine:", "", "```bash", command(after, AFTER), "```", ""]
+            if after
+            else []
+        ),
         "Before, on the 16-core machine (each size one run, `--json` per size):",
         "",
         "```bash",
