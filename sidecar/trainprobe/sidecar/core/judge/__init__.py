@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from trainprobe.sidecar.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from trainprobe.sidecar.core.judge.activity import classify_frames
     from trainprobe.sidecar.core.judge.culprit import Diagnosis, GroupProgress, RankSummary, analyze
     from trainprobe.sidecar.core.judge.decision import Judgement, judge, refine, suspect_line
     from trainprobe.sidecar.core.judge.evidence import (
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
         RankEvidence,
         StackSample,
         assess,
-        classify_frames,
         definitive_reason,
         stale_after_s,
     )
@@ -79,7 +79,7 @@ __getattr__, __dir__ = lazy_exports(
         "analyze": "culprit",
         "apply_replicas": "replicas",
         "assess": "evidence",
-        "classify_frames": "evidence",
+        "classify_frames": "activity",
         "definitive_reason": "evidence",
         "evaluate": "rules",
         "job_contexts": "rules",

@@ -5,23 +5,8 @@ news and a worker's word is never proof. While a job has a suspect, the
 sidecar samples each of its ranks from outside (``act/evidence.py``): the
 kernel's view in ``/proc`` (state, CPU time, I/O counters) and the Python
 stack, more than once. This module is the pure half: plain samples in, a
-:class:`RankEvidence` out, and the classification of where a stack is.
-
-Activities (:func:`classify_frames`), first match wins on the library frames
-below the innermost user frame, then the user frame's own source line:
-
-| activity     | frames                                                        |
-|--------------|---------------------------------------------------------------|
-| collective   | torch.distributed, DDP, trainprobe's ddp/collective wrappers, |
-|              | torchft's Manager, process group and DDP                      |
-| checkpoint   | torch.save/load, torch.distributed.checkpoint, safetensors    |
-| data_loading | torch.utils.data, multiprocessing queues                      |
-| compile      | torch._dynamo, torch._inductor, triton                        |
-| backward     | the autograd engine (DDP's gradient allreduce waits in there) |
-| lock         | threading's acquire/wait, or ``.acquire(`` in user code        |
-| sleep        | ``sleep(`` in the user's line                                 |
-| reading      | ``read(``/``recv(``/``open(`` in the user's line, or state D  |
-| user         | anything else                                                 |
+:class:`RankEvidence` out. Where the stack is comes from
+:func:`~trainprobe.sidecar.core.judge.activity.classify_frames` (re-exported here).
 
 A rank in ``backward`` whose CPU is idle is waiting for the gradient
 allreduce: it counts as ``collective`` (:attr:`RankEvidence.waiting`).
@@ -32,6 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainprobe.sidecar.core.judge.activity import (
+    ACTIVITIES,
+    BACKWARD,
+    COLLECTIVE,
+    READING,
+    USER,
+    classify_frames,
+)
 from trainprobe.sidecar.core.judge.stackframes import Frame
 
 __all__ = [
@@ -46,49 +39,6 @@ __all__ = [
     "stale_after_s",
 ]
 
-COLLECTIVE, CHECKPOINT, DATA, COMPILE, BACKWARD = (
-    "collective",
-    "checkpoint",
-    "data_loading",
-    "compile",
-    "backward",
-)
-LOCK, SLEEP, READING, USER = "lock", "sleep", "reading", "user"
-ACTIVITIES = (COLLECTIVE, CHECKPOINT, DATA, COMPILE, BACKWARD, LOCK, SLEEP, READING, USER)
-
-#: (activity, path fragments) for library frames, in order of precedence.
-_LIBRARY_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        COLLECTIVE,
-        (
-            "torch/distributed/distributed_c10d",
-            "torch/distributed/c10d",
-            "torch/nn/parallel/distributed",
-            "trainprobe/hooks/watch/ddp",
-            "trainprobe/hooks/watch/collectives",
-            "torch/distributed/algorithms",
-            # torchft: its quorum, replicated allreduce and commit wait for other replicas.
-            "trainprobe/hooks/torchft",
-            "torchft/manager",
-            "torchft/process_group",
-            "torchft/ddp",
-        ),
-    ),
-    (
-        CHECKPOINT,
-        ("torch/serialization", "torch/distributed/checkpoint", "safetensors", "orbax"),
-    ),
-    (DATA, ("torch/utils/data", "multiprocessing/queues", "multiprocessing/connection")),
-    (COMPILE, ("torch/_dynamo", "torch/_inductor", "torch/fx", "triton/")),
-    (BACKWARD, ("torch/autograd", "torch/_tensor")),
-    (LOCK, ("threading.py",)),
-)
-#: (activity, fragments of a user frame's source line).
-_USER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (SLEEP, ("sleep(",)),
-    (LOCK, (".acquire(", ".wait(", "with lock")),
-    (READING, ("read(", "recv(", "open(", "readline(", ".get(")),
-)
 #: Process states from /proc/<pid>/stat and what they are called here.
 _STATES = {
     "R": "running",
@@ -114,33 +64,6 @@ def stale_after_s(interval_ms: int) -> float:
     interval, or its relaying node's batch interval when that is longer
     (:func:`~trainprobe.sidecar.core.session.model.heard_every_ms`)."""
     return max(1.0, 2.5 * interval_ms / 1000.0)
-
-
-def classify_frames(frames: Sequence[Frame]) -> str:
-    """The activity of a training thread's stack (frames innermost first)."""
-    found = ""
-    for f in frames:
-        path = f.file.replace("\\", "/")
-        if not f.library:
-            # The innermost user frame: what it calls tells the most.
-            if found:
-                return found
-            for kind, marks in _USER_KINDS:
-                if any(m in f.code for m in marks):
-                    return kind
-            if f.function == "sleep":  # py-spy --native names the C call
-                return SLEEP
-            return USER
-        for rank, (kind, marks) in enumerate(_LIBRARY_KINDS):
-            if any(m in path for m in marks):
-                if not found or rank < _rank(found):
-                    found = kind
-                break
-    return found or USER
-
-
-def _rank(kind: str) -> int:
-    return next(i for i, (k, _) in enumerate(_LIBRARY_KINDS) if k == kind)
 
 
 @dataclass(frozen=True)
