@@ -7,16 +7,22 @@ and feeds the slow ones' results back (:class:`EvidenceRound`,
 :class:`StacksRead`) as the ``evidence`` of a later step. Effects hold
 references to the core's own objects (a session, an incident, an
 episode): they name what to act on, they do not copy it.
+
+What a hang's configuration lets it ask for is decided here too, once for
+the machine and its evidence rounds: whether a stack read may signal
+(:func:`signals_for`) and whether a kill is announced (:func:`kill_decided`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.hang.episodes import Episode
 from trainprobe.sidecar.core.hang.records import LogRecord
+from trainprobe.sidecar.core.hang.state import HangConfig
+from trainprobe.sidecar.core.incident.actions import is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.judge.evidence import RankEvidence
 from trainprobe.sidecar.core.session.model import Verdict, WorkerKey, WorkerState
@@ -38,6 +44,8 @@ __all__ = [
     "StacksRead",
     "Sweep",
     "Watch",
+    "kill_decided",
+    "signals_for",
 ]
 
 
@@ -223,3 +231,19 @@ class StacksRead:
 
 
 Evidence = EvidenceRound | StacksRead
+
+
+def signals_for(config: HangConfig, incident: Incident) -> bool:
+    """Whether stack reads of this hang may send the stack signal: only where its
+    action could act (a dry run or an observe verdict signals nothing at all)."""
+    policy = config.policy
+    return not policy.dry_run and is_destructive(policy.for_verdict(incident.verdict))
+
+
+def kill_decided(
+    config: HangConfig, job_id: str, ranks: Sequence[int], action: str
+) -> list[Effect]:
+    """The health service hears of a kill decision; a dry run decides nothing."""
+    if config.policy.dry_run or not is_destructive(action):
+        return []
+    return [KillDecided(job_id, tuple(ranks))]

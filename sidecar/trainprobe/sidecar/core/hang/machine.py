@@ -40,17 +40,13 @@ from trainprobe.sidecar.core.hang.effects import (
     SetVerdict,
     Sweep,
     Watch,
+    kill_decided,
+    signals_for,
 )
 from trainprobe.sidecar.core.hang.episodes import Episode, late_stalled
 from trainprobe.sidecar.core.hang.follow import follow, served, stacks_read
 from trainprobe.sidecar.core.hang.records import IncidentUpdate, PauseEnded, StallEnded
-from trainprobe.sidecar.core.hang.rounds import (
-    START_UP_RULES,
-    judge_round,
-    kill_decided,
-    patience_for,
-    signals_for,
-)
+from trainprobe.sidecar.core.hang.rounds import START_UP_RULES, judge_round, patience_for
 from trainprobe.sidecar.core.hang.state import HangState, VerdictOf, job_verdict, summaries
 from trainprobe.sidecar.core.incident.actions import Action, is_destructive
 from trainprobe.sidecar.core.incident.incidents import Incident, group_incidents

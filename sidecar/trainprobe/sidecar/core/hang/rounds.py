@@ -28,12 +28,13 @@ from trainprobe.sidecar.core.hang.effects import (
     Effect,
     EvidenceRound,
     ExecuteAction,
-    KillDecided,
     Log,
     MarkKill,
     Publish,
     Record,
     Watch,
+    kill_decided,
+    signals_for,
 )
 from trainprobe.sidecar.core.hang.episodes import Episode, plan_targets
 from trainprobe.sidecar.core.hang.pause import (
@@ -62,27 +63,11 @@ from trainprobe.sidecar.core.judge.evidence import definitive_reason
 from trainprobe.sidecar.core.judge.replicas import apply_replicas, culprit_onset, replica_evidence
 from trainprobe.sidecar.core.session.model import WorkerState
 
-__all__ = ["START_UP_RULES", "judge_round", "kill_decided", "patience_for", "signals_for"]
+__all__ = ["START_UP_RULES", "judge_round", "patience_for"]
 
 #: Rules of a rank before its first step, past its process group: their kill
 #: keeps the start-up patience (:func:`patience_for`).
 START_UP_RULES = frozenset({"startup", "startup_straggler"})
-
-
-def signals_for(config: HangConfig, incident: Incident) -> bool:
-    """Whether stack reads of this hang may send the stack signal: only where its
-    action could act (a dry run or an observe verdict signals nothing at all)."""
-    policy = config.policy
-    return not policy.dry_run and is_destructive(policy.for_verdict(incident.verdict))
-
-
-def kill_decided(
-    config: HangConfig, job_id: str, ranks: Sequence[int], action: str
-) -> list[Effect]:
-    """The health service hears of a kill decision; a dry run decides nothing."""
-    if config.policy.dry_run or not is_destructive(action):
-        return []
-    return [KillDecided(job_id, tuple(ranks))]
 
 
 def judge_round(
