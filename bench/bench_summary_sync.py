@@ -8,10 +8,10 @@
     python bench/bench_summary_sync.py --nodes 12500 --procs 14 --window-s 30 --incident
 
 The upstream is a real sidecar process (telemetry off), pinned to one CPU.
-``--nodes`` simulated node sidecars, spread over ``--procs`` load processes
-(pinned to the other CPUs), each keep one real JobSync stream over a Unix
-socket, and run the node's own code for it: every 500 ms a round of
-``--ranks-per-node`` healthy ranks (a step every 200 ms, collectives briefly
+``--nodes`` simulated node sidecars (``summary_load.py``), spread over
+``--procs`` load processes (pinned to the other CPUs), each keep one real
+JobSync stream over a Unix socket, and run the node's own code for it:
+every 500 ms a round of ``--ranks-per-node`` healthy ranks (a step every 200 ms, collectives briefly
 in flight), what to ask from :class:`~trainprobe.sidecar.core.job.view.JobView`,
 what to send from :class:`~trainprobe.sidecar.core.job.uplink.Uplink`, the
 answers applied to the view. All nodes are one job (``N x ranks`` ranks).
@@ -36,10 +36,8 @@ and the upstream's CPU during the 10 s after.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -52,134 +50,9 @@ from _common import add_repo_to_path, cpu_seconds, write_result
 
 add_repo_to_path()
 
-import grpc  # noqa: E402
+from summary_load import K, load, raise_fds  # noqa: E402
 
-from trainprobe.proto import probe_pb2 as pb  # noqa: E402
-from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink  # noqa: E402
-from trainprobe.sidecar.core.job.view import JobView, analyze_job  # noqa: E402
-from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary  # noqa: E402
-from trainprobe.sidecar.sync.wire import reply_of, upload_pb  # noqa: E402
-
-JOB = "bench"
-INTERVAL_S = 0.5
-REFRESH_S = 3.0
-METHOD = "/trainprobe.v1.Sidecar/JobSync"
-#: Per load process in the shared counters: up, sent, received, named (ms), false
-#: culprits, and when node 0 sent its stopped rank (ms after the onset).
-K = 6
-
-
-def _raise_fds() -> None:
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _summary(rank: int, world: int, t: float, stopped_at: float | None) -> RankSummary:
-    step = int(t / 0.2)
-    seq = step * 2
-    if stopped_at is not None and t >= stopped_at:
-        age = t - stopped_at
-        frozen = int(stopped_at / 0.2)
-        return RankSummary(
-            rank, world, host=f"n{rank // 8}", pid=1000 + rank, reporting=False,
-            report_age_s=age, has_step=True, step=frozen, step_age_s=age,
-            groups=(GroupProgress("default", frozen * 2, frozen * 2),), verdict="UNRESPONSIVE",
-            verified=True, normal_step_s=1.0, kernel="stopped", kernel_age_s=0.1,
-        )  # fmt: skip
-    inflight = 0.01 if (rank + step) % 3 == 0 else None
-    return RankSummary(
-        rank, world, host=f"n{rank // 8}", pid=1000 + rank, report_age_s=(t % 1.0) / 10,
-        has_step=True, step=step, step_age_s=t % 0.2, verified=True, normal_step_s=1.0,
-        groups=(GroupProgress("default", seq + (inflight is not None), seq, inflight,
-                              "allreduce" if inflight else "", seq + 1),),
-    )  # fmt: skip
-
-
-async def _node(
-    i: int, per: int, world: int, target: str, t0: float, stop_at: Any, stats: dict[str, Any]
-) -> None:
-    view, uplink = JobView(), Uplink(REFRESH_S)
-    ranks = range(i * per, (i + 1) * per)
-    async with grpc.aio.insecure_channel(target) as ch:
-        call = ch.stream_stream(
-            METHOD,
-            request_serializer=pb.JobSyncUp.SerializeToString,
-            response_deserializer=pb.JobSyncDown.FromString,
-        )()
-
-        async def read() -> None:
-            async for down in call:
-                stats["received"] += 1
-                for j in down.jobs:
-                    view.update(j.job_id, reply_of(j), time.monotonic())
-                if i == 1 and not stats["named_after"]:
-                    now = time.monotonic()
-                    remote = view.remote(JOB, now, 3 * REFRESH_S)
-                    mine = [_summary(r, world, now - t0, None) for r in ranks]
-                    verdict = view.verdict(JOB)
-                    if verdict is not None:  # a large job: the upstream's verdict is the analysis
-                        d = verdict.diagnosis(False)
-                    else:
-                        d = analyze_job([*mine, *remote]) if remote else None
-                    if d is not None and d.culprits and not stats["onset"]:
-                        stats["false"] += 1  # a healthy job's culprit
-                    elif d is not None and 0 in d.culprits and stats["onset"]:
-                        stats["named_after"] = now - stats["onset"]
-
-        reader = asyncio.ensure_future(read())
-        reader.add_done_callback(
-            lambda t: (
-                t.cancelled() or t.exception() is None or print(f"node {i}: {t.exception()!r}")
-            )
-        )
-        stats["up"] += 1
-        await asyncio.sleep((i % 50) * INTERVAL_S / 50)  # spread the rounds
-        while not reader.done():
-            now = time.monotonic()
-            stopped = stop_at.value if i == 0 and stop_at.value > 0 else None
-            mine = [_summary(r, world, now - t0, stopped and stopped - t0) for r in ranks]
-            detail, since = view.ask(JOB, mine, False, now)
-            ups = uplink.uploads({JOB: (mine, None, detail, since)}, now, view.bounded)
-            if ups:
-                await call.write(
-                    pb.JobSyncUp(node_id=f"node-{i}", refresh_s=REFRESH_S,
-                                 jobs=[upload_pb(u) for u in ups])
-                )  # fmt: skip
-                stats["sent"] += 1
-                if stopped and not stats["stop_sent"]:
-                    stats["stop_sent"] = time.monotonic() - stop_at.value
-            await asyncio.sleep(INTERVAL_S)
-
-
-def _load(
-    p: int, nodes: range, per: int, world: int, target: str, cpus: set[int], counters: Any,
-    stop_at: Any,
-) -> None:  # fmt: skip
-    """One load process: its nodes' streams; its counters at K * p (see K)."""
-    _raise_fds()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    stats: dict[str, Any] = {"up": 0, "sent": 0, "received": 0, "onset": 0.0, "named_after": 0.0}
-    stats["false"], stats["stop_sent"] = 0, 0.0
-    t0 = time.monotonic()
-
-    async def main() -> None:
-        tasks = [
-            asyncio.ensure_future(_node(i, per, world, target, t0, stop_at, stats)) for i in nodes
-        ]
-        while not all(t.done() for t in tasks):
-            await asyncio.sleep(0.2)
-            if stop_at.value > 0 and not stats["onset"]:
-                stats["onset"] = stop_at.value
-            with counters.get_lock():
-                counters[K * p] = stats["up"]
-                counters[K * p + 1] = stats["sent"]
-                counters[K * p + 2] = stats["received"]
-                counters[K * p + 3] = int(stats["named_after"] * 1000)
-                counters[K * p + 4] = stats["false"]
-                counters[K * p + 5] = int(stats["stop_sent"] * 1000)
-
-    asyncio.run(main())
+from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S  # noqa: E402
 
 
 def _status(pid: int, key: str) -> int:
@@ -203,7 +76,7 @@ def measure(
             [sys.executable, "-m", "trainprobe.sidecar", "--listen", f"unix://{sock}",
              "--state-dir", str(work / "state")],
             env=env, stdout=subprocess.DEVNULL, stderr=log,
-            preexec_fn=lambda: (_raise_fds(), os.sched_setaffinity(0, up_cpu)),
+            preexec_fn=lambda: (raise_fds(), os.sched_setaffinity(0, up_cpu)),
         )  # fmt: skip
     try:
         while not sock.exists():
@@ -219,7 +92,7 @@ def measure(
             nodes = range(p * chunk, min(n, (p + 1) * chunk))
             loads.append(
                 mp.Process(
-                    target=_load,
+                    target=load,
                     args=(p, nodes, per, n * per, f"unix://{sock}", load_cpus, counters, stop_at),
                     daemon=True,
                 )
