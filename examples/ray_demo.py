@@ -18,14 +18,13 @@ Everything runs on an embedded local Ray (``ray.init``): no cluster to set up.
 While it runs, a live table shows each rank as the sidecar sees it (on a
 terminal, as ``trainprobe top`` shows it: the ranks' recent arrival lag as
 coloured cells, so the hanging rank turns red and is marked CULPRIT; the
-workers watch DDP's collectives for that); at the end, a summary tells the
-story from the incident log.
+workers watch DDP's collectives for that; the view is ``_ray_demo_view.py``);
+at the end, a summary tells the story from the incident log.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
@@ -62,90 +61,6 @@ def prepare_environment(workdir: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")])
     os.environ["TRAINPROBE_RUNTIME_DIR"] = str(workdir / "run")  # private node sockets
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-class Screen:
-    """Events scroll; on a terminal, trainprobe top's view is redrawn beneath them."""
-
-    def __init__(self, stub: Any) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
-        from trainprobe.sidecar.cli.top.live import fetcher
-        from trainprobe.sidecar.cli.top.view import TopModel
-
-        self.console = Console()
-        self.tty = self.console.is_terminal
-        self._last_plain = 0.0
-        self.live = Live(console=self.console, auto_refresh=False) if self.tty else None
-        self.model = TopModel()
-        self.fetch = fetcher(stub, (), JOB, 2.0)
-
-    def frame(self, events: list[str], table: list[str], force: bool = False) -> None:
-        if self.live is not None:
-            from trainprobe.sidecar.cli.top.view import render
-
-            for line in events:
-                self.console.print(line, highlight=False, markup=False)
-            with contextlib.suppress(Exception):  # the sidecar restarts with the workers
-                self.model.update(*self.fetch(), time.monotonic())
-            width, height = self.console.size
-            view = render(self.model, "lag", title="trainprobe", width=width, height=height)
-            self.live.update(view, refresh=True)
-        else:
-            for line in events:
-                print(line)
-            if force or time.monotonic() - self._last_plain >= 5.0:
-                self._last_plain = time.monotonic()
-                print("\n".join(table))
-        sys.stdout.flush()
-
-
-def status_rows(stub: Any, request: Any) -> list[Any]:
-    try:
-        return list(stub.GetStatus(request, timeout=2).workers)
-    except Exception:
-        return []
-
-
-class RankView:
-    """What the table remembers across refreshes: the worst verdict each pid
-    got, and which pids trainprobe killed (a killed session is no longer judged)."""
-
-    SEVERITY = {"OK": 0, "DEGRADED": 1, "UNRESPONSIVE": 2, "HUNG": 3, "DEAD": 4}
-
-    def __init__(self) -> None:
-        self.worst: dict[int, str] = {}
-        self.killed: dict[int, str] = {}
-
-    def note_records(self, records: list[dict[str, Any]]) -> None:
-        for r in records:
-            if r["type"] == "incident":  # the verdict may last one tick before the kill
-                for pid in r["pids"]:
-                    self.worst[int(pid)] = r["verdict"]
-            for o in r.get("outcomes", {}).values() if r["type"] == "action" else ():
-                via = "via Ray" if o.get("method") == "ray.kill" else "by signal"
-                self.killed[int(o.get("pid", 0))] = f"killed {via}"
-
-    def lines(self, rows: list[Any], started: float, threshold_s: float) -> list[str]:
-        out = [
-            f"  job {JOB}  ·  t+{time.monotonic() - started:5.1f}s  ·  stall threshold "
-            f"{threshold_s:g}s  ·  from the node sidecar's status",
-            f"  {'RANK':>4} {'PID':>7} {'STEP':>5} {'STEPS/S':>8} {'REPORT AGE':>10}  "
-            f"{'VERDICT':<13}STATE",
-        ]
-        for w in sorted(rows, key=lambda w: w.rank):
-            worst = self.worst.get(w.pid, "OK")
-            if self.SEVERITY.get(w.verdict, 0) >= self.SEVERITY.get(worst, 0):
-                worst = self.worst[w.pid] = w.verdict
-            step = str(w.step) if w.has_step else "-"
-            out.append(
-                f"  {w.rank:>4} {w.pid:>7} {step:>5} {w.steps_per_s:>8.1f} "
-                f"{w.report_age_s:>9.1f}s  {worst:<13}{self.killed.get(w.pid, w.state)}"
-            )
-        if not rows:
-            out.append("  (waiting for the workers to report)")
-        return out
 
 
 def describe(record: dict[str, Any], started_wall: float) -> list[str]:
@@ -242,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     import grpc
     import ray
     import ray_train_job as job
+    from _ray_demo_view import RankView, Screen, status_rows
 
     from trainprobe.proto import probe_pb2, probe_pb2_grpc
     from trainprobe.sidecar import load_settings
@@ -299,13 +215,13 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if args.no_hang else f"; rank {args.hang_rank} will hang in step {args.hang_at}"),
             flush=True,
         )
-        view = RankView()
+        view = RankView(JOB)
         seen = 0
         log_path = Path(node.incident_log)
         request = probe_pb2.StatusRequest(job_id=JOB)
         with grpc.insecure_channel(node.socket) as channel:
             stub = probe_pb2_grpc.SidecarStub(channel)
-            screen = Screen(stub)
+            screen = Screen(stub, JOB)
             if screen.live is not None:
                 screen.live.start()
             while True:
