@@ -16,7 +16,7 @@ import time
 
 import grpc
 
-from trainprobe.sidecar.transport.sockets import PENDING_CALL_WAIT_S, SERVER_OPTIONS
+from trainprobe.sidecar.transport.listen.sockets import PENDING_CALL_WAIT_S, SERVER_OPTIONS
 
 #: Longer than gRPC's own default (30 s), which this must outlast.
 BLOCK_S = 33.0

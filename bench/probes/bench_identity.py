@@ -35,7 +35,7 @@ from trainprobe.sidecar.transport.servicer import SidecarServicer  # noqa: E402
 
 def _serve(path: str, ready: object) -> None:
     from trainprobe.proto import ident_socket_path
-    from trainprobe.sidecar.transport.identity import TicketDesk
+    from trainprobe.sidecar.transport.listen.identity import TicketDesk
 
     async def main() -> None:
         desk = TicketDesk()

@@ -19,7 +19,7 @@ from trainprobe.proto import fetch_ticket, ident_socket_path
 from trainprobe.sidecar.act.procs import proc_start_ticks, protected_pid
 from trainprobe.sidecar.act.stacks import open_stack_file
 from trainprobe.sidecar.core.session import Registry, RegistryError, VerifiedProcess
-from trainprobe.sidecar.transport.identity import Peer, TicketDesk
+from trainprobe.sidecar.transport.listen.identity import Peer, TicketDesk
 
 T0 = 100.0
 

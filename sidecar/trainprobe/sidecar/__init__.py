@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from trainprobe.sidecar.config.settings import OPTIONS, Settings, SettingsError, load_settings
     from trainprobe.sidecar.server import SIDECAR_VERSION, Sidecar
     from trainprobe.sidecar.threaded import SidecarThread
-    from trainprobe.sidecar.transport.sockets import ListenError
+    from trainprobe.sidecar.transport.listen.sockets import ListenError
 
 __all__ = [
     "OPTIONS",
@@ -42,7 +42,7 @@ _exported, __dir__ = lazy_exports(
     {
         "OPTIONS": "config.settings",
         "SIDECAR_VERSION": "server",
-        "ListenError": "transport.sockets",
+        "ListenError": "transport.listen.sockets",
         "Settings": "config.settings",
         "SettingsError": "config.settings",
         "Sidecar": "server",

@@ -42,15 +42,15 @@ from trainprobe.sidecar.sync.upstream import JobSyncUpstream
 from trainprobe.sidecar.transport.commander import Commander
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import EngineHealth, Health
-from trainprobe.sidecar.transport.identity import TicketDesk
-from trainprobe.sidecar.transport.servicer import SidecarServicer
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
 
 # ListenError is re-exported: callers catch it from here.
-from trainprobe.sidecar.transport.sockets import (  # noqa: F401
+from trainprobe.sidecar.transport.listen.sockets import (  # noqa: F401
     ListenError,
     open_servers,
     server_tls,
 )
+from trainprobe.sidecar.transport.servicer import SidecarServicer
 
 log = logging.getLogger("trainprobe.sidecar")
 SIDECAR_VERSION = VERSION

@@ -38,9 +38,9 @@ from trainprobe.sidecar.relay.wire import Rejected, WorkerStream, hello_pid_and_
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport.doom_files import DoomFiles
 from trainprobe.sidecar.transport.health import DoomedPids, Health
-from trainprobe.sidecar.transport.identity import TicketDesk
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
+from trainprobe.sidecar.transport.listen.sockets import open_servers, server_tls
 from trainprobe.sidecar.transport.servicer import SERVICE
-from trainprobe.sidecar.transport.sockets import open_servers, server_tls
 from trainprobe.sidecar.transport.streams import pump
 
 log = logging.getLogger("trainprobe.sidecar")

@@ -1,6 +1,6 @@
 """gRPC in: the servicer that turns streams into registry updates, commands
-out to workers, protobuf <-> core data conversion, listening sockets and
-bearer-token auth.
+out to workers, protobuf <-> core data conversion, the kubelet's health
+service; ``listen/``: listening sockets, bearer-token auth and identity tickets.
 
 Public API (imported on first use):
 
@@ -29,9 +29,9 @@ __getattr__, __dir__ = lazy_exports(
     {
         "Commander": "commander",
         "Health": "health",
-        "ListenError": "sockets",
-        "open_servers": "sockets",
+        "ListenError": "listen.sockets",
+        "open_servers": "listen.sockets",
         "SidecarServicer": "servicer",
-        "TokenInterceptor": "auth",
+        "TokenInterceptor": "listen.auth",
     },
 )

@@ -33,7 +33,7 @@ it verified until that process is gone (:class:`DoomedPids`, with the same
 minimum).
 
 It is answered on every listener without a token (kubelet gRPC probes send
-no metadata; see :mod:`~trainprobe.sidecar.transport.auth`). It tells an
+no metadata; see :mod:`~trainprobe.sidecar.transport.listen.auth`). It tells an
 unauthenticated caller one bit per service and accepts nothing it stores;
 Watch streams, which hold server resources, are capped at
 :data:`MAX_WATCHERS`.

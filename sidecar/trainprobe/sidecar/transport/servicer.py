@@ -30,7 +30,7 @@ from trainprobe.sidecar.core.session.validate import ValidationError
 from trainprobe.sidecar.tasks import TaskSet
 from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.commander import Commander, StreamSink
-from trainprobe.sidecar.transport.identity import TicketDesk
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
 from trainprobe.sidecar.transport.reclaim import COLLECT_AFTER_CLOSE_S, Reclaimer
 from trainprobe.sidecar.transport.session_open import Refusal, open_session
 from trainprobe.sidecar.transport.streams import Malformed, safe_parser

@@ -2,7 +2,7 @@
 
 The first message must be a well-formed Hello. Its pid is trusted only
 through the kernel: a direct stream's identity ticket is redeemed at the
-:class:`~trainprobe.sidecar.transport.identity.TicketDesk` (SO_PEERCRED), a
+:class:`~trainprobe.sidecar.transport.listen.identity.TicketDesk` (SO_PEERCRED), a
 relayed one is vouched for by the node that carried it, and a ticket not
 issued to the Hello's pid leaves the session unverified, never signalled.
 The registry then applies the session rule; every refusal comes back as the
@@ -23,7 +23,7 @@ from trainprobe.sidecar.act.procs import mono_ahead_ns
 from trainprobe.sidecar.core.session.model import VerifiedProcess, WorkerState
 from trainprobe.sidecar.core.session.registry import Registry, RegistryError
 from trainprobe.sidecar.transport import pb
-from trainprobe.sidecar.transport.identity import TicketDesk
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
 from trainprobe.sidecar.transport.streams import Malformed
 
 __all__ = ["Refusal", "open_session", "verify_hello"]

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from trainprobe.proto import UnsafeSocketDir, socket_dir_problem
-from trainprobe.sidecar.transport.listen_checks import ListenError
+from trainprobe.sidecar.transport.listen.listen_checks import ListenError
 
 __all__ = ["SOCKET_ACCESS", "UnsafeListenDir", "prepare_unix_socket"]
 

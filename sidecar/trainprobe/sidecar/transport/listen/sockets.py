@@ -2,7 +2,7 @@
 
 Unix listeners get a 0600 socket in a 0700 directory (wider only as
 ``socket_access`` asks, for workers of another uid), and beside it the
-identity socket that hands out tickets (:mod:`trainprobe.sidecar.transport.identity`).
+identity socket that hands out tickets (:mod:`trainprobe.sidecar.transport.listen.identity`).
 A socket asked for in a shared directory (root's, writable by anyone: a
 kubelet's emptyDir) goes into this user's own ``trainprobe-<uid>`` inside it,
 where hooks aimed at the same path look too (:func:`trainprobe.proto.resolve_socket`);
@@ -31,10 +31,14 @@ from trainprobe.proto import (
 )
 from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.core.limits import MAX_SESSIONS
-from trainprobe.sidecar.transport.auth import TokenInterceptor
-from trainprobe.sidecar.transport.identity import TicketDesk
-from trainprobe.sidecar.transport.listen_checks import ListenError, check_tcp_bind, check_unix_bind
-from trainprobe.sidecar.transport.socket_files import SOCKET_ACCESS, prepare_unix_socket
+from trainprobe.sidecar.transport.listen.auth import TokenInterceptor
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
+from trainprobe.sidecar.transport.listen.listen_checks import (
+    ListenError,
+    check_tcp_bind,
+    check_unix_bind,
+)
+from trainprobe.sidecar.transport.listen.socket_files import SOCKET_ACCESS, prepare_unix_socket
 
 __all__ = [
     "PENDING_CALLS",
