@@ -10,7 +10,8 @@ gradient allreduce. ``--hang-how`` says how: ``sleep`` (an hour), ``stop``
 taken twice), ``gil`` (a C call that holds the GIL), ``kill9`` (SIGKILL) or
 ``loader`` (a wait on a DataLoader worker that blocks). ``--progress FILE``
 records, one JSON line each, when a rank started to hang, each step, and the
-parameters at the end. Every ``--checkpoint-every`` steps a rank saves
+parameters at the end; it also makes the fault once a job (without it, a
+restarted process hangs again). Every ``--checkpoint-every`` steps a rank saves
 (``--checkpoint-dir``; else it pauses 0.5 s), then evaluates
 ``--eval-batches`` batches.
 
@@ -45,7 +46,13 @@ def demo_args(doc: str | None, argv: list[str] | None = None) -> argparse.Namesp
     p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--hang-rank", type=int, default=-1)
-    p.add_argument("--hang-at", type=int, default=-1)
+    p.add_argument(
+        "--hang-at",
+        type=int,
+        default=-1,
+        help="the step it hangs in: once a job with --progress, else once a process"
+        " (a restarted rank hangs again)",
+    )
     p.add_argument("--hang-how", choices=FAULTS, default="sleep")
     p.add_argument("--checkpoint-dir", default="", help="torch.save there (else a 0.5 s pause)")
     p.add_argument("--eval-batches", type=int, default=0, help="an eval after each checkpoint")

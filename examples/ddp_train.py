@@ -12,7 +12,8 @@ it; ``hook.phase(...)`` declares a long pause that is not a hang.
 For the demo (``make demo-gloo``): ``--hang-rank R --hang-at S`` makes rank R
 hang inside step S, before its backward, so its peers block in the allreduce;
 ``--hang-how`` says how (a sleep, SIGSTOP, a deadlock, the GIL held, ...), and
-``--progress FILE`` records the hang, each step and the parameters at the end.
+``--progress FILE`` records the hang, each step and the parameters at the end
+(and makes the hang once a job: without it, each restarted process hangs again).
 Every ``--checkpoint-every`` steps it saves (``--checkpoint-dir``; else it
 pauses 0.5 s) in a declared phase, then evaluates ``--eval-batches`` batches.
 These flags, the faults and the checkpoint are the demo's, in examples/_faults.py

@@ -1,4 +1,4 @@
-"""``trainprobe``: ask a running sidecar what it sees.
+"""trainprobe: ask a running sidecar what it sees, or run a replicated job.
 
 trainprobe status [--target ADDR] [--job J] [--wide] [--json]
 trainprobe diagnose [--job J] [--target ADDR] [--json]
