@@ -1,6 +1,6 @@
 """examples/ddp_replicated.py under Ray Train: the same loop, the same ``replicate`` line.
 
-    pip install '.[ray,torchft]'
+    pip install '.[ray,torchft]' 'ray[train]'
     python examples/ray_replicated.py --replicas 2 --hang-rank 1 --hang-at 15 --hang-how stop
 
 ``main`` starts a local Ray, trainprobe's sidecar on its node and a
@@ -14,7 +14,8 @@ examples/ddp_replicated.py's ``main`` with three lines Ray's way (the
 function's signature, the flags from the trainer's config, and no
 ``init_process_group``: Ray Train made the group's). The other flags are the
 demo's (examples/_faults.py); ``--progress FILE`` records the hang, each
-step and the parameters at the end.
+step and the parameters at the end (default: progress.jsonl in the run's
+directory), and makes the fault come once in the job.
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def main() -> None:
     os.environ.setdefault("RUST_LOG", "warn")  # torchft logs every quorum and commit at info
     ray.init(address="local", num_cpus=max(2, known.replicas))  # a new local Ray, never another
     work = Path(tempfile.mkdtemp(prefix="tp-ray-replicated-"))
+    if not any(a == "--progress" or a.startswith("--progress=") for a in argv):
+        # The fault comes once a job only through this file: without it, Ray
+        # Train's replacement of the evicted worker hangs again, every time,
+        # until max_failures ends the run.
+        argv += ["--progress", str(work / "progress.jsonl")]
     try:
         start_sidecars(load_settings(cli={"state_dir": str(work / "state")}))
         make_trainer(argv, str(work / "storage"), "ray-replicated", known.replicas).fit()
