@@ -3,7 +3,9 @@
 In README.md and docs/*.md: a relative link's file exists and, for
 ``#anchor``, a heading of that page makes that anchor (as GitHub makes it);
 a reference in words, ``docs/RAY.md, "Replicated jobs"``, names a heading of
-that page. A page moved or a heading renamed breaks a reader's way silently
+that page; a file named by its path from the repository's root
+(``bench/probes/x.py``, ``examples/y.py``, in code or not) exists. A page or
+a script moved, or a heading renamed, breaks a reader's way silently
 otherwise.
 """
 
@@ -23,6 +25,9 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 #: ``docs/RAY.md, "Replicated jobs"`` or ``RAY.md ("Replicated jobs")``.
 SECTION_REF = re.compile(r"\b((?:docs/)?[A-Z]+\.md)`?,?\s+\(?\"([^\"]+)\"")
+#: A path from the repository's root, as a reader would type it: ``bench/x.py``.
+#: (hooks/ and sidecar/ paths in the docs are short, from their package.)
+REPO_PATH = re.compile(r"(?<![\w./-])((?:bench|deploy|docs|examples|tests|tools)/[\w./-]*\w)")
 
 
 def anchor(heading: str) -> str:
@@ -71,6 +76,9 @@ def broken(page: Path, root: Path) -> list[str]:
             out.append(f"{name}: no such file")
         elif not any(wanted in h.replace("`", "").lower() for h in headings(dest)):
             out.append(f'{name}, "{wanted}": no such heading')
+    for path in REPO_PATH.findall(page.read_text()):
+        if "*" not in path and not (root / path).exists():
+            out.append(f"{path}: no such path")
     return out
 
 
@@ -90,12 +98,14 @@ def test_a_broken_reference_is_found(tmp_path: Path) -> None:
         'B.md, "Two\n words" is fine.\n\n'
         "[gone](C.md) [bad](B.md#three-words) [bad](#b) [web](https://example.com)\n"
         'docs/B.md, "Three words" is not.\n'
+        "`python bench/gone.py` moved; docs/B.md and bench/*.py are there.\n"
     )
     assert broken(page, tmp_path) == [
         "C.md: no such file",
         "B.md#three-words: no heading of B.md makes #three-words",
         "#b: no heading of A.md makes #b",
         'docs/B.md, "three words": no such heading',
+        "bench/gone.py: no such path",
     ]
 
 
