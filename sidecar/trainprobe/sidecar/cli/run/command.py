@@ -16,7 +16,9 @@ Why our own launcher rather than torchrun: torchrun restarts all of its ranks
 together, so one torchrun per replica group is needed anyway (docs/DEPLOY.md's
 hand-built recipe), plus a lighthouse started by hand; and its restarts come
 without a delay between failures. Flags keep torchrun's names where they mean
-the same (``--max-restarts``, ``--run-id``, ``--master-addr``, ``--log-dir``).
+the same (``--max-restarts``, ``--run-id``, ``--master-addr``); ``--log-dir``
+holds the lighthouse's log only (the groups print to the launcher's output,
+prefixed), where torchrun's holds its ranks' logs.
 """
 
 from __future__ import annotations
@@ -123,7 +125,10 @@ def add_run_parser(sub: Any) -> None:
     )
     p.add_argument("--no-sidecar", action="store_true", help="never start a sidecar")
     p.add_argument(
-        "--log-dir", default="", help="the lighthouse's log (default: a new temporary directory)"
+        "--log-dir",
+        default="",
+        help="for the lighthouse's log only: the groups print to this output, prefixed"
+        " (default: a new temporary directory)",
     )
     p.add_argument("train", nargs=argparse.REMAINDER, help="-- the training command")
 
@@ -165,7 +170,7 @@ def run_main(args: argparse.Namespace) -> int:
         say(
             LAUNCHER,
             f"job {run_id}: {args.replicas} replica groups x {args.nproc_per_replica} ranks, "
-            f"lighthouse {lighthouse}, sidecar {target}, logs in {log_dir}",
+            f"lighthouse {lighthouse} (its log in {log_dir}), sidecar {target}",
         )
         for i in range(args.replicas):
             backoff = Backoff(first_s=args.backoff_s, max_s=args.backoff_max_s)
