@@ -6,7 +6,7 @@
 One sidecar process of the shipped defaults (actions ``observe``) and
 ``--generators`` client processes that open ``--streams`` Connect streams
 between them at once (``--per-channel`` on each connection, as
-bench/loadgen.py does), each sending a Hello and a report (1,000 step times,
+bench/harness/loadgen.py does), each sending a Hello and a report (1,000 step times,
 a full first report), then holding it ``--hold-s`` with a report a second,
 then a Goodbye. Every stream that ended otherwise is counted by its status
 code, with how long after its open it ended and the sidecar's log lines
@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 
 import grpc  # noqa: E402
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 PARAMS = ("streams", "generators", "per_channel", "hold_s", "telemetry")
 

@@ -43,11 +43,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import add_repo_to_path, fmt_us, percentile, summarize, write_result
+from harness.common import add_repo_to_path, fmt_us, percentile, summarize, write_result
 
 add_repo_to_path()
 
-from anchors import ElasticTimerServer, NvrxMonitor  # noqa: E402
+from harness.anchors import ElasticTimerServer, NvrxMonitor  # noqa: E402
 
 from tests.support import SidecarProcess, short_tmpdir, wait_for  # noqa: E402
 

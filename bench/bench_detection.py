@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, summarize, write_result
+from harness.common import add_repo_to_path, summarize, write_result
 
 add_repo_to_path()
 
-from detect_jobs import TP_TOOLS, Job, JobSpec  # noqa: E402
+from harness.detect_jobs import TP_TOOLS, Job, JobSpec  # noqa: E402
 
 from tests.support import SidecarProcess  # noqa: E402
 

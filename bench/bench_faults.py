@@ -4,7 +4,7 @@
         [--cases all|sleep,stop,...] [--tools tp_watch,tp,nvrx,gloo] [--parallel 6]
         [--cap-s 150] [--quick] [--json OUT]
 
-Cases (bench/fault_worker.py): 7 faults (sleep, stop, lock, gil, kill9,
+Cases (bench/harness/fault_worker.py): 7 faults (sleep, stop, lock, gil, kill9,
 skip, mismatch) where one rank never comes back, and 9 healthy cases
 (stall8, stall30, stall60, eval, ckpt_phase, ckpt_out, compile60, slow2x,
 sidecar_frozen) where the job must finish. Each runs with 2 and 4 gloo ranks,
@@ -46,12 +46,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, summarize, write_result
+from harness.common import add_repo_to_path, summarize, write_result
 
 add_repo_to_path()
 
-from fault_jobs import FREEZE_S, TP, FaultJob, FaultSpec  # noqa: E402
-from fault_worker import EVENT_S, FAULTS, HEALTHY  # noqa: E402
+from harness.fault_jobs import FREEZE_S, TP, FaultJob, FaultSpec  # noqa: E402
+from harness.fault_worker import EVENT_S, FAULTS, HEALTHY  # noqa: E402
 
 from tests.support import SidecarProcess  # noqa: E402
 

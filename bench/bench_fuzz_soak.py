@@ -27,7 +27,7 @@ import threading
 import time
 import warnings
 
-from _common import add_repo_to_path, rss_bytes, summarize, write_result
+from harness.common import add_repo_to_path, rss_bytes, summarize, write_result
 
 add_repo_to_path()
 

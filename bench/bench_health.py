@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from _common import add_repo_to_path, rss_bytes, write_result
+from harness.common import add_repo_to_path, rss_bytes, write_result
 
 add_repo_to_path()
 

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import write_result
+from harness.common import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 

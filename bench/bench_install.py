@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, write_result
+from harness.common import REPO, write_result
 
 #: The CPU build installed here; CUDA builds are several times larger.
 TORCH_PIN = "torch==2.13.0"

@@ -46,7 +46,7 @@ import statistics
 import time
 from typing import Any
 
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 

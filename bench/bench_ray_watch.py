@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_repo_to_path, cpu_seconds, write_result
+from harness.common import add_repo_to_path, cpu_seconds, write_result
 
 add_repo_to_path()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, write_result
+from harness.common import RESULTS, add_repo_to_path, write_result
 
 add_repo_to_path()
 from tests.support import (  # noqa: E402

@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.act.actions import Actions  # noqa: E402

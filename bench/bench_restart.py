@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, pid_gone, write_result
+from harness.common import add_repo_to_path, pid_gone, write_result
 
 add_repo_to_path()
 

@@ -14,7 +14,7 @@ What the sidecar costs per report, telemetry on, at job scale (issue 15):
 
 For each N, a fresh sidecar process is pinned to CPU 0 (every thread of it:
 the asyncio loop and gRPC's own threads) and ``--generators`` load-generator
-processes (bench/loadgen.py) pinned to the other CPUs simulate N workers of
+processes (bench/harness/loadgen.py) pinned to the other CPUs simulate N workers of
 one job reporting at ``--hz`` over the real gRPC path (Unix socket, one
 stream per worker). The sidecar runs with every action set to ``observe``,
 and with its OpenTelemetry export off (``--telemetry off``, the liveness path
@@ -34,7 +34,7 @@ Measured over a window of ``--duration`` seconds after a warm-up:
 - RSS, and memory per worker = (RSS - RSS with no worker) / N.
 
 With ``--relay-workers-per-node K`` (relayed mode) the generators are
-bench/relay_loadgen.py instead: they simulate node sidecars in relay mode,
+bench/harness/relay_loadgen.py instead: they simulate node sidecars in relay mode,
 each one ``Relay`` stream for K workers reporting at ``--hz``, sending one
 ``RelayBatch`` every ``--relay-interval-ms`` (the node's ``relay_interval_ms``)
 that carries every report its workers made since the previous batch (K x
@@ -65,7 +65,7 @@ times per report (as ``watch_ddp`` does), so arrival-lag comparisons run.
 ``--before-src DIR`` runs, for each level, the sidecar of another checkout
 (its ``sidecar/`` first on the path; wire and generators from this one)
 right before this checkout's: a before/after pair in one run. One level's
-run and measurement is bench/scale_level.py's.
+run and measurement is bench/harness/scale_level.py's.
 
 Then one more run at ``--profile-workers`` records the sidecar with py-spy
 (100 samples/s, non-blocking) over the window: where its one core goes.
@@ -81,8 +81,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, add_repo_to_path, write_result
-from scale_level import STEPS_PER_REPORT, run_level
+from harness.common import REPO, add_repo_to_path, write_result
+from harness.scale_level import STEPS_PER_REPORT, run_level
 
 add_repo_to_path()
 

@@ -16,7 +16,7 @@ for 1 s: it applied what was sent) and ``--settle-s`` later:
 3. streams: ``--streams`` Connect streams over them, each past its Hello
    (a session in the registry, its servicer coroutine waiting to read);
 4. reports: ``--reports`` reports on each (the first with 1,000 earlier step
-   times, bench/loadgen.py's; each new step with ``--buckets`` DDP allreduces
+   times, bench/harness/loadgen.py's; each new step with ``--buckets`` DDP allreduces
    in its sync window, the latest 16 sampled, as ``hook.watch_ddp`` sends
    them), so each session's state is full;
 5. closed: every stream said Goodbye and every channel closed.
@@ -24,7 +24,7 @@ for 1 s: it applied what was sent) and ``--settle-s`` later:
 With ``--relayed K`` the sessions arrive as a sidecar of 10,000 ranks gets
 them: through node sidecars in relay mode (``--relay-to``), each node one
 ``Relay`` stream carrying K workers' sessions (its Hellos and reports in
-``RelayBatch`` items, as bench/relay_loadgen.py sends them), ``--streams``
+``RelayBatch`` items, as bench/harness/relay_loadgen.py sends them), ``--streams``
 sessions over ``--streams / K`` Relay streams; stage 5 ends each session with
 a relayed Goodbye, then the Relay streams.
 
@@ -36,7 +36,7 @@ layer; the rest of the RSS step is C (gRPC core, glibc). With ``--pymalloc``
 (untraced) the sidecar writes CPython's allocator figures at each stage
 (``sys._debugmallocstats``): small objects' live bytes, and what pymalloc holds
 free in used pools and empty ones, so the RSS splits into live Python objects,
-pymalloc's fragmentation and the rest (bench/sidecar_memory.py injects both).
+pymalloc's fragmentation and the rest (bench/harness/sidecar_memory.py injects both).
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, rss_bytes, write_result
+from harness.common import add_repo_to_path, cpu_seconds, rss_bytes, write_result
 
 add_repo_to_path()
 
 import grpc  # noqa: E402
-from loadgen import Sim, end_call  # noqa: E402
-from sidecar_memory import MALLOCSTATS, TRACER, anon_kinds, pymalloc_figures, with_site  # noqa: E402
+from harness.loadgen import Sim, end_call  # noqa: E402
+from harness.sidecar_memory import MALLOCSTATS, TRACER, anon_kinds, pymalloc_figures, with_site  # noqa: E402
 
 from tests.support import SidecarProcess, short_tmpdir  # noqa: E402
 from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402

@@ -7,7 +7,7 @@
 
 One sidecar with the shipped rules and actions (kill), ``--hang-patience-s``
 as given (0: a verdict acts at once), ``--workers`` simulated workers of one
-job reporting at ``--hz`` over real gRPC streams (bench/loadgen.py, in
+job reporting at ``--hz`` over real gRPC streams (bench/harness/loadgen.py, in
 ``--generators`` processes) and ``--real-workers`` real gloo ranks
 (tests/workers/ddp_worker.py, a step every 0.1 s, reporting every 100 ms) of
 another job, all pinned to the same ``--cpus``: a small machine whose
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, sidecar_env, write_result
+from harness.common import add_repo_to_path, cpu_seconds, sidecar_env, write_result
 
 add_repo_to_path()
 
@@ -86,7 +86,7 @@ def run_once(args: argparse.Namespace, cpus: set[int], src: str) -> dict[str, An
             cmd = [
                 *taskset,
                 PYTHON,
-                str(HERE / "loadgen.py"),
+                str(HERE / "harness" / "loadgen.py"),
                 *("--target", sc.target, "--workers", str(count), "--hz", str(args.hz)),
                 *("--rank-offset", str(offset), "--world-size", str(n)),
                 *("--ready", str(workdir / f"ready{g}"), "--stop", str(stop), "--out", str(out)),

@@ -46,11 +46,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, write_result
+from harness.common import add_repo_to_path, cpu_seconds, write_result
 
 add_repo_to_path()
 
-from summary_load import K, load, raise_fds  # noqa: E402
+from harness.summary_load import K, load, raise_fds  # noqa: E402
 
 from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S  # noqa: E402
 

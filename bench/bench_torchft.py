@@ -3,7 +3,7 @@ non-replicated Ray Train and torchrun restarts, side by side in one run.
 
 Sections (``--sections``, in this order; each trial is written out as it ends):
 
-- ``faults`` (bench/ft_local.py): two replica groups, each its own torchrun
+- ``faults`` (bench/harness/ft_local.py): two replica groups, each its own torchrun
   (docs/DEPLOY.md's recipe), a fault in replica ``train_1`` at a committed
   step: ``sleep`` in the step, ``lock`` (a deadlock), ``stop`` (SIGSTOP),
   ``kill9``, ``gil`` (a C call holding the GIL). Modes ``trainprobe`` (the
@@ -12,7 +12,7 @@ Sections (``--sections``, in this order; each trial is written out as it ends):
   the culprit gone, its replacement (restarted by its torchrun) committing.
 - ``healthy``: one replica stalls 8 s and resumes; a declared 15 s
   checkpoint; an eval on every replica: evictions and kills (goal: 0).
-- ``ray``: Ray Train + TorchftConfig (bench/ft_ray.py): the same, plus the
+- ``ray``: Ray Train + TorchftConfig (bench/harness/ft_ray.py): the same, plus the
   replacement's parameters against the survivor's and how often each worker
   started (a single-group replacement), and where the survivor's time goes
   (onset to incident, the kill, culprit gone to the survivor's commit).
@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from ft_local import HEALTHY, fault_trial, healthy_trial, torchrun_restart_trial  # noqa: E402
+from harness.ft_local import HEALTHY, fault_trial, healthy_trial, torchrun_restart_trial  # noqa: E402
 
 from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS  # noqa: E402
 
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], star
         if "restart" in sections:
             add("restart", torchrun_restart_trial(args))
     if "ray" in sections or "restart" in sections:
-        from ft_ray import RaySession
+        from harness.ft_ray import RaySession
 
         session = RaySession(Path(tempfile.mkdtemp(prefix="tp-bench-ft-ray-")))
         try:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, RESULTS
+from harness.common import REPO, RESULTS
 
 HERE = Path(__file__).resolve().parent
 #: 1,000 ranks behind relay nodes of 8 at the shipped relay interval, with 8

@@ -3,7 +3,7 @@
     python bench/session_structures.py [--sessions 2000] [--reports 3]
         [--steps-per-report 20] [--buckets 4] [--telemetry on|off] [--json OUT]
 
-``--sessions`` simulated workers (bench/loadgen.py's reports: the first with
+``--sessions`` simulated workers (bench/harness/loadgen.py's reports: the first with
 1,000 earlier step times, then ``--steps-per-report`` new ones, each new step
 with ``--buckets`` DDP allreduces, the latest 16 sampled) are opened in a
 real Registry and ``--reports`` reports each are parsed, converted, applied,
@@ -24,11 +24,11 @@ import time
 import tracemalloc
 from typing import Any
 
-from _common import REPO, add_repo_to_path, bench_telemetry, write_result
+from harness.common import REPO, add_repo_to_path, bench_telemetry, write_result
 
 add_repo_to_path()
 
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 from trainprobe.sidecar.core.session import model  # noqa: E402
 from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> int:
     p.add_argument("--reports", type=int, default=3)
     p.add_argument("--steps-per-report", type=int, default=20)
     p.add_argument(
-        "--buckets", type=int, default=4, help="DDP allreduces a step (bench/loadgen.py)"
+        "--buckets", type=int, default=4, help="DDP allreduces a step (bench/harness/loadgen.py)"
     )
     p.add_argument("--telemetry", choices=["on", "off"], default="on")
     p.add_argument("--json", default="")

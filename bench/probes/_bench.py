@@ -1,5 +1,5 @@
 """Puts bench/ on sys.path: a probe imports the harness the headline benchmarks
-share (``_common``, ``loadgen``, ``relay_loadgen``) from there, not a copy."""
+share (``harness.common``, ``harness.loadgen``, ...) from there, not a copy."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path[:0] = ["bench"]  # the measured tree's own loadgen and make_engine
 
 from bench_report_path import make_engine  # noqa: E402
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.core.judge.rules import RuleConfig  # noqa: E402

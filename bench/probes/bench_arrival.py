@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402

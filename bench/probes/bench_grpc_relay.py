@@ -5,7 +5,7 @@
 
 A ``Relay`` method that only counts the batches it reads (``--parse``: also
 parses each into a ``RelayBatch``, as the sidecar's deserializer does) runs in
-a child process pinned to CPU 0; bench/relay_loadgen.py sends it what the
+a child process pinned to CPU 0; bench/harness/relay_loadgen.py sends it what the
 scale benchmark's relayed generators send (pinned to the other CPUs). The
 figure is the server process's CPU (every thread) per message read, and per
 report carried: the floor under the sidecar's per-report cost that no change
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 HERE = Path(__file__).resolve().parents[1]  # bench/: loadgen, relay_loadgen
@@ -106,7 +106,7 @@ def main() -> int:
     gen = subprocess.Popen(
         [
             sys.executable,
-            str(HERE / "relay_loadgen.py"),
+            str(HERE / "harness" / "relay_loadgen.py"),
             *("--target", f"unix://{sock}", "--workers", str(args.workers)),
             *("--per-node", str(args.per_node), "--hz", str(args.hz)),
             *("--interval-ms", str(args.interval_ms), "--issue-times", str(args.issue_times)),

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 

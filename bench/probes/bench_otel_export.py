@@ -22,14 +22,14 @@ import sys
 import time
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, bench_telemetry, observing_sidecar_cli
+from harness.common import add_repo_to_path, bench_telemetry, observing_sidecar_cli
 
 add_repo_to_path()
 
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
+from harness.relay_loadgen import FastSim  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from relay_loadgen import FastSim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.config.settings import load_settings  # noqa: E402

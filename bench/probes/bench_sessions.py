@@ -6,7 +6,7 @@
 
 One sidecar process of the shipped defaults (every action ``observe``, so the
 fleet is never killed; telemetry as shipped unless ``--telemetry off``) and
-``--generators`` load-generator processes (bench/loadgen.py) that open
+``--generators`` load-generator processes (bench/harness/loadgen.py) that open
 ``--sessions`` Connect streams between them, one per simulated worker, each
 reporting at ``--hz`` with ``--steps-per-report`` new step times a report
 (20: a 50 ms step under the hook's default 1 s interval). Every worker's first
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, rss_bytes, write_result
+from harness.common import add_repo_to_path, rss_bytes, write_result
 
 add_repo_to_path()
 
@@ -88,7 +88,7 @@ def run_round(sc: SidecarProcess, r: int, args: argparse.Namespace, rss_: Any) -
     for g, count in enumerate(per):
         cmd = [
             PYTHON,
-            str(HERE / "loadgen.py"),
+            str(HERE / "harness" / "loadgen.py"),
             *("--target", sc.target, "--workers", str(count), "--hz", str(args.hz)),
             *("--job", f"round{r}", "--rank-offset", str(offset)),
             *("--world-size", str(args.sessions)),

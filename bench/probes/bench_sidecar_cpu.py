@@ -34,11 +34,11 @@ import time
 from typing import Any
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, observing_sidecar_cli, write_result
+from harness.common import add_repo_to_path, observing_sidecar_cli, write_result
 
 add_repo_to_path()
 
-from relay_loadgen import FastSim, relayed  # noqa: E402
+from harness.relay_loadgen import FastSim, relayed  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.cli.sidecar import tune_gc  # noqa: E402

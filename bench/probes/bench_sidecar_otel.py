@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, cpu_seconds, rss_bytes
+from harness.common import add_repo_to_path, cpu_seconds, rss_bytes
 from otlp_side import Receiver, encoder_cost
 
 add_repo_to_path()

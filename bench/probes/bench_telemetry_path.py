@@ -12,7 +12,7 @@ count). Each tree runs in a fresh child process (``--before-src DIR``: that
 checkout's ``sidecar/`` first on the path; the other is this checkout), with a
 real pipeline writing OTLP-JSON lines, as shipped without a collector.
 
-Reports are the scale benchmark's (bench/loadgen.py ``Sim``: 2 new steps each,
+Reports are the scale benchmark's (bench/harness/loadgen.py ``Sim``: 2 new steps each,
 and with ``--issue-times K`` the issue times of K collectives, same sequence
 numbers on every rank, so the registry closes arrival-lag comparisons that
 ``on_report`` then exports). The registry applies each round first (untimed),
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import REPO, bench_telemetry, write_result
+from harness.common import REPO, bench_telemetry, write_result
 
 HERE = Path(__file__).resolve().parents[1]  # bench/: loadgen, relay_loadgen
 
@@ -41,7 +41,7 @@ def child(args: argparse.Namespace) -> dict[str, object]:
     """Runs in the child: the sidecar tree is whatever comes first on sys.path."""
     import asyncio
 
-    from loadgen import Sim
+    from harness.loadgen import Sim
 
     from trainprobe.sidecar.transport import pb as convert
 

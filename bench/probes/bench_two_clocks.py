@@ -21,7 +21,7 @@ import sys
 import time
 
 import _bench  # noqa: F401  (bench/ on sys.path)
-from _common import add_repo_to_path, write_result
+from harness.common import add_repo_to_path, write_result
 
 add_repo_to_path()
 

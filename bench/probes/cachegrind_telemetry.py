@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 sys.path[:0] = ["bench", "sidecar", "proto", "hooks"]
 
-from loadgen import Sim  # noqa: E402
+from harness.loadgen import Sim  # noqa: E402
 
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.core.session.registry import Registry  # noqa: E402

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (bench/ on the path)
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 from tests.support import PYTHON, REPO, SidecarProcess, child_env, read_jsonl, short_tmpdir  # noqa: E402

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import _bench  # noqa: F401  (bench/ on the path)
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 

@@ -1,5 +1,7 @@
 """bench/ stays as its map says: every script `make bench` runs exists where
-run_all.py looks for it, and every module bench/README.md names is there.
+run_all.py looks for it, every module bench/README.md names is there, and
+bench/'s top holds the benchmarks, the runner and the renderer, the code they
+share being in bench/harness/.
 
 A probe moved to bench/probes/ (or a benchmark renamed) without its caller
 following would only fail hours into `make bench`; here it fails at once.
@@ -31,3 +33,16 @@ def test_every_module_the_bench_readme_names_exists() -> None:
         n for n in named if not (BENCH / n).is_file() and not (BENCH / "probes" / n).is_file()
     )
     assert not missing, f"bench/README.md names modules that are not there: {missing}"
+
+
+#: bench/'s top besides the headline benchmarks (bench_*.py): the runner, the
+#: renderer, and session_structures.py (a figure of its own on the page).
+TOP = {"run_all.py", "render.py", "session_structures.py"}
+
+
+def test_the_harness_is_in_one_place() -> None:
+    top = sorted(p.name for p in BENCH.glob("*.py"))
+    stray = [n for n in top if not n.startswith("bench_") and n not in TOP]
+    assert not stray, f"harness code belongs in bench/harness/: {stray}"
+    harness = sorted(p.stem for p in (BENCH / "harness").glob("*.py"))
+    assert {"common", "loadgen", "relay_loadgen", "sim_worker"} <= set(harness), harness

@@ -1,5 +1,5 @@
 """One level of bench/bench_scale.py: a fresh sidecar pinned to CPU 0, its load
-generators (bench/loadgen.py, or bench/relay_loadgen.py in relayed mode) on
+generators (bench/harness/loadgen.py, or bench/harness/relay_loadgen.py in relayed mode) on
 the other CPUs, one measured window, and what the sidecar made of it.
 
 :func:`run_level` returns the level's row of the result (rates, the sidecar's
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import add_repo_to_path, cpu_seconds, percentile, rss_bytes, sidecar_env
+from harness.common import add_repo_to_path, cpu_seconds, percentile, rss_bytes, sidecar_env
 
 add_repo_to_path()
 

@@ -1,11 +1,11 @@
 """Load generator for the relayed scale benchmark: simulated relay nodes.
 
-    python bench/relay_loadgen.py --target unix:///path --workers 1000 --per-node 8
+    python bench/harness/relay_loadgen.py --target unix:///path --workers 1000 --per-node 8
         --hz 10 --rank-offset 0 --world-size 4000 --ready FILE --stop FILE
         --out result.json [--probes 2] [--steps-per-report 2] [--fill 1000]
         [--interval-ms 100]
 
-Like bench/loadgen.py, but what reaches the measured sidecar is what node
+Like bench/harness/loadgen.py, but what reaches the measured sidecar is what node
 sidecars in relay mode (``--relay-to``) send: each simulated node has one
 ``Relay`` stream and ``--per-node`` workers, each making a report every
 ``1/hz`` seconds at its own phase, and every ``--interval-ms`` (the node's
@@ -16,7 +16,7 @@ that each worker's reports in a batch are folded into one as a real node
 folds them (``relay/coalesce.py``). Counts are of the reports the workers
 made, before folding. The first batch holds every
 worker's Hello and a first report with ``fill`` step times. ``--issue-times
-K`` adds collective issue times to every report, as bench/loadgen.py does.
+K`` adds collective issue times to every report, as bench/harness/loadgen.py does.
 
 To produce 20k+ reports/s from one core, each worker keeps one pre-built
 ``WorkerMessage`` whose few changing fields (seq, clocks, steps) are set in
@@ -42,13 +42,20 @@ import random
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
-import grpc
-from loadgen import Run, Sim, build_parser, end_call, finish, run_generator
+# Run as a file (python bench/harness/relay_loadgen.py) its own folder is on sys.path,
+# not bench/: the harness package is imported from bench/ as everywhere else.
+_BENCH = str(Path(__file__).resolve().parents[1])
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
 
-from trainprobe.proto import probe_pb2
-from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer
-from trainprobe.sidecar.relay.wire import item_pb
+import grpc  # noqa: E402
+from harness.loadgen import Run, Sim, build_parser, end_call, finish, run_generator  # noqa: E402
+
+from trainprobe.proto import probe_pb2  # noqa: E402
+from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer  # noqa: E402
+from trainprobe.sidecar.relay.wire import item_pb  # noqa: E402
 
 RELAY = "/trainprobe.v1.Sidecar/Relay"
 NODES_PER_CHANNEL = 8

@@ -1,6 +1,6 @@
 """Load generator for the scale benchmark: simulated workers over real gRPC.
 
-    python bench/loadgen.py --target unix:///path --workers 500 --hz 10
+    python bench/harness/loadgen.py --target unix:///path --workers 500 --hz 10
         --rank-offset 0 --world-size 2000 --ready FILE --stop FILE --out result.json
         [--probes 2] [--steps-per-report 2] [--fill 1000] [--issue-times 0]
 
@@ -42,10 +42,16 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import grpc
-from sim_worker import Sim
+# Run as a file (python bench/harness/loadgen.py) its own folder is on sys.path,
+# not bench/: the harness package is imported from bench/ as everywhere else.
+_BENCH = str(Path(__file__).resolve().parents[1])
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
 
-from trainprobe.proto import probe_pb2, probe_pb2_grpc
+import grpc  # noqa: E402
+from harness.sim_worker import Sim  # noqa: E402
+
+from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
 
 STREAMS_PER_CHANNEL = 50
 #: What a probe answers when the sidecar asks for its stacks.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from _common import REPO
+from harness.common import REPO
 
 __all__ = ["MALLOCSTATS", "TRACER", "anon_kinds", "pymalloc_figures", "with_site"]
 

@@ -1,7 +1,7 @@
 """One job of the fault matrix (bench/bench_faults.py) under one tool.
 
 A :class:`FaultJob` is a :class:`detect_jobs.Job` that runs
-``bench/fault_worker.py`` instead of tests/workers/ddp_worker.py:
+``bench/harness/fault_worker.py`` instead of tests/workers/ddp_worker.py:
 
 - ``tp_watch`` / ``tp``: trainprobe's hook with its default 1 s interval, with
   and without ``hook.watch_ddp(model)``, watched by a real sidecar started
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detect_jobs import Job, JobSpec, nvrx_timeout_time
+from harness.detect_jobs import Job, JobSpec, nvrx_timeout_time
 
 FAULT_WORKER = Path(__file__).resolve().with_name("fault_worker.py")
 TP = ("tp_watch", "tp")

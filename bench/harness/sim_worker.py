@@ -1,4 +1,4 @@
-"""One simulated worker's report stream: the unit of bench/loadgen.py's load.
+"""One simulated worker's report stream: the unit of bench/harness/loadgen.py's load.
 
 A :class:`Sim` makes the ``Hello`` and the ``Report`` messages a hook would
 send (steps, step times, optional collective issue times and a probe's

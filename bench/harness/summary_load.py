@@ -19,7 +19,7 @@ import resource
 import time
 from typing import Any
 
-from _common import add_repo_to_path
+from harness.common import add_repo_to_path
 
 add_repo_to_path()
 

@@ -1,6 +1,6 @@
 """One rank of a fault-matrix job (bench/bench_faults.py): DDP over gloo, one case.
 
-    python bench/fault_worker.py --case CASE --case-rank R --case-at S [--watch-ddp]
+    python bench/harness/fault_worker.py --case CASE --case-rank R --case-at S [--watch-ddp]
         [--no-hook | --nvrx | --pg-timeout-s T] --progress FILE --start-file FILE
 
 tests/workers/ddp_worker.py's loop (a tiny MLP, ``--step-s`` per step), with one
@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "workers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "workers"))
 
 import torch
 import torch.distributed as dist

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from _common import pid_gone
+from harness.common import pid_gone
 
 from tests.support import DDP_WORKER, SidecarProcess, Workers, child_env, read_jsonl
 
