@@ -181,3 +181,24 @@ def test_a_rank_that_ended_has_no_step_time() -> None:
     m.update(ended, HEALTHY, 3.0)
     m.update(ended, HEALTHY, 4.0)
     assert list(m.rows[("j", 0)].cells) == [(None, 0), (0.5, None), (None, None), (None, None)]
+
+
+def test_jobs_named_by_default_stay_apart_when_their_names_are_cut() -> None:
+    """The hook's default job name is the script and its start time: two runs of
+    one script differ only at the end, so a cut label keeps the end."""
+    m = TopModel()
+    names = ["ddp_train.py 2026-12-06 16:05:06", "ddp_train.py 2026-12-06 16:05:36"]
+    m.update(
+        probe_pb2.StatusReply(
+            workers=[
+                probe_pb2.WorkerStatus(
+                    job_id=f"id{i}", job_name=name, rank=0, has_step=True, step=5, verdict="OK"
+                )
+                for i, name in enumerate(names)
+            ]
+        ),
+        {},
+        1.0,
+    )
+    labels = [x.split()[0] for x in _frame(m, 80, 24) if "ddp" in x]
+    assert len(labels) == 2 and labels[0] != labels[1], labels

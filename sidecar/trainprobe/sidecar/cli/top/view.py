@@ -193,7 +193,9 @@ def _row_cells(model: TopModel, key: tuple[str, int], row: RankRow, job: str | N
         mark,
     ]
     if job is not None:
-        cells.insert(0, Text(job if len(job) <= 16 else job[:15] + "…"))
+        # Cut in the middle: default names (the script, then its start time)
+        # differ only at the end.
+        cells.insert(0, Text(job if len(job) <= 16 else job[:7] + "…" + job[-8:]))
     return cells
 
 
