@@ -10,7 +10,8 @@ the launcher. The survivors commit again in the same process, never signalled,
 the launcher restarts the evicted group alone, and it trains on with the
 survivors' parameters. An 8 s stall, a checkpoint and an eval on every replica
 evict nothing. Ctrl-C stops everything with status 130; a group that
-keeps failing is restarted with growing delays, then given up with its status.
+keeps failing is restarted with growing delays, then given up with its status;
+one that fails once another group finished every step is not restarted.
 Timings are the bench's (bench/bench_replicated.py); here they are bounded
 only by torchft's 30 s timeouts, which a recovery that did not work would reach.
 """
@@ -229,3 +230,17 @@ def test_a_group_that_keeps_failing_is_restarted_with_growing_delays(work: Path)
     assert "restart 1/3 in 0.0 s" in run.text(), run.text()
     assert gaps[1] >= 0.5 and gaps[2] >= 1.0, gaps
     assert "restart 3/3 in 1.0 s" in run.text() and "given up" in run.text()
+
+
+def test_a_group_that_fails_once_another_finished_every_step_is_not_restarted(work: Path) -> None:
+    # A group that finished has committed every step of the job: a failed group
+    # restarted now would find no peer to heal from and train the job again, alone.
+    script = (
+        "import os, sys, time; g = int(os.environ['REPLICA_GROUP_ID']); "
+        "time.sleep(2 * g); sys.exit(3 * g)"
+    )
+    flags = ("--replicas", "2", "--no-sidecar", "--max-restarts", "2")
+    with launched(work, "unix:///nonexistent.sock", *flags, script=[PYTHON, "-c", script]) as run:
+        assert run.proc.wait(60) == 0, run.text()
+    assert "replica1 started" in run.text() and "restart 1" not in run.text(), run.text()
+    assert "replica0 finished every step: replica1 not restarted" in run.text(), run.text()

@@ -183,7 +183,7 @@ def run_main(args: argparse.Namespace) -> int:
         while not stop and any(g.result is None for g in groups):
             now = time.monotonic()
             for g in groups:
-                g.poll(now)
+                g.poll(now, next((d.name for d in groups if d.result == 0), ""))
             time.sleep(0.1)
     except _LaunchError as err:
         print(f"trainprobe run: error: {err}", file=sys.stderr)

@@ -121,9 +121,15 @@ class ReplicaGroup:
         pids = ", ".join(str(p.pid) for p in self.procs)
         say("[trainprobe run]", f"{self.name} started (pids {pids}, restart {self.restarts})")
 
-    def poll(self, now: float) -> None:
-        """Notice a group that ended or failed; schedule its restart or give it up."""
+    def poll(self, now: float, done_by: str = "") -> None:
+        """Notice a group that ended or failed; schedule its restart or give it up.
+        ``done_by``: a group that finished, so the job's steps are all committed
+        and a restart would find no peer to heal from (it would train alone)."""
         if self.result is not None:
+            return
+        if self.next_start is not None and done_by:
+            self.result = 0
+            say("[trainprobe run]", f"{done_by} finished every step: {self.name} not restarted")
             return
         if self.next_start is not None:
             if now >= self.next_start:
@@ -147,6 +153,10 @@ class ReplicaGroup:
                 f"{self.name} exited ({what}) after {ran:.1f} s; no restarts left "
                 f"(--max-restarts {self.max_restarts}): given up",
             )
+            return
+        if done_by:
+            self.result = 0
+            say("[trainprobe run]", f"{done_by} finished every step: {self.name} not restarted")
             return
         delay = self.backoff.after(ran)
         self.restarts += 1
