@@ -154,8 +154,8 @@ def _main(argv: Sequence[str] | None) -> int:
         p.add_argument(
             "--job",
             default="",
-            help="job id or name; id:J for the id J alone (diagnose: optional when the sidecar "
-            "serves one job)",
+            help="job id or name; id:J for the id J alone (diagnose: optional when one job "
+            "runs, finished ones aside)",
         )
         p.add_argument(
             "--timeout-s", type=float, default=5.0, help="RPC deadline (default: %(default)s s)"
