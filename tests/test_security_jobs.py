@@ -21,7 +21,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from tests.raw_client import connect
@@ -236,3 +238,55 @@ def test_an_opened_socket_takes_no_unverified_worker() -> None:
         finally:
             intruder.kill()
             intruder.wait(10)
+
+
+def _first_answer(target: str, method: str, request: Any, reply: Any) -> grpc.RpcError | None:
+    """Open a stream of ``method`` over ``target``, send ``request``, and read
+    until it ends: the error it ended with, or None if it was served."""
+    with grpc.insecure_channel(target) as ch:
+        call = ch.stream_stream(
+            f"/trainprobe.v1.Sidecar/{method}",
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=reply.FromString,
+        )
+        it = call(iter([request]), timeout=5)
+        try:
+            for _ in it:
+                pass
+        except grpc.RpcError as e:
+            return e
+    return None
+
+
+def test_an_opened_socket_takes_no_relay_or_job_sync_stream() -> None:
+    """A Relay stream vouches for the ranks it carries (another kernel's word,
+    bound to no uid) and a JobSync stream speaks for a node's ranks: tried, a
+    process of another uid opening a Relay stream on a socket opened with
+    ``--socket-access all`` vouched for a made-up rank of a job of uid 0 that
+    reported on, and made a whole-job SIGSTOP a kill of both ranks. The gRPC
+    socket cannot tell who connected, so on a socket open to other users both
+    are refused: relay nodes and job sync come over TCP with the token."""
+    hello = probe_pb2.Hello(
+        protocol_version=PROTOCOL_VERSION, hook_version="x", job_id="relayjob", rank=2,
+        world_size=3, host="node-c", pid=4_194_305, interval_ms=100,
+    )  # fmt: skip
+    item = probe_pb2.RelayItem(
+        stream_id=1, message=probe_pb2.WorkerMessage(hello=hello).SerializeToString()
+    )
+    item.vouch.pid, item.vouch.start_ticks, item.vouch.uid = 4_194_305, 12345, 0
+    batch = probe_pb2.RelayBatch(items=[item], interval_ms=100)
+    up = probe_pb2.JobSyncUp(node_id="intruder", refresh_s=3.0)
+    with sidecar("--socket-access", "all") as sc:
+        for method, request, reply in (
+            ("Relay", batch, probe_pb2.RelayCommand),
+            ("JobSync", up, probe_pb2.JobSyncDown),
+        ):
+            err = _first_answer(sc.target, method, request, reply)
+            assert err is not None, f"{method} was served on an opened socket"
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED, (method, err)
+            assert "--socket-access" in (err.details() or ""), err.details()
+        assert 2 not in {r.rank for r in sc.status("relayjob").workers}
+    # The same streams on a socket of the sidecar's own uid are served as before.
+    with sidecar() as sc:
+        err = _first_answer(sc.target, "Relay", batch, probe_pb2.RelayCommand)
+        assert err is None or err.code() != grpc.StatusCode.PERMISSION_DENIED, err

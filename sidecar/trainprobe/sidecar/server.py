@@ -145,7 +145,7 @@ class Sidecar:
         #: Serves Relay streams from node sidecars (``--relay-to``) as sessions.
         self.relay = RelayUpstream(self.servicer, clock)
         #: Hosts each job's coordinator for node sidecars with ``job_sync_to``.
-        self.job_sync_upstream = JobSyncUpstream(clock)
+        self.job_sync_upstream = JobSyncUpstream(clock, self.servicer.tickets)
         self.servicer.report_listeners.append(RecoveryLog(self.recovery, self.incident_log, clock))
         self.addresses: list[str] = []
         self._servers: list[grpc.aio.Server] = []

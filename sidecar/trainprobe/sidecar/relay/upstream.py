@@ -24,6 +24,7 @@ from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.relay.held import take_held
 from trainprobe.sidecar.relay.routes import NodeStream, RelayRoute
 from trainprobe.sidecar.transport.servicer import Ending, Refusal, SidecarServicer
+from trainprobe.sidecar.transport.session_open import node_stream_refusal
 from trainprobe.sidecar.transport.streams import Malformed, pump, safe_parser
 
 log = logging.getLogger("trainprobe.sidecar")
@@ -62,6 +63,11 @@ class RelayUpstream:
         }
 
     async def Relay(self, request_iterator: Any, context: Any) -> None:
+        refusal = node_stream_refusal(str(context.peer()), self.servicer.tickets, "Relay")
+        if refusal is not None:
+            log.warning("refused relay stream from %s: %s", context.peer(), refusal[1])
+            await context.abort(*refusal)
+            return
         link = NodeStream(context.peer())
         sessions: dict[int, tuple[WorkerState, int]] = {}
         log.info("relay stream from %s opened", link.peer)

@@ -29,6 +29,8 @@ from trainprobe.proto import JOB_SYNC_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
 from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.wire import reply_pb, uploads_of
+from trainprobe.sidecar.transport.listen.identity import TicketDesk
+from trainprobe.sidecar.transport.session_open import node_stream_refusal
 from trainprobe.sidecar.transport.streams import Malformed, pump, safe_parser
 
 __all__ = ["OUTBOX", "JobSyncUpstream"]
@@ -44,8 +46,12 @@ Refusal = tuple[grpc.StatusCode, str]
 class JobSyncUpstream:
     """Implements the ``JobSync`` RPC (see the module docstring)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, tickets: TicketDesk | None = None
+    ) -> None:
         self._clock = clock
+        #: Whose sockets are open to other users (a node stream is refused there).
+        self._tickets = tickets
         self.hub = SummaryHub(secrets.token_hex(6))
         self._outs: dict[str, asyncio.Queue[probe_pb2.JobSyncDown]] = {}
         #: Streams ended for a refused message, and pushes a full outbox missed.
@@ -62,6 +68,12 @@ class JobSyncUpstream:
         }
 
     async def JobSync(self, request_iterator: Any, context: Any) -> None:
+        refusal = node_stream_refusal(str(context.peer()), self._tickets, "JobSync")
+        if refusal is not None:
+            self.refused += 1
+            log.warning("refused job sync from %s: %s", context.peer(), refusal[1])
+            await context.abort(*refusal)
+            return
         out: asyncio.Queue[probe_pb2.JobSyncDown] = asyncio.Queue(OUTBOX)
         node: list[str] = []
         # Past the server's token check: the node counts its stream up only now.

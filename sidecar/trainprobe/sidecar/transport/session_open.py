@@ -26,7 +26,7 @@ from trainprobe.sidecar.transport import pb
 from trainprobe.sidecar.transport.listen.identity import TicketDesk
 from trainprobe.sidecar.transport.streams import Malformed
 
-__all__ = ["Refusal", "open_session", "verify_hello"]
+__all__ = ["Refusal", "node_stream_refusal", "open_session", "verify_hello"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -118,3 +118,24 @@ def verify_hello(tickets: TicketDesk | None, hello: Any) -> VerifiedProcess | No
         )
         return None
     return VerifiedProcess(peer.pid, peer.uid, peer.start_ticks, mono_ahead_ns(peer.pid))
+
+
+def node_stream_refusal(peer: str, tickets: TicketDesk | None, rpc: str) -> Refusal | None:
+    """Why a node's stream (``Relay``, ``JobSync``) from ``peer`` is refused, if it is.
+
+    Such a stream speaks for ranks that no kernel check here binds to a uid (a
+    Relay stream vouches for its node's pids; a JobSync stream uploads its
+    node's summaries), and gRPC's Unix socket does not say who connected. On a
+    socket open to other users (``--socket-access group``/``all``) another
+    user's process could otherwise vouch for a made-up rank that reports in a
+    job of ranks it cannot signal, and make their whole-job pause a kill.
+    Nodes come over TCP, where the token says who they are.
+    """
+    if tickets is None or not tickets.shared or not peer.startswith("unix:"):
+        return None
+    return (
+        grpc.StatusCode.PERMISSION_DENIED,
+        f"{rpc} is refused on a Unix socket open to other users (--socket-access): "
+        "a node's stream speaks for ranks whose uid no one checked; connect the node "
+        "over TCP with the token, or to a socket of the sidecar's own uid",
+    )
