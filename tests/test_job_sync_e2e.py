@@ -7,11 +7,12 @@ one job, rank 0 reporting to node A and rank 1 to node B, as if on two hosts.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from tests.support import SidecarProcess, Workers, short_tmpdir, wait_for
+from tests.support import SidecarProcess, Workers, ctl, short_tmpdir, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,8 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         ) as w,
     ):
         wait_for(lambda: [x.rank for x in a.status("js2").workers] == [0], 60, what="rank 0")
-        assert [x.rank for x in b.status("js2").workers] == [1]
+        # Each rank says hello on its own: rank 1 may reach node B a moment later.
+        wait_for(lambda: [x.rank for x in b.status("js2").workers] == [1], 30, what="rank 1")
         hang = wait_for(lambda: w.events("hang"), 90, what="rank 1 stopping itself")[0]
         kill = wait_for(lambda: b.incidents("action", job="js2"), 60, what="node B's kill")[0]
         assert list(kill["outcomes"]) == ["1"] and kill["outcomes"]["1"]["exited"], kill
@@ -57,3 +59,16 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         assert all(r.get("targets", []) == [] for r in a.incidents("incident", job="js2"))
         assert "syncing job summaries with" in a.log_text()
         assert "refused job sync" not in up.log_text()
+        # What an operator reads on both ends: the node's stream, the upstream's hub.
+        js = a.status("js2").job_sync
+        assert js.connected and js.upstream == up.target and not js.lost, js
+        assert js.sent > 0 and js.received > 0 and 0 <= js.last_answer_age_s < 5, js
+        hub = json.loads(ctl("status", "--json", "--target", up.target, check=True).stdout)
+        assert hub["jobSyncHub"]["nodes"] == 2 and hub["jobSyncHub"]["jobs"] == 1, hub
+        assert hub["jobSyncHub"]["refused"] == "0", hub  # uint64: a string in proto3 JSON
+        up.stop()
+        down = wait_for(
+            lambda: (s := a.status().job_sync).connected is False and s, 20, what="down"
+        )
+        assert down.last_error and not down.lost and down.state_age_s < 30, down
+        assert "JOB SYNC to unix://" in ctl("status", "--target", a.target, check=True).stdout

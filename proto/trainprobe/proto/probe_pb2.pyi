@@ -417,20 +417,68 @@ class ArrivalLag(_message.Message):
     def __init__(self, count: _Optional[int] = ..., last_s: _Optional[float] = ..., p50_s: _Optional[float] = ..., p99_s: _Optional[float] = ..., max_s: _Optional[float] = ..., missed: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("workers", "sidecar_version", "node", "omitted", "ray_watch", "ingest")
+    __slots__ = ("workers", "sidecar_version", "node", "omitted", "ray_watch", "ingest", "job_sync", "job_sync_hub")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     OMITTED_FIELD_NUMBER: _ClassVar[int]
     RAY_WATCH_FIELD_NUMBER: _ClassVar[int]
     INGEST_FIELD_NUMBER: _ClassVar[int]
+    JOB_SYNC_FIELD_NUMBER: _ClassVar[int]
+    JOB_SYNC_HUB_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     sidecar_version: str
     node: str
     omitted: int
     ray_watch: RayWatchStatus
     ingest: IngestStatus
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ..., ingest: _Optional[_Union[IngestStatus, _Mapping]] = ...) -> None: ...
+    job_sync: JobSyncLinkStatus
+    job_sync_hub: JobSyncHubStatus
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., sidecar_version: _Optional[str] = ..., node: _Optional[str] = ..., omitted: _Optional[int] = ..., ray_watch: _Optional[_Union[RayWatchStatus, _Mapping]] = ..., ingest: _Optional[_Union[IngestStatus, _Mapping]] = ..., job_sync: _Optional[_Union[JobSyncLinkStatus, _Mapping]] = ..., job_sync_hub: _Optional[_Union[JobSyncHubStatus, _Mapping]] = ...) -> None: ...
+
+class JobSyncLinkStatus(_message.Message):
+    __slots__ = ("upstream", "connected", "state_age_s", "last_error", "last_answer_age_s", "jobs_detailed", "jobs_digest", "sent", "received", "sessions", "skipped", "lost", "lost_after_s")
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ANSWER_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    JOBS_DETAILED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    LOST_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    upstream: str
+    connected: bool
+    state_age_s: float
+    last_error: str
+    last_answer_age_s: float
+    jobs_detailed: int
+    jobs_digest: int
+    sent: int
+    received: int
+    sessions: int
+    skipped: int
+    lost: bool
+    lost_after_s: float
+    def __init__(self, upstream: _Optional[str] = ..., connected: bool = ..., state_age_s: _Optional[float] = ..., last_error: _Optional[str] = ..., last_answer_age_s: _Optional[float] = ..., jobs_detailed: _Optional[int] = ..., jobs_digest: _Optional[int] = ..., sent: _Optional[int] = ..., received: _Optional[int] = ..., sessions: _Optional[int] = ..., skipped: _Optional[int] = ..., lost: bool = ..., lost_after_s: _Optional[float] = ...) -> None: ...
+
+class JobSyncHubStatus(_message.Message):
+    __slots__ = ("nodes", "jobs", "ranks", "refused", "missed_pushes")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    MISSED_PUSHES_FIELD_NUMBER: _ClassVar[int]
+    nodes: int
+    jobs: int
+    ranks: int
+    refused: int
+    missed_pushes: int
+    def __init__(self, nodes: _Optional[int] = ..., jobs: _Optional[int] = ..., ranks: _Optional[int] = ..., refused: _Optional[int] = ..., missed_pushes: _Optional[int] = ...) -> None: ...
 
 class IngestStatus(_message.Message):
     __slots__ = ("overloaded", "applied", "shed", "max_lag_s", "shed_per_s", "behind", "own_lag_s", "deferred_now", "deferred")

@@ -58,6 +58,9 @@ class Queries:
 
     ``ray_responder`` returns the Ray watcher's responder, or None while the
     sidecar runs none (it is started with the servers, after this is built).
+    ``job_sync`` and ``job_sync_hub`` return summary mode's status (this
+    node's stream to its upstream; the coordinators hosted here), or None
+    where there is none to show.
     """
 
     def __init__(
@@ -67,12 +70,16 @@ class Queries:
         shedder: Shedder,
         clock: Callable[[], float],
         ray_responder: Callable[[], Any],
+        job_sync: Callable[[], probe_pb2.JobSyncLinkStatus | None] = lambda: None,
+        job_sync_hub: Callable[[], probe_pb2.JobSyncHubStatus | None] = lambda: None,
     ) -> None:
         self.registry = registry
         self.engine = engine
         self.shedder = shedder
         self.clock = clock
         self.ray_responder = ray_responder
+        self.job_sync = job_sync
+        self.job_sync_hub = job_sync_hub
 
     def status(self, job_id: str = "") -> probe_pb2.StatusReply:
         now = self.clock()
@@ -121,6 +128,10 @@ class Queries:
         responder = self.ray_responder()
         if responder is not None:
             reply.ray_watch.CopyFrom(responder.status())
+        if (link := self.job_sync()) is not None:
+            reply.job_sync.CopyFrom(link)
+        if (hub := self.job_sync_hub()) is not None:
+            reply.job_sync_hub.CopyFrom(hub)
         return reply
 
     def job_names(self) -> dict[str, str]:

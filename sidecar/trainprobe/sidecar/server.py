@@ -38,6 +38,7 @@ from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
 from trainprobe.sidecar.queries import Queries
 from trainprobe.sidecar.relay.upstream import RelayUpstream
+from trainprobe.sidecar.sync.link import StreamTransport
 from trainprobe.sidecar.sync.upstream import JobSyncUpstream
 from trainprobe.sidecar.transport.commander import Commander
 from trainprobe.sidecar.transport.doom_files import DoomFiles
@@ -134,6 +135,8 @@ class Sidecar:
             self.servicer.shedder,
             clock,
             lambda: self.ray_responder,
+            self._job_sync_status,
+            lambda: self.job_sync_upstream.status(),
         )
         #: The standard gRPC health service, for kubelet probes.
         checks = self._checks = EngineHealth(self.engine, settings.engine_stall_s, clock=clock)
@@ -161,6 +164,11 @@ class Sidecar:
 
     def status(self, job_id: str = "") -> probe_pb2.StatusReply:
         return self.queries.status(job_id)
+
+    def _job_sync_status(self) -> probe_pb2.JobSyncLinkStatus | None:
+        """This node's stream to its upstream (``job_sync_to``; not Ray's transport)."""
+        transport = self.job_sync.transport if self.job_sync is not None else None
+        return transport.status() if isinstance(transport, StreamTransport) else None
 
     async def diagnose(self, job_id: str) -> probe_pb2.DiagnoseReply:
         """See :meth:`Queries.diagnose <trainprobe.sidecar.queries.Queries.diagnose>`."""

@@ -14,6 +14,7 @@ __all__ = [
     "culprits_line",
     "decision_words",
     "format_diagnosis",
+    "format_job_sync",
     "format_ray_watch",
     "format_status",
     "troubled_jobs",
@@ -123,6 +124,8 @@ def format_status(
     if reply.HasField("ray_watch"):
         ray = format_ray_watch(reply.ray_watch)
         lines += ray if wide else [wrapped for line in ray for wrapped in _wrap(line, width)]
+    sync = format_job_sync(reply)
+    lines += sync if wide else [wrapped for line in sync for wrapped in _wrap(line, width)]
     return "\n".join(lines)
 
 
@@ -235,6 +238,44 @@ def format_ray_watch(rw: probe_pb2.RayWatchStatus) -> list[str]:
                 f"  {f.rule} job {f.job_id} incident {f.incident_id} action {f.action}: {f.text}"
             )
         )
+    return lines
+
+
+def format_job_sync(reply: probe_pb2.StatusReply) -> list[str]:
+    """Summary mode's part of ``trainprobe status``: this node's stream to its
+    upstream, and the coordinators hosted here; nothing without either."""
+    lines: list[str] = []
+    if reply.HasField("job_sync"):
+        js = reply.job_sync
+        answer = f"{js.last_answer_age_s:.1f}s ago" if js.last_answer_age_s >= 0 else "none yet"
+        if js.connected:
+            state = f"connected for {js.state_age_s:.0f}s"
+        else:
+            lost = (
+                f"LOST (down over {js.lost_after_s:.0f}s: the job's analysis sees this node's "
+                "ranks only)"
+                if js.lost
+                else "down"
+            )
+            state = f"{lost} for {js.state_age_s:.0f}s"
+        held = f"{js.jobs_detailed} jobs with the others' ranks, {js.jobs_digest} as a digest"
+        lines += [
+            "",
+            printable(
+                f"JOB SYNC to {js.upstream}: {state}; last answer {answer}; {held}; "
+                f"{js.sent} sent, {js.received} received, {js.sessions} streams, "
+                f"{js.skipped} rounds skipped"
+            ),
+        ]
+        if js.last_error and not js.connected:
+            lines.append(printable(f"  last error: {js.last_error}"))
+    if reply.HasField("job_sync_hub"):
+        hub = reply.job_sync_hub
+        lines += [
+            "",
+            f"JOB SYNC UPSTREAM: {hub.nodes} nodes connected, {hub.jobs} jobs, {hub.ranks} ranks "
+            f"held; {hub.refused} streams refused, {hub.missed_pushes} pushes missed",
+        ]
     return lines
 
 

@@ -36,11 +36,12 @@ from trainprobe.proto import (
 from trainprobe.sidecar.config.tls import read_pem
 from trainprobe.sidecar.core.job.uplink import Uplink
 from trainprobe.sidecar.core.job.view import JobView, SyncReply
+from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.node import Payload
 from trainprobe.sidecar.sync.wire import reply_of, upload_pb
 from trainprobe.sidecar.transport.servicer import SERVICE
 
-__all__ = ["OUTBOX", "WRITE_TIMEOUT_S", "StreamTransport"]
+__all__ = ["LOST_AFTER_S", "MAX_ERROR_CHARS", "OUTBOX", "WRITE_TIMEOUT_S", "StreamTransport"]
 
 log = logging.getLogger("trainprobe.sidecar")
 
@@ -49,6 +50,14 @@ WRITE_TIMEOUT_S = 10.0
 #: Messages waiting to go up; while it is full a round is skipped. A write the
 #: upstream does not take in WRITE_TIMEOUT_S starts a new stream.
 OUTBOX = 16
+#: Down this long and status calls the upstream lost: six retries at the
+#: backoff's 5 s cap, so an upstream's restart is not reported, and as long as
+#: the upstream keeps a silent node's ranks. Status only, never liveness: the
+#: node still judges its own ranks, and restarting it would not bring the
+#: upstream back.
+LOST_AFTER_S = 30.0
+#: The last error as status shows it (it may carry the upstream's words).
+MAX_ERROR_CHARS = 300
 
 
 def _reason(error: BaseException | None) -> str:
@@ -82,6 +91,11 @@ class StreamTransport:
         self.sent = self.received = 0
         #: Rounds skipped while the outbox was full (the upstream is slow to read).
         self.skipped = 0
+        #: When the stream last came up or went down (start: down), why it last
+        #: ended, and when the upstream's last message came.
+        self.since = clock()
+        self.last_error = ""
+        self.answered_at: float | None = None
         self._out: asyncio.Queue[probe_pb2.JobSyncUp] | None = None
         self._task: asyncio.Task[None] | None = None
         self._metadata = bearer_metadata(token if upstream.kind != "unix" else None)
@@ -132,7 +146,10 @@ class StreamTransport:
                 raise
             except Exception as err:
                 error = err
+            if self.connected:
+                self.since = self._clock()
             self.connected = False
+            self.last_error = printable(_reason(error))[:MAX_ERROR_CHARS]
             if self.sessions != opened:  # it was up: a new outage
                 backoff.reset()
                 down_logged = False
@@ -166,6 +183,7 @@ class StreamTransport:
                 self.view.new_source()
             out = self._out = asyncio.Queue(OUTBOX)
             self.connected = True
+            self.since = self._clock()
             self.sessions += 1
             log.info("syncing job summaries with %s", self.upstream)
             reader = asyncio.ensure_future(self._read(call))
@@ -202,10 +220,33 @@ class StreamTransport:
     async def _read(self, call: Any) -> None:
         async for down in call:
             self.received += 1
-            now = self._clock()
+            now = self.answered_at = self._clock()
             for j in down.jobs:
                 if self.view is not None:
                     self.view.update(j.job_id, reply_of(j), now)
+
+    def status(self) -> probe_pb2.JobSyncLinkStatus:
+        """The stream as ``trainprobe status`` shows it."""
+        now = self._clock()
+        detailed, digest = self.view.held() if self.view is not None else (0, 0)
+        age = now - self.since
+        return probe_pb2.JobSyncLinkStatus(
+            upstream=printable(str(self.upstream))[:MAX_ERROR_CHARS],
+            connected=self.connected,
+            state_age_s=round(age, 3),
+            last_error=self.last_error,
+            last_answer_age_s=-1.0
+            if self.answered_at is None
+            else round(now - self.answered_at, 3),
+            jobs_detailed=detailed,
+            jobs_digest=digest,
+            sent=self.sent,
+            received=self.received,
+            sessions=self.sessions,
+            skipped=self.skipped,
+            lost=not self.connected and age > LOST_AFTER_S,
+            lost_after_s=LOST_AFTER_S,
+        )
 
     def close(self) -> None:
         if self._task is not None:

@@ -57,6 +57,21 @@ class JobSyncUpstream:
         #: Streams ended for a refused message, and pushes a full outbox missed.
         self.refused = 0
         self.missed_pushes = 0
+        #: Streams a node opened (joined the hub) since start.
+        self.joined = 0
+
+    def status(self) -> probe_pb2.JobSyncHubStatus | None:
+        """The hub as ``trainprobe status`` shows it: counts only (no node's or
+        job's name, so nothing a node sent); None until a node has tried."""
+        if not self.joined and not self.refused:
+            return None
+        return probe_pb2.JobSyncHubStatus(
+            nodes=len(self.hub),
+            jobs=len(self.hub.jobs),
+            ranks=self.hub.ranks(),
+            refused=self.refused,
+            missed_pushes=self.missed_pushes,
+        )
 
     def methods(self) -> dict[str, grpc.RpcMethodHandler]:
         return {
@@ -100,6 +115,7 @@ class JobSyncUpstream:
                 if not node:
                     self.hub.join(msg.node_id)
                     node.append(msg.node_id)
+                    self.joined += 1
                     self._outs[msg.node_id] = out
                 elif msg.node_id != node[0]:
                     raise Refused("INVALID_ARGUMENT", "node_id changed within a stream")

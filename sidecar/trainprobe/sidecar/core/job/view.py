@@ -155,6 +155,13 @@ class JobView:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def held(self) -> tuple[int, int]:
+        """Jobs whose other ranks are held, and jobs held as a digest only (status)."""
+        detailed = sum(1 for h in self._jobs.values() if h.detail)
+        return detailed, sum(
+            1 for h in self._jobs.values() if not h.detail and h.digest is not None
+        )
+
     def remote(self, job_id: str, now: float, heartbeat_limit_s: float) -> list[RankSummary]:
         heard = self._jobs.get(job_id)
         if heard is None:
