@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
-from tests.support import SidecarProcess, Workers, ctl, short_tmpdir, wait_for
+from tests.support import SidecarProcess, Workers, ctl, free_port, short_tmpdir, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,9 +23,18 @@ FAST = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "100", "--watch-
 RULES = ("--heartbeat-timeout-s", "3", "--sync-timeout-s", "3", "--hang-patience-s", "0")
 
 
+def _scrape(port: int) -> list[Sample]:
+    """The summary-mode samples of a sidecar's Prometheus scrape."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    families = text_string_to_metric_families(body)
+    return [x for f in families if f.name.startswith("trainprobe_jobsync_") for x in f.samples]
+
+
 def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
-    up = SidecarProcess(short_tmpdir("tpup-"))
-    a = SidecarProcess(short_tmpdir("tpa-"), "--job-sync-to", up.target, *RULES)
+    up_port, a_port = free_port(), free_port()
+    up = SidecarProcess(short_tmpdir("tpup-"), "--metrics-port", str(up_port))
+    metrics = ("--metrics-port", str(a_port))
+    a = SidecarProcess(short_tmpdir("tpa-"), "--job-sync-to", up.target, *metrics, *RULES)
     b = SidecarProcess(short_tmpdir("tpb-"), "--job-sync-to", up.target, *RULES)
     args = [*FAST, "--hang-rank", "1", "--hang-at", "40", "--hang-mode", "stop"]
     with (
@@ -66,6 +78,15 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         hub = json.loads(ctl("status", "--json", "--target", up.target, check=True).stdout)
         assert hub["jobSyncHub"]["nodes"] == 2 and hub["jobSyncHub"]["jobs"] == 1, hub
         assert hub["jobSyncHub"]["refused"] == "0", hub  # uint64: a string in proto3 JSON
+        # Job-level series at the upstream (no node or rank label); the link's at the node.
+        series = _scrape(up_port)
+        assert [x.value for x in series if x.name == "trainprobe_jobsync_nodes"] == [2.0]
+        ranks = [x for x in series if x.name == "trainprobe_jobsync_ranks"]
+        assert [x.labels.get("trainprobe_job_id") for x in ranks] == ["js2"], ranks
+        ours = {k for x in series for k in x.labels if not k.startswith("otel_scope_")}
+        assert ours == {"trainprobe_job_id"}, series  # bounded: one series a job at most
+        node = _scrape(a_port)
+        assert [x.value for x in node if x.name == "trainprobe_jobsync_connected"] == [1.0]
         up.stop()
         down = wait_for(
             lambda: (s := a.status().job_sync).connected is False and s, 20, what="down"

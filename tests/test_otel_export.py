@@ -400,6 +400,12 @@ def test_the_first_scrape_already_serves_every_metric_family() -> None:
             "trainprobe_sidecar_behind": "gauge",
             "trainprobe_sidecar_own_lag_seconds": "gauge",
             "trainprobe_sidecar_verdicts_deferred": "gauge",
+            "trainprobe_jobsync_connected": "gauge",
+            "trainprobe_jobsync_lost": "gauge",
+            "trainprobe_jobsync_nodes": "gauge",
+            "trainprobe_jobsync_ranks": "gauge",
+            "trainprobe_jobsync_refused": "gauge",
+            "trainprobe_jobsync_pushes_missed": "gauge",
         }
         assert len(want) == len(INSTRUMENTS)  # a new instrument belongs in this list
         # target_info is the exporter's resource family, written once any data is in

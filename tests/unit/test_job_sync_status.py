@@ -6,7 +6,18 @@ from trainprobe.proto import Endpoint, probe_pb2
 from trainprobe.sidecar.cli.ctl import format_status
 from trainprobe.sidecar.core.job.digest import JobDigest
 from trainprobe.sidecar.core.job.sync import SyncReply
+from trainprobe.sidecar.core.job.uplink import Upload
 from trainprobe.sidecar.core.job.view import JobView
+from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+from trainprobe.sidecar.otel.metrics.measures import (
+    JOB,
+    SYNC_CONNECTED,
+    SYNC_LOST,
+    SYNC_NODES,
+    SYNC_RANKS,
+    JobSyncLoad,
+    gauge_snapshot,
+)
 from trainprobe.sidecar.sync.link import LOST_AFTER_S, StreamTransport
 from trainprobe.sidecar.sync.upstream import JobSyncUpstream
 
@@ -67,3 +78,20 @@ def test_a_view_counts_jobs_held_in_detail_and_as_a_digest() -> None:
     assert view.held() == (1, 2)
     view.update("c", SyncReply(), 2.0)  # details asked and answered
     assert view.held() == (2, 1)
+
+
+def test_summary_mode_gauges_are_per_job_at_most_and_absent_without_it() -> None:
+    assert not gauge_snapshot([], 0.0).get(SYNC_NODES)
+    sync = JobSyncLoad((False, True), (3, 1, 2), {"j1": 8, "j2": 16})
+    snap = gauge_snapshot([], 0.0, None, sync)
+    assert snap.get(SYNC_CONNECTED) == [(0.0, {})] and snap.get(SYNC_LOST) == [(1.0, {})]
+    assert snap.get(SYNC_NODES) == [(3.0, {})]
+    assert snap.get(SYNC_RANKS) == [(8.0, {JOB: "j1"}), (16.0, {JOB: "j2"})]
+
+
+def test_the_upstreams_job_label_is_escaped() -> None:
+    up = JobSyncUpstream()
+    up.hub.join("n")
+    summary = RankSummary(rank=0, world_size=1, step=1)
+    up.hub.apply("n", [Upload("job\x1b[2J", (summary,))], 10.0, 1.0)
+    assert up.ranks_by_job() == {"job\\x1b[2J": 1}

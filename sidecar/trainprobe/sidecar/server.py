@@ -36,6 +36,7 @@ from trainprobe.sidecar.core.job.view import JobView
 from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
+from trainprobe.sidecar.otel.metrics.measures import JobSyncLoad
 from trainprobe.sidecar.queries import Queries
 from trainprobe.sidecar.relay.upstream import RelayUpstream
 from trainprobe.sidecar.sync.link import StreamTransport
@@ -165,6 +166,16 @@ class Sidecar:
     def status(self, job_id: str = "") -> probe_pb2.StatusReply:
         return self.queries.status(job_id)
 
+    def _job_sync_load(self) -> JobSyncLoad:
+        """Summary mode's gauges: the link's state here; the hub's once a node tried."""
+        link = self._job_sync_status()
+        hub = self.job_sync_upstream.status()
+        return JobSyncLoad(
+            (link.connected, link.lost) if link is not None else None,
+            (hub.nodes, hub.refused, hub.missed_pushes) if hub is not None else None,
+            self.job_sync_upstream.ranks_by_job() if hub is not None else {},
+        )
+
     def _job_sync_status(self) -> probe_pb2.JobSyncLinkStatus | None:
         """This node's stream to its upstream (``job_sync_to``; not Ray's transport)."""
         transport = self.job_sync.transport if self.job_sync is not None else None
@@ -188,6 +199,7 @@ class Sidecar:
         )
         if self.telemetry is not None:
             self.telemetry.ingest = self.servicer.shedder.load
+            self.telemetry.job_sync = self._job_sync_load
             self.engine.sinks.append(self.telemetry)
             self.servicer.report_listeners.append(self.telemetry.on_report)
             self.servicer.reclaimer.before.append(self.telemetry.prune)

@@ -32,6 +32,7 @@ from trainprobe.sidecar.otel.metrics.measures import (
     SYNC_DURATION,
     VERDICTS,
     GaugeSnapshot,
+    JobSyncLoad,
     action_count,
     gauge_snapshot,
     sync_observations,
@@ -74,6 +75,8 @@ class Telemetry:
         self._workers = workers
         #: The sidecar's own load at a time (set by the server; None: not exported).
         self.ingest: Callable[[float], IngestLoad] | None = None
+        #: Summary mode's link and hub (set by the server; None: not exported).
+        self.job_sync: Callable[[], JobSyncLoad] | None = None
         self._loop = loop
         self._clock = clock
         self._wall = wall_clock
@@ -163,7 +166,9 @@ class Telemetry:
 
         def take() -> GaugeSnapshot:
             now = self._clock()
-            return gauge_snapshot(self._workers(), now, self.ingest(now) if self.ingest else None)
+            ingest = self.ingest(now) if self.ingest else None
+            sync = self.job_sync() if self.job_sync else None
+            return gauge_snapshot(self._workers(), now, ingest, sync)
 
         try:
             if asyncio.get_running_loop() is self._loop:

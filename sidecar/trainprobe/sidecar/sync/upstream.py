@@ -73,6 +73,16 @@ class JobSyncUpstream:
             missed_pushes=self.missed_pushes,
         )
 
+    def ranks_by_job(self) -> dict[str, int]:
+        """Ranks held per job (the job-level metric; at most MAX_SYNC_JOBS, ids
+        checked by the hub to at most MAX_ID_LEN characters), each id escaped:
+        a node's string reaches the scrape as visible text."""
+        held: dict[str, int] = {}
+        for job, state in self.hub.jobs.items():
+            label = printable(job)
+            held[label] = held.get(label, 0) + len(state.store)
+        return held
+
     def methods(self) -> dict[str, grpc.RpcMethodHandler]:
         return {
             "JobSync": grpc.stream_stream_rpc_method_handler(

@@ -130,6 +130,27 @@ VERDICTS_DEFERRED = InstrumentSpec(
     "{verdict}",
     "Verdicts the sidecar's own lateness deferred since it started",
 )
+#: Summary mode (sync/): a node's stream to its upstream, and the upstream's
+#: hub. At the upstream, job-level only: no node or rank label (20,000 nodes,
+#: 100,000 ranks); jobs are bounded by limits.MAX_SYNC_JOBS.
+SYNC_CONNECTED = InstrumentSpec(
+    "trainprobe.jobsync.connected", "gauge", "1", "1 while the JobSync stream to the upstream is up"
+)
+SYNC_LOST = InstrumentSpec(
+    "trainprobe.jobsync.lost", "gauge", "1", "1 while the upstream is lost (down over 30 s)"
+)
+SYNC_NODES = InstrumentSpec(
+    "trainprobe.jobsync.nodes", "gauge", "{node}", "Nodes with a JobSync stream to this upstream"
+)
+SYNC_RANKS = InstrumentSpec(
+    "trainprobe.jobsync.ranks", "gauge", "{rank}", "Ranks this upstream holds, by job"
+)
+SYNC_REFUSED = InstrumentSpec(
+    "trainprobe.jobsync.refused", "gauge", "{stream}", "JobSync streams refused since start"
+)
+SYNC_MISSED = InstrumentSpec(
+    "trainprobe.jobsync.pushes.missed", "gauge", "{push}", "Pushes a node's full outbox missed"
+)
 
 INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     STEP_DURATION,
@@ -149,6 +170,12 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     BEHIND,
     OWN_LAG,
     VERDICTS_DEFERRED,
+    SYNC_CONNECTED,
+    SYNC_LOST,
+    SYNC_NODES,
+    SYNC_RANKS,
+    SYNC_REFUSED,
+    SYNC_MISSED,
 )
 
 Point = tuple[float, Mapping[str, AttrValue]]
@@ -198,6 +225,16 @@ def action_count(incident: Incident, record: Mapping[str, object]) -> dict[str, 
     }
 
 
+@dataclass(frozen=True)
+class JobSyncLoad:
+    """Summary mode's gauges: the node's stream (``link``: connected, lost) and the
+    upstream's hub (``hub``: nodes, refused, missed pushes; ``ranks`` by job)."""
+
+    link: tuple[bool, bool] | None = None
+    hub: tuple[int, int, int] | None = None
+    ranks: Mapping[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class GaugeSnapshot:
     """Gauge values by instrument name, as (value, attributes) points."""
@@ -212,11 +249,22 @@ class GaugeSnapshot:
 
 
 def gauge_snapshot(
-    workers: Iterable[WorkerState], now: float, ingest: IngestLoad | None = None
+    workers: Iterable[WorkerState],
+    now: float,
+    ingest: IngestLoad | None = None,
+    sync: JobSyncLoad | None = None,
 ) -> GaugeSnapshot:
     """Gauges of every connected worker, and worker counts by verdict, at ``now``;
-    the sidecar's own load from ``ingest``."""
+    the sidecar's own load from ``ingest``; summary mode's from ``sync``."""
     snap = GaugeSnapshot()
+    if sync is not None and sync.link is not None:
+        snap.add(SYNC_CONNECTED, float(sync.link[0]), {})
+        snap.add(SYNC_LOST, float(sync.link[1]), {})
+    if sync is not None and sync.hub is not None:
+        for spec, value in zip((SYNC_NODES, SYNC_REFUSED, SYNC_MISSED), sync.hub, strict=True):
+            snap.add(spec, float(value), {})
+        for job, n in sync.ranks.items():
+            snap.add(SYNC_RANKS, float(n), {JOB: job})
     if ingest is not None:
         snap.add(OVERLOADED, 1.0 if ingest.overloaded else 0.0, {})
         snap.add(REPORTS_SHED, float(ingest.shed), {})
