@@ -120,6 +120,9 @@ def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
         wait_for(lambda: w.max_step() > before + 10, 30, what="still stepping")
         assert "refused job sync" in up.log_text()
         assert up.proc is not None and up.proc.poll() is None
+        # Each refused message ended its stream, counted where the operator reads it.
+        hub = up.status().job_sync_hub
+        assert hub.refused >= 4 and hub.nodes == 1, hub  # the honest node only now
 
 
 def test_over_tcp_a_node_syncs_only_with_the_token_and_the_pinned_upstream() -> None:
@@ -153,3 +156,7 @@ def test_over_tcp_a_node_syncs_only_with_the_token_and_the_pinned_upstream() -> 
         assert "syncing job summaries with" not in wrong.log_text() or (
             "UNAUTHENTICATED" in wrong.log_text()
         )
+        # Status says the same: the refused node is down, and why.
+        refused = wrong.status().job_sync
+        assert not refused.connected and refused.last_error.startswith("UNAUTHENTICATED"), refused
+        assert ok.status().job_sync.connected
