@@ -21,18 +21,17 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import (
-    MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
+    RELAY_ACCEPTED_KEY,
     Backoff,
     Endpoint,
     UnsafeSocketDir,
     bearer_metadata,
-    check_socket_dir,
     probe_pb2,
 )
 from trainprobe.sidecar.config.tls import read_pem
-from trainprobe.sidecar.relay.wire import accepted, reason
 from trainprobe.sidecar.transport.servicer import SERVICE
+from trainprobe.sidecar.transport.upstream_call import accepted, open_channel, reason
 
 __all__ = ["WRITE_TIMEOUT_S", "UpstreamLink"]
 
@@ -102,15 +101,7 @@ class UpstreamLink:
                 await asyncio.wait_for(self.done.wait(), backoff.next_delay(permanent))
 
     async def _once(self) -> None:
-        # Again on every try: the directory may have been made, or opened up, since;
-        # and no channel until it exists (gRPC would connect to what appears later).
-        upstream = check_socket_dir(self.upstream, "not relaying to", present=True)
-        target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
-        channel_cm = (
-            grpc.aio.insecure_channel(target, options=options)
-            if self._tls is None
-            else grpc.aio.secure_channel(target, self._tls, options=options)
-        )
+        channel_cm = open_channel(self.upstream, "not relaying to", self._tls)
         async with channel_cm as channel:
             call = channel.stream_stream(
                 f"/{SERVICE}/Relay",
@@ -118,7 +109,7 @@ class UpstreamLink:
                 response_deserializer=probe_pb2.RelayCommand.FromString,
             )(metadata=self._metadata)
             await call.wait_for_connection()
-            await accepted(call, WRITE_TIMEOUT_S)
+            await accepted(call, RELAY_ACCEPTED_KEY, WRITE_TIMEOUT_S)
             self.connected = True
             self.sessions += 1
             log.info("relaying to %s", self.upstream)

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from trainprobe.proto import RELAY_ACCEPTED_KEY, probe_pb2
+from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.relay.buffer import Folded, Item, Kind
 
 
@@ -57,21 +57,3 @@ def item_pb(item: Item) -> probe_pb2.RelayItem:
     if isinstance(payload, Folded):
         payload = payload.serialize()
     return probe_pb2.RelayItem(stream_id=sid, message=payload)
-
-
-async def accepted(call: Any, timeout_s: float) -> None:
-    """Return once the upstream accepted the Relay stream; raise its refusal."""
-    metadata = await asyncio.wait_for(call.initial_metadata(), timeout_s)
-    if metadata is not None and RELAY_ACCEPTED_KEY in metadata:
-        return
-    await asyncio.wait_for(call.code(), timeout_s)  # the refusal's status
-    raise grpc.aio.AioRpcError(
-        await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(), details=await call.details()
-    )
-
-
-def reason(error: Exception | None) -> str:
-    """An upstream error as one line: ``CODE: details`` for gRPC statuses."""
-    if isinstance(error, grpc.aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__

@@ -24,13 +24,11 @@ import grpc
 
 from trainprobe.proto import (
     JOB_SYNC_ACCEPTED_KEY,
-    MESSAGE_SIZE_OPTIONS,
     PERMANENT_CODES,
     Backoff,
     Endpoint,
     UnsafeSocketDir,
     bearer_metadata,
-    check_socket_dir,
     probe_pb2,
 )
 from trainprobe.sidecar.config.tls import read_pem
@@ -40,6 +38,7 @@ from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.node import Payload
 from trainprobe.sidecar.sync.wire import reply_of, upload_pb
 from trainprobe.sidecar.transport.servicer import SERVICE
+from trainprobe.sidecar.transport.upstream_call import accepted, open_channel, reason
 
 __all__ = ["LOST_AFTER_S", "MAX_ERROR_CHARS", "OUTBOX", "WRITE_TIMEOUT_S", "StreamTransport"]
 
@@ -58,12 +57,6 @@ OUTBOX = 16
 LOST_AFTER_S = 30.0
 #: The last error as status shows it (it may carry the upstream's words).
 MAX_ERROR_CHARS = 300
-
-
-def _reason(error: BaseException | None) -> str:
-    if isinstance(error, grpc.aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__
 
 
 class StreamTransport:
@@ -149,7 +142,7 @@ class StreamTransport:
             if self.connected:
                 self.since = self._clock()
             self.connected = False
-            self.last_error = printable(_reason(error))[:MAX_ERROR_CHARS]
+            self.last_error = printable(reason(error))[:MAX_ERROR_CHARS]
             if self.sessions != opened:  # it was up: a new outage
                 backoff.reset()
                 down_logged = False
@@ -158,18 +151,12 @@ class StreamTransport:
                 isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_CODES
             )
             if not down_logged:
-                log.warning("job sync to %s is down (%s); retrying", self.upstream, _reason(error))
+                log.warning("job sync to %s is down (%s); retrying", self.upstream, reason(error))
                 down_logged = True
             await asyncio.sleep(backoff.next_delay(permanent))
 
     async def _once(self) -> None:
-        upstream = check_socket_dir(self.upstream, "not syncing with", present=True)
-        target, options = upstream.grpc_target, MESSAGE_SIZE_OPTIONS
-        channel_cm = (
-            grpc.aio.insecure_channel(target, options=options)
-            if self._tls is None
-            else grpc.aio.secure_channel(target, self._tls, options=options)
-        )
+        channel_cm = open_channel(self.upstream, "not syncing with", self._tls)
         async with channel_cm as channel:
             call = channel.stream_stream(
                 f"/{SERVICE}/JobSync",
@@ -177,7 +164,7 @@ class StreamTransport:
                 response_deserializer=probe_pb2.JobSyncDown.FromString,
             )(metadata=self._metadata)
             await asyncio.wait_for(call.wait_for_connection(), WRITE_TIMEOUT_S)
-            await self._accepted(call)
+            await accepted(call, JOB_SYNC_ACCEPTED_KEY, WRITE_TIMEOUT_S)
             self.uplink.reset()
             if self.view is not None:
                 self.view.new_source()
@@ -205,17 +192,6 @@ class StreamTransport:
                 self._out = None
                 reader.cancel()
                 call.cancel()
-
-    @staticmethod
-    async def _accepted(call: Any) -> None:
-        """Return once the upstream accepted the stream; raise its refusal (a wrong token)."""
-        metadata = await asyncio.wait_for(call.initial_metadata(), WRITE_TIMEOUT_S)
-        if metadata is not None and JOB_SYNC_ACCEPTED_KEY in metadata:
-            return
-        code = await asyncio.wait_for(call.code(), WRITE_TIMEOUT_S)
-        raise grpc.aio.AioRpcError(
-            code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=await call.details()
-        )
 
     async def _read(self, call: Any) -> None:
         async for down in call:
