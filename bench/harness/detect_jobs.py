@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.common import pid_gone
-
 from tests.support import DDP_WORKER, SidecarProcess, Workers, child_env, read_jsonl
 
 TP_TOOLS = ("tp_explicit", "tp_auto", "tp_default")

@@ -49,8 +49,8 @@ if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
 
 import grpc  # noqa: E402
-from harness.sim_worker import Sim  # noqa: E402
 
+from harness.sim_worker import Sim  # noqa: E402
 from trainprobe.proto import probe_pb2, probe_pb2_grpc  # noqa: E402
 
 STREAMS_PER_CHANNEL = 50

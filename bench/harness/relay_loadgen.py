@@ -51,8 +51,8 @@ if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
 
 import grpc  # noqa: E402
-from harness.loadgen import Run, Sim, build_parser, end_call, finish, run_generator  # noqa: E402
 
+from harness.loadgen import Run, Sim, build_parser, end_call, finish, run_generator  # noqa: E402
 from trainprobe.proto import probe_pb2  # noqa: E402
 from trainprobe.sidecar.relay.buffer import Kind, RelayBuffer  # noqa: E402
 from trainprobe.sidecar.relay.wire import item_pb  # noqa: E402
