@@ -11,13 +11,18 @@ Sections (``--sections``):
   one step, ``--step-s`` + compute), whether it kept its pid, the evicted group's
   first step in its restarted process, and whether both groups end with equal
   parameters. Goals: survivor <= 3 s (definitive) / <= 12 s (ambiguous),
-  evicted group stepping <= 15 s.
+  evicted group stepping <= 15 s. ``--groups 4``: ``--replicas 4``, rank 2
+  hangs (in the middle of gloo's ring: survivors on both sides of it and one
+  next to neither), 800 steps; every survivor's figure is kept and the
+  slowest one is the trial's.
 - ``steptime``: the same loop plain (examples/ddp_train.py, 2 gloo ranks of one
   DDP group) and replicated (2 replica groups of 1 rank), each with the sidecar,
   side by side at each ``--step-times`` pace: the median interval between a
   rank's consecutive steps (checkpoints off). Goal: replicated <= 5 % more at 1 s.
 
     python bench/bench_replicated.py --trials 1
+    python bench/bench_replicated.py --sections faults --faults stop --groups 4 \
+        --trials 3 --json bench/results/replicated_4groups.json
 
 Results: bench/results/replicated.json (every trial, medians, the load average).
 """
@@ -53,8 +58,8 @@ REPLICATED = REPO / "examples" / "ddp_replicated.py"
 MODES = ("plain", "replicated")
 
 
-def launch(work: Path, target: str, args: list[str]) -> subprocess.Popen[bytes]:
-    cmd = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "run", "--replicas", "2"]
+def launch(work: Path, target: str, args: list[str], groups: int = 2) -> subprocess.Popen[bytes]:
+    cmd = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "run", "--replicas", str(groups)]
     cmd += ["--log-dir", str(work), "--", PYTHON, str(REPLICATED), *args]
     with open(work / "launcher.log", "wb") as out:
         return subprocess.Popen(
@@ -62,37 +67,53 @@ def launch(work: Path, target: str, args: list[str]) -> subprocess.Popen[bytes]:
         )
 
 
-def fault_trial(how: str, steps: int, step_s: float) -> dict[str, Any]:
+def fault_trial(how: str, steps: int, step_s: float, groups: int = 2) -> dict[str, Any]:
     work = short_tmpdir("tpbr-")
     load = os.getloadavg()[0]
     progress = work / "progress.jsonl"
+    hung = 1 if groups == 2 else 2
     with SidecarProcess(work) as sc:
         args = ["--steps", str(steps), "--step-s", str(step_s), "--progress", str(progress)]
-        args += ["--hang-rank", "1", "--hang-at", "15", "--hang-how", how]
-        code = launch(work, sc.target, args).wait(600)
+        args += ["--hang-rank", str(hung), "--hang-at", "15", "--hang-how", how]
+        code = launch(work, sc.target, args, groups).wait(600)
         actions = sc.incidents("action")
     rows = read_jsonl(progress)
     hang = next(r for r in rows if r["event"] == "hang")
     steps_after = [r for r in rows if r["event"] == "step" and r["t"] > hang["t"]]
-    survivor_pid = next(r["pid"] for r in rows if r["event"] == "step" and r["rank"] == 0)
-    resumed = next(r for r in steps_after if r["rank"] == 0 and r["step"] > hang["step"])
-    back = next(r for r in steps_after if r["rank"] == 1 and r["pid"] != hang["pid"])
+    others = [r for r in range(groups) if r != hung]
+    pid_of = {
+        r: next(x["pid"] for x in rows if x["event"] == "step" and x["rank"] == r) for r in others
+    }
+    resumed = {
+        r: next(x for x in steps_after if x["rank"] == r and x["step"] > hang["step"])
+        for r in others
+    }
+    back = next(r for r in steps_after if r["rank"] == hung and r["pid"] != hang["pid"])
     done = {r["rank"]: r for r in rows if r["event"] == "done"}
-    diff = max(abs(a - b) for a, b in zip(done[0]["params"], done[1]["params"], strict=True))
+    diff = max(
+        abs(a - b)
+        for r in range(1, groups)
+        for a, b in zip(done[0]["params"], done[r]["params"], strict=True)
+    )
     return {
         "fault": how,
+        "groups": groups,
         "exit_status": code,
-        "survivor_resumed_s": round(resumed["t"] - hang["t"], 2),
-        "survivor_same_pid": resumed["pid"] == survivor_pid and done[0]["pid"] == survivor_pid,
+        # The slowest survivor's (the only one with 2 groups).
+        "survivor_resumed_s": max(round(x["t"] - hang["t"], 2) for x in resumed.values()),
+        "survivors_resumed_s": {str(r): round(x["t"] - hang["t"], 2) for r, x in resumed.items()},
+        "survivor_same_pid": all(
+            resumed[r]["pid"] == pid_of[r] and done[r]["pid"] == pid_of[r] for r in others
+        ),
         "evicted_stepping_s": round(back["t"] - hang["t"], 2),
-        # False: the survivor had finished, so the evicted group trained alone from
+        # False: the survivors had finished, so the evicted group trained alone from
         # scratch (its figure is no rejoin, and the parameters differ).
-        "evicted_met_a_peer": back["t"] < done[0]["t"],
+        "evicted_met_a_peer": back["t"] < min(done[r]["t"] for r in others),
         "params_max_diff": diff,
         # A SIGSTOPped rank the lighthouse already dropped is found silent and killed.
         "actions": [a.get("action") for a in actions if a.get("action") in ("evict", "kill")],
         "waiting_replica_kills": sum(
-            o.get("pid") == survivor_pid
+            o.get("pid") in pid_of.values()
             for a in actions
             for o in (a.get("outcomes") or {}).values()
         ),
@@ -151,6 +172,12 @@ def median(xs: list[Any]) -> float | None:
     return round(statistics.median(vals), 2) if vals else None
 
 
+def _span(rs: list[dict[str, Any]]) -> list[float]:
+    every = [x for r in rs for x in (r.get("survivors_resumed_s") or {}).values()]
+    every = every or [r["survivor_resumed_s"] for r in rs]
+    return [min(every), max(every)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=1)
@@ -158,7 +185,10 @@ def main() -> int:
     p.add_argument("--faults", default="stop,sleep")
     # Enough for the survivor to still be stepping when a slow restart (about 22 s
     # after onset at load 8) rejoins it: 260 left it done at 17-19 s.
-    p.add_argument("--steps", type=int, default=500, help="fault trials' steps")
+    p.add_argument(
+        "--steps", type=int, default=0, help="fault trials' steps (0: 500, 800 with 4 groups)"
+    )
+    p.add_argument("--groups", type=int, choices=(2, 4), default=2, help="fault trials' groups")
     p.add_argument("--step-s", type=float, default=0.05, help="fault trials' pace")
     p.add_argument("--step-times", default="1.0,0.1", help="paces of the step-time section")
     p.add_argument("--steptime-s", type=float, default=25.0, help="seconds of steps per run")
@@ -170,7 +200,12 @@ def main() -> int:
     for _ in range(args.trials):
         if "faults" in sections:
             for how in args.faults.split(","):
-                trials["faults"].append(r := fault_trial(how, args.steps, args.step_s))
+                steps = args.steps or (500 if args.groups == 2 else 800)
+                try:
+                    r = fault_trial(how, steps, args.step_s, args.groups)
+                except (StopIteration, KeyError):  # a row never came: the trial failed
+                    r = {"fault": how, "groups": args.groups, "error": "a progress row missing"}
+                trials["faults"].append(r)
                 print(r, flush=True)
         if "steptime" in sections:
             for pace in (float(x) for x in args.step_times.split(",")):
@@ -180,10 +215,14 @@ def main() -> int:
                     print(r, flush=True)
     summary: dict[str, Any] = {"faults": {}, "steptime": {}}
     for how in {r["fault"] for r in trials["faults"]}:
-        rs = [r for r in trials["faults"] if r["fault"] == how]
+        every = [r for r in trials["faults"] if r["fault"] == how]
+        rs = [r for r in every if "error" not in r]
         summary["faults"][how] = {
             "trials": len(rs),
+            "failed_trials": len(every) - len(rs),
             "survivor_resumed_s": median([r["survivor_resumed_s"] for r in rs]),
+            # Every survivor of every trial: the range a figure of several groups spans.
+            "survivors_resumed_s_range": _span(rs),
             "evicted_stepping_s": median([r["evicted_stepping_s"] for r in rs]),
             "survivor_same_pid": all(r["survivor_same_pid"] for r in rs),
             "params_equal": all(r["params_max_diff"] <= 1e-6 for r in rs),
@@ -201,7 +240,8 @@ def main() -> int:
             "extra_pct": round(100 * extra / by["plain"], 1) if by["plain"] else None,
         }
     print(summary)
-    write_result(args.json, "replicated", {"summary": summary, "trials": trials}, started)
+    data = {"groups": args.groups, "summary": summary, "trials": trials}
+    write_result(args.json, "replicated", data, started)
     return 0
 
 
