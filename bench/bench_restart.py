@@ -61,7 +61,7 @@ def trial(stack: str, mode: str, patience_s: float | None) -> dict[str, Any]:
     work = short_tmpdir("tpr-")
     progress = work / "progress.jsonl"
     args = [*stack_args(stack, work, progress), "--hang-rank", "1", "--hang-at", str(HANG_AT)]
-    args += ["--hang-mode", mode]
+    args += ["--hang-how", mode]
     flags = ("--hang-patience-s", str(patience_s)) if patience_s is not None else ()
     seen: dict[str, float] = {}
     stop = threading.Event()

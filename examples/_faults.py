@@ -1,7 +1,8 @@
 """The demo's side of examples/ddp_train.py and examples/ddp_replicated.py: their
 flags, the real faults they inject, the pauses that are not hangs, and the
-progress file the tests and benchmarks read. Not something to copy into a
-training script: the hook's lines and the loop stay in the examples.
+progress file the tests and benchmarks read (examples/torchrun_train.py takes
+its fault flags from here too). Not something to copy into a training script:
+the hook's lines and the loop stay in the examples.
 
 ``--hang-rank R --hang-at S`` makes rank R hang inside step S (or the first
 step past S it trains), before its backward, so its peers block in the
@@ -33,7 +34,16 @@ import time
 import torch
 from torch import nn
 
-__all__ = ["FAULTS", "checkpoint", "demo_args", "evaluate", "fault", "job_rank", "note"]
+__all__ = [
+    "FAULTS",
+    "checkpoint",
+    "demo_args",
+    "evaluate",
+    "fault",
+    "fault_args",
+    "job_rank",
+    "note",
+]
 
 #: The faults --hang-how injects, each real: see hang().
 FAULTS = ("sleep", "stop", "stall8", "deadlock", "gil", "kill9", "loader")
@@ -45,19 +55,20 @@ def demo_args(doc: str | None, argv: list[str] | None = None) -> argparse.Namesp
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
     p.add_argument("--checkpoint-every", type=int, default=50)
-    p.add_argument("--hang-rank", type=int, default=-1)
-    p.add_argument(
-        "--hang-at",
-        type=int,
-        default=-1,
-        help="the step it hangs in: once a job with --progress, else once a process"
-        " (a restarted rank hangs again)",
-    )
-    p.add_argument("--hang-how", choices=FAULTS, default="sleep")
+    fault_args(p, "once a job with --progress, else once a process (a restarted rank hangs again)")
     p.add_argument("--checkpoint-dir", default="", help="torch.save there (else a 0.5 s pause)")
     p.add_argument("--eval-batches", type=int, default=0, help="an eval after each checkpoint")
     p.add_argument("--progress", default="", help="append the hang, steps, params (JSON lines)")
     return p.parse_args(argv)
+
+
+def fault_args(p: argparse.ArgumentParser, once: str, faults: tuple[str, ...] = FAULTS) -> None:
+    """``--hang-rank``, ``--hang-at`` and ``--hang-how`` on ``p``: every example that
+    injects a hang takes these three, spelt here alone. ``once`` says when the
+    fault comes again; ``faults``, the ones that example injects."""
+    p.add_argument("--hang-rank", type=int, default=-1, help="the rank that hangs (-1: none)")
+    p.add_argument("--hang-at", type=int, default=-1, help=f"the step it hangs in: {once}")
+    p.add_argument("--hang-how", choices=faults, default="sleep", help="how it hangs")
 
 
 def job_rank() -> int:

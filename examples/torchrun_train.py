@@ -18,9 +18,10 @@ The hook needs no arguments under torchrun: rank and world size come from
 RANK/WORLD_SIZE, the job id from TORCHELASTIC_RUN_ID (the same for every
 attempt), the sidecar from TRAINPROBE_TARGET or the per-user socket.
 
-Fault injection, first attempt only (TORCHELASTIC_RESTART_COUNT=0):
-``--hang-rank R --hang-at S`` makes rank R sleep inside step S
-(``--hang-mode stop``: SIGSTOP itself there instead).
+Fault injection, first attempt only (TORCHELASTIC_RESTART_COUNT=0), with the
+flags of the other examples (examples/_faults.py): ``--hang-rank R --hang-at S``
+makes rank R sleep inside step S (``--hang-how stop``: SIGSTOP itself there
+instead).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _faults import fault_args
 from torch import nn
 
 from trainprobe.hooks import LivenessProbeHook
@@ -46,9 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every K steps")
     p.add_argument("--step-s", type=float, default=0.05, help="extra time per step")
-    p.add_argument("--hang-rank", type=int, default=-1)
-    p.add_argument("--hang-at", type=int, default=-1)
-    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
+    fault_args(p, "on the first attempt only", ("sleep", "stop"))
     p.add_argument("--progress", default="", help="append one JSON line per event here")
     return p.parse_args(argv)
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         loss = model(torch.randn(16, 32, generator=gen)).pow(2).mean()
         if attempt == 0 and rank == args.hang_rank and step == args.hang_at:
             log_event(args.progress, rank=rank, pid=os.getpid(), event="hang", step=step)
-            if args.hang_mode == "stop":
+            if args.hang_how == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(3600)  # the peers now wait in the gradient allreduce
         loss.backward()

@@ -7,7 +7,7 @@ token ids. trainprobe's part is ``callbacks=[LivenessProbeCallback()]``.
 Faults, on torchrun's first attempt only (``TORCHELASTIC_RESTART_COUNT=0``):
 ``--hang-rank R --hang-at S`` sleeps at the start of rank R's training_step
 after S optimizer steps (before its backward: the peer waits in the
-allreduce), or, with ``--hang-mode stop``, SIGSTOPs itself there.
+allreduce), or, with ``--hang-how stop``, SIGSTOPs itself there.
 ``--init-sleep ATTEMPT:RANK:S`` makes that rank of that attempt sleep S
 seconds before ``TrainingArguments`` (which creates the process group).
 ``--eval-batch-s`` and ``--save-s`` make evaluation batches and rank 0's
@@ -67,7 +67,7 @@ def with_faults(base: type[Trainer]) -> type[Trainer]:
         def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
             if (RANK, ATTEMPT, self.state.global_step) == (ARGS.hang_rank, 0, ARGS.hang_at):
                 emit("hang", step=self.state.global_step, pid=os.getpid())
-                if ARGS.hang_mode == "stop":
+                if ARGS.hang_how == "stop":
                     os.kill(os.getpid(), signal.SIGSTOP)
                 time.sleep(3600)
             time.sleep(ARGS.step_s)
@@ -105,7 +105,7 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.02)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
-    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
+    p.add_argument("--hang-how", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--eval-every", type=int, default=0)

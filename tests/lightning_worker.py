@@ -8,7 +8,7 @@ TRAINPROBE_JOB_ID) and from the one line ``callbacks=[LivenessProbeCallback()]``
 Under torchrun (``--nproc-per-node 2``) Lightning takes the ranks torchrun
 started instead. Faults, on torchrun's first attempt only
 (``TORCHELASTIC_RESTART_COUNT=0``): ``--hang-rank R --hang-at S`` sleeps in
-rank R's training_step at global step S, or with ``--hang-mode stop``
+rank R's training_step at global step S, or with ``--hang-how stop``
 SIGSTOPs itself there. ``--init-sleep ATTEMPT:RANK:S`` makes that rank of
 that attempt sleep S seconds before ``fit`` (which creates the process
 group). ``--resume`` fits from ``last.ckpt`` when one exists (what a
@@ -59,7 +59,7 @@ class Tiny(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if (self.global_rank, ATTEMPT, self.global_step) == (ARGS.hang_rank, 0, ARGS.hang_at):
             emit("hang", step=self.global_step, pid=os.getpid())
-            if ARGS.hang_mode == "stop":
+            if ARGS.hang_how == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(3600)  # before the backward: the peer waits in the allreduce
         time.sleep(ARGS.step_s)
@@ -107,7 +107,7 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.02)
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
-    p.add_argument("--hang-mode", choices=["sleep", "stop"], default="sleep")
+    p.add_argument("--hang-how", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS before fit")
     p.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")

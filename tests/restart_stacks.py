@@ -3,7 +3,7 @@
 Each stack is its own worker: the plain script (examples/torchrun_train.py),
 the Hugging Face Trainer with our callback (tests/hf_worker.py) and Lightning
 with our callback, strategy ddp (tests/lightning_worker.py). All three take
-``--hang-rank R --hang-at S --hang-mode sleep|stop`` (first attempt only),
+``--hang-rank R --hang-at S --hang-how sleep|stop`` (first attempt only),
 checkpoint every ``CKPT_EVERY`` steps, resume from the last checkpoint, and
 write JSON lines to ``--progress``: ``start`` (attempt, pid, resumed_from),
 ``step`` (attempt, step), ``hang`` (pid, step) and ``done`` (attempt, step).

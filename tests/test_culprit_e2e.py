@@ -38,7 +38,7 @@ FAST = ["--steps", "400", "--step-s", "0.02", "--interval-ms", "100", "--watch-d
 
 
 def hang_args(rank: int, at: int, mode: str) -> list[str]:
-    return [*FAST, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-mode", mode]
+    return [*FAST, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-how", mode]
 
 
 def span_attributes(traces: Path, incident_id: str, key: str) -> dict[str, Any]:

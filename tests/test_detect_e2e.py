@@ -25,7 +25,7 @@ PLAIN = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "1000"]
 
 
 def hang_args(rank: int, at: int, mode: str) -> list[str]:
-    return [*PLAIN, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-mode", mode]
+    return [*PLAIN, "--hang-rank", str(rank), "--hang-at", str(at), "--hang-how", mode]
 
 
 def decisions(sc, job: str) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -74,7 +74,7 @@ def test_a_killed_hung_rank_comes_back_under_torchrun_max_restarts(stack: str, m
     work = short_tmpdir()
     progress = work / "progress.jsonl"
     args = [*stack_args(stack, work, progress), "--hang-rank", "1", "--hang-at", str(HANG_AT)]
-    args += ["--hang-mode", mode]
+    args += ["--hang-how", mode]
     flags = ("--hang-patience-s", "5") if mode == "sleep" else ()
     with sidecar(*flags) as sc:
         run = torchrun(sc.target, args)
@@ -95,7 +95,7 @@ def test_a_restarted_attempt_hung_in_its_start_up_is_killed_and_comes_back(stack
     work = short_tmpdir()
     progress = work / "progress.jsonl"
     args = [*stack_args(stack, work, progress), "--hang-rank", "1", "--hang-at", str(HANG_AT)]
-    args += ["--hang-mode", "stop", "--init-sleep", "1:1:60"]
+    args += ["--hang-how", "stop", "--init-sleep", "1:1:60"]
     with sidecar("--hang-patience-s", "5") as sc:
         run = torchrun(sc.target, args, restarts=2)
         assert run.returncode == 0, run.stderr[-4000:]

@@ -36,7 +36,7 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
     metrics = ("--metrics-port", str(a_port))
     a = SidecarProcess(short_tmpdir("tpa-"), "--job-sync-to", up.target, *metrics, *RULES)
     b = SidecarProcess(short_tmpdir("tpb-"), "--job-sync-to", up.target, *RULES)
-    args = [*FAST, "--hang-rank", "1", "--hang-at", "40", "--hang-mode", "stop"]
+    args = [*FAST, "--hang-rank", "1", "--hang-at", "40", "--hang-how", "stop"]
     with (
         up,
         a,

@@ -23,7 +23,7 @@ def test_survivors_log_and_their_errors_name_the_kill() -> None:
     """Rank 1 of 3 sleeps in its step; ranks 0 and 2 wait in DDP's allreduce,
     through trainprobe's comm hook (watch_ddp), and fail once rank 1 is killed."""
     job = "notice"
-    args = [*ARGS, "--watch-ddp", "--hang-rank", "1", "--hang-at", "15", "--hang-mode", "sleep"]
+    args = [*ARGS, "--watch-ddp", "--hang-rank", "1", "--hang-at", "15", "--hang-how", "sleep"]
     with (
         sidecar("--sync-timeout-s", "2", "--stall-timeout-s", "4") as sc,
         Workers(3, sc.target, short_tmpdir(), job_id=job, args=args) as w,

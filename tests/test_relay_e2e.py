@@ -44,7 +44,7 @@ def test_upstream_detects_stopped_worker_and_node_kills_it() -> None:
     with up, node:
         args = ["--steps", "2000", "--step-s", "0.02", "--hang-rank", "1", "--hang-at", "10"]
         with Workers(
-            2, node.target, short_tmpdir(), job_id="rstop", args=[*args, "--hang-mode", "stop"]
+            2, node.target, short_tmpdir(), job_id="rstop", args=[*args, "--hang-how", "stop"]
         ) as w:
             states = wait_for(lambda: len(_workers(up, "rstop")) == 2 and _workers(up, "rstop"), 60)
             assert states == {0: "connected", 1: "connected"}
@@ -103,7 +103,7 @@ def test_goodbye_and_vanished_are_told_apart() -> None:
                     "0",
                     "--hang-at",
                     "10",
-                    "--hang-mode",
+                    "--hang-how",
                     "exit",
                 ],
             ),

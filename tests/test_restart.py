@@ -51,7 +51,7 @@ def test_restarted_sidecar_has_its_hooks_back_fast_and_kills_a_hang_from_its_dow
             "1",
             "--hang-at",
             str(hang_at),
-            "--hang-mode",
+            "--hang-how",
             "sleep",
             "--interval-ms",
             "100",

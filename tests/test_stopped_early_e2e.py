@@ -21,7 +21,7 @@ from trainprobe.sidecar.core.judge.evidence import stale_after_s
 
 #: A LivenessProbeHook()'s default interval (1 s), 20 ms steps; rank 1 stops itself.
 ARGS = ["--steps", "2000", "--step-s", "0.02", "--interval-ms", "1000"]
-ARGS += ["--hang-rank", "1", "--hang-at", "40", "--hang-mode", "stop"]
+ARGS += ["--hang-rank", "1", "--hang-at", "40", "--hang-how", "stop"]
 
 
 def test_a_sigstopped_rank_is_confirmed_by_the_early_read_and_killed_before_stale() -> None:

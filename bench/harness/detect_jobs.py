@@ -93,7 +93,7 @@ class Job:
         else:
             args += ["--steps", "100000"]
             args += ["--hang-rank", str(s.hang_rank), "--hang-at", str(s.hang_at)]
-            args += ["--hang-mode", "stop" if s.kind == "stop" else s.kind]
+            args += ["--hang-how", "stop" if s.kind == "stop" else s.kind]
         if s.tool in TP_TOOLS:
             return [*args, "--interval-ms", "100"]
         args.append("--no-hook")

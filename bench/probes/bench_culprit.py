@@ -55,7 +55,7 @@ def trial(
                 str(hang_rank),
                 "--hang-at",
                 str(hang_at),
-                "--hang-mode",
+                "--hang-how",
                 mode,
                 *(["--watch-ddp"] if watch_ddp else []),
             ],

@@ -31,7 +31,7 @@ ARGS = ["--steps", "3000", "--step-s", "0.02", "--interval-ms", "1000"]
 
 
 def trial(mode: str, ranks: int, i: int) -> dict[str, object]:
-    hang = [*ARGS, "--hang-rank", "1", "--hang-at", "40", "--hang-mode", mode]
+    hang = [*ARGS, "--hang-rank", "1", "--hang-at", "40", "--hang-how", mode]
     job = f"{mode}{i}"
     with sidecar() as sc, Workers(ranks, sc.target, short_tmpdir(), job_id=job, args=hang):
         inc = sc.wait_incident(lambda r: r["job_id"] == job and r["verdict"] != "DEAD", 240)

@@ -78,7 +78,7 @@ def trial(stack: str, torchrun_flags: list[str]) -> dict[str, Any]:
     progress, timing = work / "progress.jsonl", work / "timing.jsonl"
     script, *own = stack_args(stack, work, progress)
     args = [str(WRAPPER), script, *own, "--hang-rank", "1", "--hang-at", str(HANG_AT)]
-    args += ["--hang-mode", "stop"]
+    args += ["--hang-how", "stop"]
     with sidecar() as sc:
         cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         cmd += ["--max-restarts", "1", *torchrun_flags, *args]

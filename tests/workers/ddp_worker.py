@@ -6,18 +6,18 @@ it trains a tiny MLP on CPU over gloo and reports to the sidecar named by
 TRAINPROBE_TARGET.
 
 Faults (all optional):
-  --hang-rank R --hang-at S --hang-mode sleep   rank R sleeps inside step S,
+  --hang-rank R --hang-at S --hang-how sleep    rank R sleeps inside step S,
                                                  before its backward: its peers
                                                  block in the gradient allreduce
-  --hang-mode stop                               rank R SIGSTOPs itself at step S
-  --hang-mode exit                               rank R exits abruptly (os._exit)
-  --hang-mode spin                               rank R busy-loops in Python (it
+  --hang-how stop                                rank R SIGSTOPs itself at step S
+  --hang-how exit                                rank R exits abruptly (os._exit)
+  --hang-how spin                                rank R busy-loops in Python (it
                                                  still lets other threads run)
-  --hang-mode skip                               rank R skips step S's gradient
+  --hang-how skip                                rank R skips step S's gradient
                                                  allreduce and blocks in a recv
                                                  no peer answers: its peers
                                                  block in the allreduce it missed
-  --hang-mode gil                                rank R blocks in a C call that holds
+  --hang-how gil                                 rank R blocks in a C call that holds
                                                  the GIL (read() on an empty pipe through
                                                  ctypes.PyDLL): no thread of the process
                                                  runs Python, as with a C extension that
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-at", type=int, default=-1)
     p.add_argument(
-        "--hang-mode", choices=["sleep", "stop", "exit", "spin", "skip", "gil"], default="sleep"
+        "--hang-how", choices=["sleep", "stop", "exit", "spin", "skip", "gil"], default="sleep"
     )
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--ckpt-s", type=float, default=0.0)
@@ -242,11 +242,11 @@ def train(args: argparse.Namespace) -> int:
                 pid=os.getpid(),
                 event="hang",
                 step=step,
-                mode=args.hang_mode,
+                mode=args.hang_how,
             )
-            if args.hang_mode == "skip":
+            if args.hang_how == "skip":
                 skip_allreduce(model, loss, rank, world)
-            hang(args.hang_mode)
+            hang(args.hang_how)
         if rank == args.delay_backward_rank and step == args.delay_backward_at:
             log_event(args.progress, rank=rank, event="delay", step=step)
             time.sleep(args.delay_backward_s)
