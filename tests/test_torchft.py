@@ -6,6 +6,7 @@ breaks DDP's reducer for good), and what watch_torchft puts into Hello and repor
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -64,6 +65,22 @@ def replica(lighthouse: Any) -> Iterator[Replica]:
     r = Replica(lighthouse, "train_3")
     yield r
     r.manager.shutdown(wait=False)
+
+
+def test_the_tests_output_has_torchfts_warnings_not_its_every_quorum(
+    capfd: pytest.CaptureFixture[str], replica: Replica
+) -> None:
+    """torchft's Rust side (lighthouse, Manager) logs every quorum and commit at
+    info, which buried a failing test's own output; the tests run it at
+    RUST_LOG=warn (tests/conftest.py) unless the user set RUST_LOG."""
+    if os.environ.get("RUST_LOG", "warn") != "warn":
+        pytest.skip(f"RUST_LOG={os.environ['RUST_LOG']} set by the user")
+    ddp = tp_ft.DistributedDataParallel(replica.manager, replica.model)
+    replica.step(ddp)
+    replica.step(ddp)
+    assert replica.manager.current_step() == 2  # two quorums and commits happened
+    out, err = capfd.readouterr()
+    assert "[INFO]" not in out + err, (out + err)[-2000:]
 
 
 def test_torchft_own_comm_hook_fails_on_its_error_path(replica: Replica) -> None:
