@@ -22,20 +22,27 @@ SCRIPT = REPO / "examples" / "ddp_replicated.py"
 class Run:
     """One ``trainprobe run`` of the replicated example, its output and progress."""
 
-    def __init__(self, work: Path, sidecar_target: str, *flags: str, script: list[str]) -> None:
+    def __init__(
+        self,
+        work: Path,
+        sidecar_target: str,
+        *flags: str,
+        script: list[str],
+        unset: tuple[str, ...],
+    ) -> None:
         self.work = work
         self.progress = work / "progress.jsonl"
         self.out = work / "launcher.log"
         cmd = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "run", *flags, "--log-dir", str(work)]
+        env = child_env(TRAINPROBE_TARGET=sidecar_target, TRAINPROBE_STATE_DIR=str(work / "state"))
+        for name in unset:  # as a user's shell has it, without the tests' defaults
+            env.pop(name, None)
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
                 [*cmd, "--", *script],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=child_env(
-                    TRAINPROBE_TARGET=sidecar_target,
-                    TRAINPROBE_STATE_DIR=str(work / "state"),
-                ),
+                env=env,
             )
 
     def rows(self, event: str, rank: int | None = None) -> list[dict[str, Any]]:
@@ -67,8 +74,11 @@ def example(progress: Path, steps: int, *fault: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def launched(work: Path, target: str, *flags: str, script: list[str]) -> Iterator[Run]:
-    run = Run(work, target, *flags, script=script)
+def launched(
+    work: Path, target: str, *flags: str, script: list[str], unset: tuple[str, ...] = ()
+) -> Iterator[Run]:
+    """``trainprobe run FLAGS -- SCRIPT``; ``unset``: variables its environment lacks."""
+    run = Run(work, target, *flags, script=script, unset=unset)
     try:
         yield run
     except BaseException:

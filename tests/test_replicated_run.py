@@ -159,7 +159,9 @@ def test_an_8s_stall_a_checkpoint_and_an_eval_evict_nothing_and_both_groups_end_
     fault = ("--hang-rank", "1", "--hang-at", "15", "--hang-how", "stall8")
     healthy = ("--checkpoint-every", "20", "--checkpoint-dir", str(work), "--eval-batches", "60")
     script = example(work / "progress.jsonl", 80, *fault, *healthy)
-    with launched(work, sidecar.target, "--replicas", "2", script=script) as run:
+    # No RUST_LOG (tests/conftest.py sets one): the launcher's own default.
+    flags = ("--replicas", "2")
+    with launched(work, sidecar.target, *flags, script=script, unset=("RUST_LOG",)) as run:
         assert run.proc.wait(180) == 0
     assert destructive(sidecar) == []
     for r in (0, 1):
@@ -176,6 +178,10 @@ def test_an_8s_stall_a_checkpoint_and_an_eval_evict_nothing_and_both_groups_end_
     done = {r["rank"]: r for r in run.rows("done")}
     assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
     assert "[replica0:0]" in run.text() and "[replica1:0]" in run.text()  # prefixed logs
+    # torchft's info lines (every quorum and commit) stay out of the user's terminal
+    # (RUST_LOG=warn); the lighthouse's, at info, are in its log in --log-dir.
+    assert "[torchft::" not in run.text(), run.text()[-3000:]
+    assert "Quorum!" in (work / "lighthouse.log").read_text()
 
 
 def test_groups_of_two_ranks_average_inside_and_across_groups(
