@@ -18,6 +18,13 @@ Sections (``--sections``, in this order; each trial is written out as it ends):
   (onset to incident, the kill, culprit gone to the survivor's commit).
   ``--ray-lighthouse``: ``trainprobe`` (``trainprobe.hooks.ray_train.torchft_config``)
   and/or ``ray`` (Ray's own example, torchft's lighthouse defaults).
+  ``--ray-shape``: under trainprobe's lighthouse, ``replicate`` (the default:
+  examples/ray_replicated.py, the loop with ``replicate(hook, model, opt)``
+  users write; ``--ray-groups`` 2 or 4 workers, the middle one faulting; every
+  survivor measured, the slowest is the trial's) or ``by-hand`` (Ray's
+  example's ``train_func`` wired by hand, examples/ray_torchft_job.py, 2
+  workers, where the replacement's ``train_func`` entry is also measured).
+  Ray's example's lighthouse is always its own hand-wired shape.
 - ``restart``: no replicas, shipped defaults: a rank sleeps in its step; the
   sidecar kills, Ray Train (``examples/ray_train_job.py``) or torchrun
   ``--max-restarts`` (``examples/torchrun_train.py``) restarts every rank
@@ -31,8 +38,10 @@ survivors (``survivor_goal_s``): the torchrun figures of issue 35, <= 3 s
 definitive, <= 12 s ambiguous, same pid, one group replaced.
 
     python bench/bench_torchft.py --trials 3
-    python bench/bench_torchft.py --sections ray --ray-faults stop,sleep \
+    python bench/bench_torchft.py --sections ray --ray-faults stop,sleep --ray-shape by-hand \
         --ray-lighthouse trainprobe,ray --trials 3 --out bench/results/torchft_ray.json
+    python bench/bench_torchft.py --sections ray --ray-faults stop --ray-groups 4 \
+        --trials 3 --out bench/results/torchft_ray_4groups.json
 
 Results: bench/results/torchft.json (medians per case, every trial, the
 machine's load average before and after, and each trial's own).
@@ -86,6 +95,13 @@ def _ray_key(r: dict[str, Any]) -> str:
     return r["fault"] if lighthouse == "trainprobe" else f"{r['fault']}/{lighthouse}"
 
 
+def _span(rs: list[dict[str, Any]]) -> list[float] | None:
+    """The fastest and the slowest survivor over every trial."""
+    every = [x for r in rs for x in (r.get("survivors_resumed_s") or {}).values() if x is not None]
+    every = every or [r["survivor_resumed_s"] for r in rs if r.get("survivor_resumed_s")]
+    return [min(every), max(every)] if every else None
+
+
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     t = doc["trials"]
     faults: dict[str, Any] = {}
@@ -126,6 +142,10 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
                 (r["survivor_resumed_s"] for r in rs if r.get("survivor_resumed_s") is not None),
                 default=None,
             ),
+            "survivors_resumed_s_range": _span(rs),
+            "shape": rs[0].get("shape", "by-hand"),
+            "groups": rs[0].get("groups", 2),
+            "failed_trials": sum(1 for r in rs if r.get("error") or not r.get("run_ok", True)),
             "survivor_goal_s": RAY_SURVIVOR_GOAL_S.get(key.split("/")[0]),
             "goal_s": 20.0,
         }
@@ -148,12 +168,14 @@ def main() -> None:
     p.add_argument("--healthy", default=",".join(HEALTHY))
     p.add_argument("--ray-faults", default="sleep")
     p.add_argument("--ray-lighthouse", default="trainprobe", help="trainprobe,ray")
+    p.add_argument("--ray-shape", choices=("replicate", "by-hand"), default="replicate")
+    p.add_argument("--ray-groups", type=int, choices=(2, 4), default=2, help="replicate only")
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--launcher", choices=("torchrun", "plain"), default="torchrun")
     p.add_argument("--fault-at", type=int, default=15)
     p.add_argument("--limit-s", type=float, default=90.0)
     p.add_argument("--restart-limit-s", type=float, default=400.0)
-    p.add_argument("--ray-steps", type=int, default=400)
+    p.add_argument("--ray-steps", type=int, help="400 by hand; replicate 300, 4 groups 500")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=HEARTBEAT_TIMEOUT_MS)
     p.add_argument("--join-timeout-ms", type=int, default=JOIN_TIMEOUT_MS)
     p.add_argument(
@@ -206,18 +228,28 @@ def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], star
     if "ray" in sections or "restart" in sections:
         from harness.ft_ray import RaySession
 
-        session = RaySession(Path(tempfile.mkdtemp(prefix="tp-bench-ft-ray-")))
+        work = Path(tempfile.mkdtemp(prefix="tp-bench-ft-ray-"))
+        session = RaySession(work, num_cpus=max(2, args.ray_groups))
         try:
             for _ in range(args.trials):
                 if "ray" in sections:
                     for fault in args.ray_faults.split(","):
                         for lh in args.ray_lighthouse.split(","):
-                            trial = session.ft_trial(fault, args.ray_steps, args.limit_s, lh)
-                            add("ray", trial)
+                            add("ray", ray_trial(session, args, fault, lh))
                 if "restart" in sections:
                     add("restart", session.restart_trial())
         finally:
             session.close()
+
+
+def ray_trial(session: Any, args: argparse.Namespace, fault: str, lh: str) -> dict[str, Any]:
+    if lh == "trainprobe" and args.ray_shape == "replicate":
+        # The one-liner's survivors train on until the replaced group rejoins; with 4
+        # groups, one may wait out torchft's 30 s timeout first (docs/RAY.md).
+        steps = args.ray_steps or (300 if args.ray_groups == 2 else 500)
+        return session.replicate_trial(fault, args.ray_groups, steps, args.limit_s)
+    trial = session.ft_trial(fault, args.ray_steps or 400, args.limit_s, lh)
+    return {**trial, "shape": "by-hand"}
 
 
 if __name__ == "__main__":

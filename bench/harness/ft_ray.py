@@ -14,6 +14,14 @@
   lighthouse's heartbeat timeout, when the culprit heartbeated until its kill).
   ``lighthouse``: ``trainprobe`` (``trainprobe.hooks.ray_train.torchft_config``)
   or ``ray`` (Ray's own example: ``{"min_replicas": 1}``, torchft's defaults).
+- ``replicate_trial``: the one-liner's shape users write
+  (``examples/ray_replicated.py``: examples/ddp_train.py's loop with
+  ``replicate(hook, model, opt)``), ``groups`` workers each its own replica
+  group, the middle one (``groups // 2``) faulting at step 15: from onset,
+  every survivor's first step past the hung one (the slowest is the trial's
+  ``survivor_resumed_s``), the culprit gone, the replacement's first step,
+  and the same checks at the end (one pid for every survivor, two for the
+  culprit's rank, equal parameters, the evictions).
 - ``ray_restart_trial``: ``examples/ray_train_job.py`` (DDP, no replicas),
   rank 1 sleeps; the sidecar with its shipped defaults kills, Ray Train
   restarts the whole group from the last checkpoint
@@ -55,7 +63,7 @@ def _close(a: list[float], b: list[float]) -> bool:
 class RaySession:
     """ray.init once; the per-node sidecar with the shipped defaults."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, num_cpus: int = 2) -> None:
         import logging
 
         import bench_ray_restart as restart
@@ -71,7 +79,7 @@ class RaySession:
         # run's on a shared machine.
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=num_cpus,
             include_dashboard=True,
             dashboard_port=free_port(),
             log_to_driver=False,
@@ -168,6 +176,82 @@ class RaySession:
             starts={"0": starts.count(0), "1": starts.count(1)},
             single_group_replacement=starts.count(0) == 1 and starts.count(1) == 2,
             params_equal=len(done) == 2 and _close(done[0]["params"], done[1]["params"]),
+            evictions=sum(1 for a in acts if a["action"] == "evict"),
+            other_kills=sum(1 for a in acts if a["action"] in ("kill", "restart")),
+            run_ok=result is not None and result.error is None,
+        )
+        return out
+
+    def replicate_trial(
+        self, fault: str, groups: int, steps: int, limit_s: float
+    ) -> dict[str, Any]:
+        """examples/ray_replicated.py's ``train_func`` on ``groups`` workers."""
+        import ray_replicated
+
+        self.n += 1
+        name, hung = f"rep{self.n}", groups // 2
+        progress = self.workdir / f"{name}.jsonl"
+        out: dict[str, Any] = {
+            "fault": fault,
+            "shape": "replicate",
+            "groups": groups,
+            "lighthouse": "trainprobe",
+            "load": round(os.getloadavg()[0], 2),
+        }
+        argv = ["--steps", str(steps), "--progress", str(progress), "--hang-rank", str(hung)]
+        argv += ["--hang-at", "15", "--hang-how", fault]
+        trainer = ray_replicated.make_trainer(argv, str(self.workdir / "storage"), name, groups)
+        res: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: res.setdefault("r", trainer.fit()), daemon=True)
+        runner.start()
+        deadline = time.time() + limit_s + 240
+        hang, gone_at = None, None
+        while time.time() < deadline and runner.is_alive():
+            hang = hang or _first(read_jsonl(progress), lambda r: r["event"] == "hang")
+            if hang and gone_at is None and not _pid_alive(int(hang["pid"])):
+                gone_at = time.time()
+            time.sleep(0.05)
+        runner.join(5)
+        rows = read_jsonl(progress)
+        if hang is None:
+            return {**out, "error": "no hang"}
+        onset, cpid = float(hang["t"]), int(hang["pid"])
+        steps_after = [r for r in rows if r["event"] == "step" and r["t"] > onset]
+        others = [r for r in range(groups) if r != hung]
+        resumed = {}
+        for rank in others:
+            r = _first(steps_after, lambda r, k=rank: r["rank"] == k and r["step"] > hang["step"])
+            resumed[str(rank)] = round(float(r["t"]) - onset, 2) if r else None
+        back = _first(steps_after, lambda r: r["rank"] == hung and r["pid"] != cpid)
+        pids = {k: {r["pid"] for r in rows if r.get("rank") == k} for k in range(groups)}
+        done = {r["rank"]: r for r in rows if r["event"] == "done"}
+        recs = self.records(name)
+        acts = [r for r in recs if r.get("type") == "action" and r.get("action")]
+        incident = _first(recs, lambda r: r.get("type") == "incident")
+        evict = _first(acts, lambda r: r["action"] == "evict")
+        kill = ((evict or {}).get("outcomes") or {}).get(str(hung)) or {}
+        every = [x for x in resumed.values() if x is not None]
+        slowest = max(every) if len(every) == len(others) else None
+        result = res.get("r")
+        out.update(
+            survivor_resumed_s=slowest,
+            survivors_resumed_s=resumed,
+            survivor_same_pid=all(len(pids[k]) == 1 for k in others),
+            culprit_gone_s=round(gone_at - onset, 2) if gone_at else None,
+            replacement_stepping_s=round(float(back["t"]) - onset, 2) if back else None,
+            incident_s=round(float(incident["time"]) - onset, 2) if incident else None,
+            incident_rule=(incident or {}).get("rule"),
+            kill_s=kill.get("seconds"),
+            kill_method=kill.get("method"),
+            kill_signalled=kill.get("signalled_first"),
+            survivor_after_gone_s=(
+                round(slowest - (gone_at - onset), 2) if slowest is not None and gone_at else None
+            ),
+            starts={str(k): len(v) for k, v in pids.items()},
+            single_group_replacement=len(pids[hung]) == 2
+            and all(len(pids[k]) == 1 for k in others),
+            params_equal=len(done) == groups
+            and all(_close(done[0]["params"], done[k]["params"]) for k in range(1, groups)),
             evictions=sum(1 for a in acts if a["action"] == "evict"),
             other_kills=sum(1 for a in acts if a["action"] in ("kill", "restart")),
             run_ok=result is not None and result.error is None,
