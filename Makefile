@@ -18,7 +18,13 @@ GRPC_TOOLS_PIN := grpcio-tools==1.71.0
 # Strict on the pure core and the hooks, basic elsewhere (see [tool.mypy]).
 TYPECHECK := $(VENV)/bin/mypy -p trainprobe.proto -p trainprobe.hooks -p trainprobe.sidecar
 
-.PHONY: demo demo-restart demo-gloo test lint proto docs bench bench-quick bench-render clean
+.PHONY: help demo demo-restart demo-gloo test lint proto docs bench bench-quick bench-render clean
+
+# `make` alone lists the targets (each one's `## ` line below) and does nothing
+# else: the venv's rule, first in this file, would otherwise be its goal.
+.DEFAULT_GOAL := help
+help: ## this list
+	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -47,23 +53,23 @@ $(PROTOGEN)/.installed:
 # The replicated story (trainprobe run, 2 replica groups, CPU/gloo): a rank
 # hangs, its replica is evicted, the other goes on in seconds without a
 # restart, the evicted one rejoins from its live peer (about a minute).
-demo: $(VENV)/.demo-installed
+demo: $(VENV)/.demo-installed ## the replicated story (trainprobe run, an eviction, the rejoin)
 	$(VPY) examples/replicated_demo.py
 
 # The restart story on an embedded local Ray: a rank hangs, trainprobe kills
 # it through Ray, Ray Train resumes from the checkpoint (about 1.5 min).
-demo-restart: $(VENV)/.installed
+demo-restart: $(VENV)/.installed ## the restart story on a local Ray (adds the test extras)
 	$(VPY) examples/ray_demo.py
 
 # The same hang with plain torch.distributed (gloo) processes and signals.
-demo-gloo: $(VENV)/.demo-installed
+demo-gloo: $(VENV)/.demo-installed ## the same hang with plain gloo processes and signals
 	$(VPY) examples/demo.py
 
 # tests/test_grafana_dashboard.py runs a real Prometheus (Debian's package),
 # tests/test_top.py a real terminal (tmux) and tests/test_incidents_report.py
 # a real headless browser (Debian's chromium): installed when missing and root,
 # else those tests skip and say why.
-test: $(VENV)/.installed $(PROTOGEN)/.installed
+test: $(VENV)/.installed $(PROTOGEN)/.installed ## ruff, mypy, every test (about an hour)
 	@for tool in prometheus tmux chromium; do command -v $$tool >/dev/null && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && apt-get install -y -qq $$tool >/dev/null) || echo "could not install $$tool"; \
@@ -72,15 +78,15 @@ test: $(VENV)/.installed $(PROTOGEN)/.installed
 	$(TYPECHECK)
 	TRAINPROBE_PROTOC_PYTHON=$(PROTOGEN)/bin/python $(VPY) -m pytest -q
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TYPECHECK)
 
-proto: $(PROTOGEN)/.installed
+proto: $(PROTOGEN)/.installed ## regenerate the protobuf code with the pinned generator
 	$(PROTOGEN)/bin/python tools/gen_proto.py
 
-docs: $(VENV)/.installed
+docs: $(VENV)/.installed ## regenerate docs/CONFIG.md from the settings
 	$(VPY) -c "from trainprobe.sidecar.config.settings import render_markdown as r; open('docs/CONFIG.md', 'w').write(r())"
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
@@ -96,16 +102,16 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 # development machine; see its docstring for shorter runs) and the recovery
 # benchmarks (torchrun restarts, replicas, torchft, a 1 GB incident log: about
 # 2.5 hours more there).
-bench: $(VENV)/.bench-installed
+bench: $(VENV)/.bench-installed ## every benchmark, then docs/PERFORMANCE.md (hours)
 	$(VPY) bench/run_all.py
 
 # The same benchmarks in smoke-test size (a few minutes); docs are not touched.
-bench-quick: $(VENV)/.bench-installed
+bench-quick: $(VENV)/.bench-installed ## the benchmarks in smoke-test size (minutes)
 	$(VPY) bench/run_all.py --quick
 
 # docs/PERFORMANCE.md and its plots from the results already in bench/results/.
-bench-render: $(VENV)/.bench-installed
+bench-render: $(VENV)/.bench-installed ## docs/PERFORMANCE.md and plots from bench/results/
 	$(VPY) bench/render.py
 
-clean:
+clean: ## remove the venvs, build/ and *.egg-info
 	rm -rf $(VENV) $(PROTOGEN) build *.egg-info
