@@ -3,7 +3,8 @@
 Each load process (:func:`load`) keeps one real JobSync stream per simulated
 node (:func:`node`) over the upstream's Unix socket and runs the node's own
 code for it: every 500 ms a round of healthy rank summaries (a step every
-200 ms, collectives briefly in flight), what to ask from
+200 ms, collectives briefly in flight; once rank 0 stops, every other rank
+blocked in the allreduce it never joins), what to ask from
 :class:`~trainprobe.sidecar.core.job.view.JobView`, what to send from
 :class:`~trainprobe.sidecar.core.job.uplink.Uplink`, the answers applied to the
 view. Node 1 also runs the culprit analysis after every answer; node 0's
@@ -47,7 +48,19 @@ def raise_fds() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _summary(rank: int, world: int, t: float, stopped_at: float | None) -> RankSummary:
+def _summary(
+    rank: int, world: int, t: float, stopped_at: float | None, onset: float | None = None
+) -> RankSummary:
+    if onset is not None and t >= onset and stopped_at is None:
+        # The others of a real hang: blocked in the allreduce the stopped rank never
+        # joins, their hooks still reporting, nothing else changing.
+        frozen = int(onset / 0.2)
+        seq, age = frozen * 2, t - onset
+        return RankSummary(
+            rank, world, host=f"n{rank // 8}", pid=1000 + rank, report_age_s=(t % 1.0) / 10,
+            has_step=True, step=frozen, step_age_s=age, verified=True, normal_step_s=1.0,
+            groups=(GroupProgress("default", seq + 1, seq, age, "allreduce", seq + 1),),
+        )  # fmt: skip
     step = int(t / 0.2)
     seq = step * 2
     if stopped_at is not None and t >= stopped_at:
@@ -88,7 +101,8 @@ async def node(
                 if i == 1 and not stats["named_after"]:
                     now = time.monotonic()
                     remote = view.remote(JOB, now, 3 * REFRESH_S)
-                    mine = [_summary(r, world, now - t0, None) for r in ranks]
+                    onset = stop_at.value - t0 if stop_at.value > 0 else None
+                    mine = [_summary(r, world, now - t0, None, onset) for r in ranks]
                     verdict = view.verdict(JOB)
                     if verdict is not None:  # a large job: the upstream's verdict is the analysis
                         d = verdict.diagnosis(False)
@@ -109,10 +123,13 @@ async def node(
         await asyncio.sleep((i % 50) * INTERVAL_S / 50)  # spread the rounds
         while not reader.done():
             now = time.monotonic()
-            stopped = stop_at.value if i == 0 and stop_at.value > 0 else None
-            mine = [_summary(r, world, now - t0, stopped and stopped - t0) for r in ranks]
+            onset = stop_at.value - t0 if stop_at.value > 0 else None
+            stopped = onset if i == 0 else None
+            mine = [_summary(r, world, now - t0, stopped if r == ranks[0] else None, onset)
+                    for r in ranks]  # fmt: skip
             detail, since = view.ask(JOB, mine, False, now)
-            ups = uplink.uploads({JOB: (mine, None, detail, since)}, now, view.bounded)
+            pushed = [JOB] if view.verdict(JOB) is not None else []
+            ups = uplink.uploads({JOB: (mine, None, detail, since)}, now, view.bounded, pushed)
             if ups:
                 await call.write(
                     pb.JobSyncUp(node_id=f"node-{i}", refresh_s=REFRESH_S,

@@ -115,8 +115,10 @@ class StreamTransport:
             # as the uplink never saw it; the next one sends what changed since.
             self.skipped += 1
             return []
-        bounded = self.view.bounded if self.view is not None else False
-        ups = self.uplink.uploads(payload, self._clock(), bounded)
+        view = self.view
+        bounded = view.bounded if view is not None else False
+        pushed = [j for j in payload if view is not None and view.verdict(j) is not None]
+        ups = self.uplink.uploads(payload, self._clock(), bounded, pushed)
         if ups:
             msg = probe_pb2.JobSyncUp(
                 node_id=self.node_id, refresh_s=self.refresh_s, jobs=[upload_pb(u) for u in ups]

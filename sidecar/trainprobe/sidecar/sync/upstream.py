@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from trainprobe.proto import JOB_SYNC_ACCEPTED_KEY, probe_pb2
-from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
+from trainprobe.sidecar.core.job.hub import Push, Refused, SummaryHub
 from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.wire import reply_pb, uploads_of
 from trainprobe.sidecar.transport.listen.identity import TicketDesk
@@ -39,6 +39,16 @@ log = logging.getLogger("trainprobe.sidecar")
 
 #: Answers and pushes waiting to go down one stream.
 OUTBOX = 64
+#: How often the hub is asked for pushes of new analyses (a large job's incident).
+TICK_S = 0.25
+
+#: What goes down a stream: an answer, or a push serialized once for every node.
+Down = probe_pb2.JobSyncDown | bytes
+
+
+def _serialize(down: Down) -> bytes:
+    return down if isinstance(down, bytes) else down.SerializeToString()
+
 
 Refusal = tuple[grpc.StatusCode, str]
 
@@ -53,7 +63,8 @@ class JobSyncUpstream:
         #: Whose sockets are open to other users (a node stream is refused there).
         self._tickets = tickets
         self.hub = SummaryHub(secrets.token_hex(6))
-        self._outs: dict[str, asyncio.Queue[probe_pb2.JobSyncDown]] = {}
+        self._outs: dict[str, asyncio.Queue[Down]] = {}
+        self._ticker: asyncio.Task[None] | None = None
         #: Streams ended for a refused message, and pushes a full outbox missed.
         self.refused = 0
         self.missed_pushes = 0
@@ -88,7 +99,7 @@ class JobSyncUpstream:
             "JobSync": grpc.stream_stream_rpc_method_handler(
                 self.JobSync,
                 request_deserializer=safe_parser(probe_pb2.JobSyncUp),
-                response_serializer=probe_pb2.JobSyncDown.SerializeToString,
+                response_serializer=_serialize,
             )
         }
 
@@ -99,7 +110,7 @@ class JobSyncUpstream:
             log.warning("refused job sync from %s: %s", context.peer(), refusal[1])
             await context.abort(*refusal)
             return
-        out: asyncio.Queue[probe_pb2.JobSyncDown] = asyncio.Queue(OUTBOX)
+        out: asyncio.Queue[Down] = asyncio.Queue(OUTBOX)
         node: list[str] = []
         # Past the server's token check: the node counts its stream up only now.
         await context.send_initial_metadata(((JOB_SYNC_ACCEPTED_KEY, "1"),))
@@ -116,7 +127,7 @@ class JobSyncUpstream:
             await context.abort(*error)
 
     async def _read(
-        self, node: list[str], out: asyncio.Queue[probe_pb2.JobSyncDown], messages: Any
+        self, node: list[str], out: asyncio.Queue[Down], messages: Any
     ) -> Refusal | None:
         async for msg in messages:
             if isinstance(msg, Malformed):
@@ -127,6 +138,8 @@ class JobSyncUpstream:
                     node.append(msg.node_id)
                     self.joined += 1
                     self._outs[msg.node_id] = out
+                    if self._ticker is None or self._ticker.done():
+                        self._ticker = asyncio.ensure_future(self._tick())
                 elif msg.node_id != node[0]:
                     raise Refused("INVALID_ARGUMENT", "node_id changed within a stream")
                 replies, pushes = self.hub.apply(
@@ -141,17 +154,28 @@ class JobSyncUpstream:
                     out.put_nowait(down)
                 except asyncio.QueueFull:
                     return grpc.StatusCode.RESOURCE_EXHAUSTED, "the node does not read its answers"
-            # One push goes to every node of a job (12,500 at the largest): encoded once.
-            encoded: dict[int, probe_pb2.JobSyncDown] = {}
-            for other, job, reply in pushes:
-                q = self._outs.get(other)
-                if q is None:
-                    continue
-                push = encoded.get(id(reply))
-                if push is None:
-                    push = encoded[id(reply)] = probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)])
-                try:
-                    q.put_nowait(push)
-                except asyncio.QueueFull:
-                    self.missed_pushes += 1
+            self._send(pushes)
         return None
+
+    async def _tick(self) -> None:
+        """Push new analyses of large jobs in an incident (SummaryHub.tick) while
+        any node is connected."""
+        while len(self.hub):
+            await asyncio.sleep(TICK_S)
+            self._send(self.hub.tick(self._clock()))
+
+    def _send(self, pushes: list[Push]) -> None:
+        # One push goes to every node of a job (12,500 at the largest): serialized once.
+        encoded: dict[int, bytes] = {}
+        for other, job, reply in pushes:
+            q = self._outs.get(other)
+            if q is None:
+                continue
+            push = encoded.get(id(reply))
+            if push is None:
+                down = probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)])
+                push = encoded[id(reply)] = down.SerializeToString()
+            try:
+                q.put_nowait(push)
+            except asyncio.QueueFull:
+                self.missed_pushes += 1

@@ -34,16 +34,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core import limits
+from trainprobe.sidecar.core.job.checks import note_problem, problem, text_problem
 from trainprobe.sidecar.core.job.uplink import Upload
+from trainprobe.sidecar.core.job.verdict import SETTLED_EVERY_S
 from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 from trainprobe.sidecar.core.text import printable
 
-__all__ = ["Refused", "SummaryHub", "problem"]
-
-_VERDICTS = frozenset({"OK", "DEGRADED", "UNRESPONSIVE", "HUNG", "DEAD"})
-_ENDED = frozenset({"", "goodbye", "vanished", "rejected"})
-_KERNEL = frozenset({"", "running", "stopped", "traced", "frozen"})
+__all__ = ["Push", "Refused", "SummaryHub", "problem"]
 
 #: (node, job, reply) for another node's stream.
 Push = tuple[str, str, SyncReply]
@@ -57,62 +55,9 @@ class Refused(Exception):
         self.code, self.details = code, details
 
 
-def _text(value: str, what: str, limit: int = limits.MAX_ID_LEN) -> str | None:
-    return f"{what} longer than {limit} characters" if len(value) > limit else None
-
-
-def _age(value: float, what: str) -> str | None:
-    ok = math.isfinite(value) and 0.0 <= value <= limits.MAX_DURATION_S
-    return None if ok else f"{what}={value!r} is not an age"
-
-
-def problem(s: RankSummary) -> str | None:
-    """Why ``s`` cannot be a rank's summary, or None."""
-    if not 0 < s.world_size <= limits.MAX_WORLD_SIZE or not 0 <= s.rank < s.world_size:
-        return f"rank {s.rank} of world size {s.world_size}"
-    if s.pid < 0 or s.step < 0:
-        return "a negative pid or step"
-    if s.verdict not in _VERDICTS or s.ended not in _ENDED or s.kernel not in _KERNEL:
-        return "an unknown verdict, ending or kernel word"
-    if len(s.phases) > limits.MAX_PHASES or len(s.groups) > limits.MAX_GROUPS:
-        return "too many phases or groups"
-    for value, what in ((s.host, "host"), (s.node, "node"), (s.replica, "replica")):
-        if err := _text(value, what):
-            return err
-    if err := _text(s.ft_wait, "ft_wait"):
-        return err
-    for name in s.phases:
-        if err := _text(name, "a phase"):
-            return err
-    ages = [s.report_age_s, s.step_age_s, s.ft_wait_age_s, s.normal_step_s, s.kernel_age_s]
-    for g in s.groups:
-        if err := _text(g.group, "a group") or _text(g.inflight_op, "an op"):
-            return err
-        if min(g.issued, g.completed, g.inflight_seq) < 0:
-            return "a negative collective count"
-        ages.append(0.0 if g.inflight_age_s is None else g.inflight_age_s)
-    for age in ages:
-        if err := _age(age, "an age"):
-            return err
-    return None
-
-
-def _note_problem(note: EpisodeNote, job_id: str) -> str | None:
-    if note.job_id != job_id:
-        return "an episode note of another job"
-    for value, what in ((note.id, "id"), (note.opened_by, "opened_by"), (note.rule, "rule")):
-        if err := _text(value, f"the note's {what}"):
-            return err
-    if err := _text(note.verdict, "verdict") or _text(note.kind, "kind"):
-        return err
-    if len(note.culprits) > limits.MAX_NOTE_RANKS or len(note.where) > limits.MAX_NOTE_RANKS:
-        return "a note naming too many ranks"
-    places = [note.text, *note.where.values()]
-    return next((e for p in places if (e := _text(p, "note text", limits.MAX_NOTE_TEXT))), None)
-
-
 @dataclass
 class _Node:
+    node_id: str
     #: job -> rank -> (summary, received at).
     jobs: dict[str, dict[int, tuple[RankSummary, float]]] = field(default_factory=dict)
     notes: dict[str, EpisodeNote | None] = field(default_factory=dict)
@@ -143,6 +88,11 @@ class SummaryHub:
         self._claims: dict[tuple[str, int], str] = {}
         self._told: dict[str, tuple[object, ...]] = {}
         self._created = 0
+        #: job -> the nodes that hold its verdict and no longer ask at every
+        #: sync (a large job in an incident): each new analysis is pushed to them.
+        self._watchers: dict[str, dict[str, None]] = {}
+        #: job -> what its last pushed analysis said, and when.
+        self._pushed: dict[str, tuple[tuple[object, ...], float]] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -157,7 +107,7 @@ class SummaryHub:
             raise Refused("ALREADY_EXISTS", f"node {printable(node_id)} already has a stream")
         if len(self._nodes) >= limits.MAX_SYNC_NODES:
             raise Refused("RESOURCE_EXHAUSTED", f"{limits.MAX_SYNC_NODES} nodes already sync")
-        self._nodes[node_id] = _Node()
+        self._nodes[node_id] = _Node(node_id)
 
     def leave(self, node_id: str) -> None:
         node = self._nodes.pop(node_id, None)
@@ -188,7 +138,7 @@ class SummaryHub:
                 node.told[up.job_id] = key
             if self._told.get(up.job_id) != key:
                 self._told[up.job_id] = key
-                pushes.extend(self._push(up.job_id, node_id, reply, key))
+                pushes.extend(self._push(up.job_id, node_id, reply, key, now))
         return replies, pushes
 
     def _news(self, node: _Node, up: Upload, reply: SyncReply, key: tuple[object, ...]) -> bool:
@@ -198,20 +148,59 @@ class SummaryHub:
         it again, encoded again, each time (most of an incident's CPU at 12,500
         nodes); what it holds ages on its own clock (JobView.remote)."""
         job, told = up.job_id, node.told.get(up.job_id)
+        watchers = self._watchers.setdefault(job, {})
         if reply.verdict is None:
             node.verdict_of.pop(job, None)
+            watchers.pop(node.node_id, None)
             return up.detail or told != key
+        watchers[node.node_id] = None
         analyses = self.jobs[job].analyses
         if told == key and node.verdict_of.get(job) == analyses:
             return False
         node.verdict_of[job] = analyses
         return True
 
+    def tick(self, now: float) -> list[Push]:
+        """Each large job's new analysis, pushed to the nodes that hold its
+        verdict: they no longer ask at every sync (:class:`~.uplink.Uplink`),
+        so an incident costs the upstream an analysis a second (fewer once
+        settled, :meth:`CoordinatorState.reanalyse`) and a push when what it
+        says changed, not a message from every node twice a second."""
+        out: list[Push] = []
+        for job, watchers in self._watchers.items():
+            state = self.jobs.get(job)
+            if state is None or not watchers or (a := state.reanalyse(now)) is None:
+                continue
+            d = a.diagnosis
+            said = (d.kind, d.culprits, len(d.waiting), a.healthy is None, round(d.confidence, 2))
+            last = self._pushed.get(job)
+            if last is not None and last[0] == said and now - last[1] < SETTLED_EVERY_S:
+                continue
+            self._pushed[job] = (said, now)
+            out.extend(self._to_watchers(job, state, now))
+        return out
+
+    def _to_watchers(self, job: str, state: CoordinatorState, now: float) -> list[Push]:
+        a = state.analysis
+        if a is None:
+            return []
+        out: list[Push] = []
+        replies: dict[int, SyncReply] = {}  # one reply (encoded once) per distinct verdict
+        for other in self._watchers.get(job, {}):
+            node = self._nodes[other]
+            mine = node.jobs.get(job, {}).keys()
+            reply = state.pushed(a, mine, now)
+            reply = replies.setdefault(id(reply.verdict), reply)
+            node.told[job], node.verdict_of[job] = _key(reply), state.analyses
+            out.append((other, job, reply))
+        return out
+
     def _check(self, node_id: str, node: _Node, uploads: Sequence[Upload]) -> None:
         jobs = set(node.jobs)
         held = sum(len(r) for r in node.jobs.values())
         for up in uploads:
-            if err := _text(up.job_id, "job_id") or (None if up.job_id else "an empty job_id"):
+            empty = None if up.job_id else "an empty job_id"
+            if err := text_problem(up.job_id, "job_id") or empty:
                 raise Refused("INVALID_ARGUMENT", err)
             if up.ended:
                 continue
@@ -221,7 +210,7 @@ class SummaryHub:
             jobs.add(up.job_id)
             mine = node.jobs.get(up.job_id, {})
             held += sum(s.rank not in mine for s in up.ranks) - sum(r in mine for r in up.dropped)
-            if up.note is not None and (err := _note_problem(up.note, up.job_id)):
+            if up.note is not None and (err := note_problem(up.note, up.job_id)):
                 raise Refused("INVALID_ARGUMENT", f"job {printable(up.job_id)}: {err}")
             for s in up.ranks:
                 if err := problem(s):
@@ -268,12 +257,20 @@ class SummaryHub:
             node_id, ranks, up.note, now, up.detail, up.since, refresh_s, bounded=up.bounded
         )
 
-    def _push(self, job: str, sender: str, reply: SyncReply, key: tuple[object, ...]) -> list[Push]:
+    def _push(
+        self, job: str, sender: str, reply: SyncReply, key: tuple[object, ...], now: float
+    ) -> list[Push]:
         digest_only = SyncReply((), reply.episode, reply.digest, detail=False, full=False)
-        out: list[Push] = []
+        state = self.jobs.get(job)
+        watchers = self._watchers.get(job, {})
+        out = [
+            p
+            for p in (self._to_watchers(job, state, now) if state and watchers else [])
+            if p[0] != sender
+        ]
         for other in self._members.get(job, {}):
             node = self._nodes.get(other)
-            if other == sender or node is None or node.detail.get(job):
+            if other == sender or node is None or node.detail.get(job) or other in watchers:
                 continue  # one that asks for details is answered at its next upload
             if node.told.get(job) != key:
                 node.told[job] = key
@@ -289,6 +286,7 @@ class SummaryHub:
             self._release(job, rank, node_id)
         for part in (node.notes, node.detail, node.told, node.verdict_of):
             part.pop(job, None)
+        self._watchers.get(job, {}).pop(node_id, None)
         members = self._members.get(job, {})
         members.pop(node_id, None)
         state = self.jobs.get(job)
@@ -298,3 +296,5 @@ class SummaryHub:
             self._members.pop(job, None)
             self.jobs.pop(job, None)
             self._told.pop(job, None)
+            self._watchers.pop(job, None)
+            self._pushed.pop(job, None)

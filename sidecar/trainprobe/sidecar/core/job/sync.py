@@ -19,7 +19,7 @@ measured on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, JobDigest
@@ -27,6 +27,7 @@ from trainprobe.sidecar.core.job.store import RankStore
 from trainprobe.sidecar.core.job.verdict import (
     ANALYZE_EVERY_S,
     MAX_SENT,
+    SETTLED_EVERY_S,
     JobAnalysis,
     JobVerdict,
     aged,
@@ -98,6 +99,11 @@ class CoordinatorState:
         #: The last analysis of the whole job (bounded answers), and how many ran.
         self.analysis: JobAnalysis | None = None
         self.analyses = 0
+        #: The heartbeat refresh of the last bounded ask (what analyses age by).
+        self.refresh = REPORTING_REFRESH_S
+        #: An analysis's exemplars and the digest, as pushed (built once for every node).
+        self._sent: tuple[JobAnalysis, tuple[tuple[RankSummary, float], ...], JobDigest] | None
+        self._sent = None
 
     def sync(
         self,
@@ -133,6 +139,7 @@ class CoordinatorState:
             return SyncReply((), ep, digest, detail=False, full=False)
         mine = store.owned(sidecar_id)
         if bounded and len(store) - len(mine) > MAX_SENT:
+            self.refresh = refresh
             a = self._analyse(now, refresh)
             sent = store.these((r for r in a.exemplars if r not in mine), sidecar_id, now)
             return SyncReply(sent, ep, digest, verdict=a.verdict_for(mine))
@@ -140,6 +147,28 @@ class CoordinatorState:
             return SyncReply(store.full(sidecar_id, now), ep, digest, since=upto)
         others, gone = store.delta(sidecar_id, since[1], now)
         return SyncReply(others, ep, digest, full=False, gone=gone, since=upto)
+
+    def reanalyse(self, now: float) -> JobAnalysis | None:
+        """A new analysis for the sidecars that hold the last one and no longer
+        ask (summary mode pushes it to them), or None while that one stands: at
+        most every ANALYZE_EVERY_S; while no rank changed since an analysis
+        that settled the question, only every SETTLED_EVERY_S."""
+        a = self.analysis
+        if a is not None:
+            age = now - a.at
+            unchanged = a.version == self.store.version and a.settled()
+            if age < ANALYZE_EVERY_S or (unchanged and age < SETTLED_EVERY_S):
+                return None
+        return self._analyse(now, self.refresh)
+
+    def pushed(self, a: JobAnalysis, mine: Collection[int], now: float) -> SyncReply:
+        """What a pushed analysis tells the sidecar that owns ``mine``: its
+        verdict (:meth:`~.verdict.JobAnalysis.pushed`) and the ranks it names,
+        its own among them (it reads its own from its sessions)."""
+        sent = self._sent
+        if sent is None or sent[0] is not a:
+            sent = self._sent = (a, self.store.these(a.exemplars, "", now), self.store.digest(now))
+        return SyncReply(sent[1], self.episode, sent[2], verdict=a.pushed(mine))
 
     def _analyse(self, now: float, refresh: float) -> JobAnalysis:
         """The job's analysis, at most ANALYZE_EVERY_S old (one pass over every

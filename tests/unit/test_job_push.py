@@ -1,0 +1,108 @@
+"""Summary mode during a large job's incident: nodes that hold the upstream's
+verdict stop asking at every sync, and the upstream pushes each new analysis
+(SummaryHub.tick), on a fake clock."""
+
+from __future__ import annotations
+
+from trainprobe.sidecar.core.job.hub import SummaryHub
+from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink, Upload
+from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_NAMED, SETTLED_EVERY_S
+from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary
+
+WORLD = 96  # 12 nodes of 8: more other ranks than a node is sent whole (MAX_SENT)
+
+
+def waiting(r: int, world: int = WORLD, t: float = 0.0) -> RankSummary:
+    """A rank blocked since 2 s before ``t`` in the allreduce its stopped peer never joins."""
+    return RankSummary(
+        r, world, host=f"h{r // 8}", pid=100 + r, has_step=True, step=50, step_age_s=2.0 + t,
+        report_age_s=0.1, verified=True, normal_step_s=0.2,
+        groups=(GroupProgress("default", 101, 100, 2.0 + t, "allreduce", 101),),
+    )  # fmt: skip
+
+
+def stopped(r: int, world: int = WORLD) -> RankSummary:
+    return RankSummary(
+        r, world, host=f"h{r // 8}", pid=100 + r, reporting=False, report_age_s=2.0,
+        has_step=True, step=50, step_age_s=2.0, verdict="UNRESPONSIVE", verified=True,
+        normal_step_s=0.2, kernel="stopped", kernel_age_s=0.1,
+        groups=(GroupProgress("default", 100, 100),),
+    )  # fmt: skip
+
+
+def watched_job(world: int = WORLD) -> SummaryHub:
+    """Every node uploaded its waiting ranks and asked for the details once."""
+    hub = SummaryHub("t")
+    for n in range(world // 8):
+        hub.join(f"n{n}")
+        ranks = tuple(waiting(r, world) for r in range(n * 8, n * 8 + 8))
+        hub.apply(f"n{n}", [Upload("j", ranks, full=True)], 3.0, 0.0)
+    for n in range(world // 8):
+        replies, _ = hub.apply(f"n{n}", [Upload("j", detail=True, bounded=True)], 3.0, 0.1)
+        assert replies[0][1].verdict is not None  # a large job: the upstream's verdict
+    return hub
+
+
+def test_a_node_holding_a_large_jobs_verdict_sends_only_changes_not_a_poll_each_sync() -> None:
+    up = Uplink(refresh_s=3.0)
+
+    def ranks(t: float) -> list[RankSummary]:
+        return [waiting(0, t=t), waiting(1, t=t)]
+
+    assert up.uploads({"j": (ranks(0.0), None, False, None)}, 0.0, True)[0].full
+    # Asking for details of a job whose verdict is not held yet: asked at each sync.
+    assert up.uploads({"j": (ranks(0.5), None, True, None)}, 0.5, True)[0].detail
+    assert up.uploads({"j": (ranks(1.0), None, True, None)}, 1.0, True)[0].detail
+    # Held (the upstream pushes each new analysis): nothing new, nothing sent ...
+    assert up.uploads({"j": (ranks(1.5), None, True, None)}, 1.5, True, ["j"]) == []
+    assert up.uploads({"j": (ranks(2.0), None, True, None)}, 2.0, True, ["j"]) == []
+    # ... a change goes at once ...
+    now_stopped = [stopped(0), waiting(1, t=2.5)]
+    sent = up.uploads({"j": (now_stopped, None, True, None)}, 2.5, True, ["j"])
+    assert [s.rank for s in sent[0].ranks] == [0]
+    # ... and so does the end of the asking, which ends the pushes.
+    done = up.uploads({"j": (now_stopped, None, False, None)}, 3.0, True, ["j"])
+    assert len(done) == 1 and not done[0].detail and done[0].ranks == ()
+    assert up.uploads({"j": (now_stopped, None, False, None)}, 3.5, True) == []
+    assert up.uploads({"j": (now_stopped, None, False, None)}, 3.5 + HEARTBEAT_S, True)
+
+
+def test_the_upstream_pushes_each_new_analysis_to_the_nodes_that_hold_the_verdict() -> None:
+    hub = watched_job()
+    hub.apply("n0", [Upload("j", (stopped(0),), detail=True, bounded=True)], 3.0, 1.0)
+    analyses = hub.jobs["j"].analyses
+    assert hub.tick(1.05) == []  # analysed at 0.1: not again within ANALYZE_EVERY_S
+    pushes = hub.tick(0.1 + ANALYZE_EVERY_S)
+    assert hub.jobs["j"].analyses == analyses + 1
+    assert sorted(n for n, _, _ in pushes) == sorted(f"n{n}" for n in range(12))
+    verdicts = {n: r.verdict for n, _, r in pushes}
+    assert all(v is not None and v.culprits == (0,) for v in verdicts.values())
+    assert all(v is not None and v.waiting_count == WORLD - 1 for v in verdicts.values())
+    # Every node whose ranks only wait gets one reply object: encoded once for all.
+    assert len({id(r) for n, _, r in pushes if n != "n0"}) == 1
+    assert all(0 in [s.rank for s, _ in r.others] for _, _, r in pushes)
+    # Settled (a culprit named) and nothing changed: no analysis until SETTLED_EVERY_S.
+    t = 0.1 + ANALYZE_EVERY_S
+    assert hub.tick(t + ANALYZE_EVERY_S) == [] and hub.jobs["j"].analyses == analyses + 1
+    assert hub.tick(t + SETTLED_EVERY_S) and hub.jobs["j"].analyses == analyses + 2
+    # A node that stops asking gets no more pushes.
+    hub.apply("n5", [Upload("j")], 3.0, t + SETTLED_EVERY_S + 0.1)
+    back = (waiting(0, t=t),)
+    hub.apply("n0", [Upload("j", back, detail=True, bounded=True)], 3.0, t + SETTLED_EVERY_S + 0.2)
+    later = hub.tick(t + 2 * SETTLED_EVERY_S)
+    assert later and "n5" not in {n for n, _, _ in later}
+
+
+def test_a_node_whose_own_ranks_are_culprits_past_the_named_ones_is_told_so() -> None:
+    world = 8 * 12
+    hub = watched_job(world)
+    culprit_nodes = range(5)  # 40 ranks stop: more culprits than a verdict names
+    for n in culprit_nodes:
+        ranks = tuple(stopped(r, world) for r in range(n * 8, n * 8 + 8))
+        hub.apply(f"n{n}", [Upload("j", ranks, detail=True, bounded=True)], 3.0, 1.0)
+    pushes = {n: r.verdict for n, _, r in hub.tick(0.1 + ANALYZE_EVERY_S)}
+    assert all(v is not None and v.culprit_count == 40 for v in pushes.values())
+    own = pushes["n4"]
+    assert own is not None and set(range(32, 40)) <= set(own.culprits)
+    other = pushes["n7"]
+    assert other is not None and len(other.culprits) == MAX_NAMED
