@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -262,6 +263,31 @@ def test_no_command_is_one_line_that_names_the_commands() -> None:
         "trainprobe: error: which command? status, diagnose, top, report, incidents or run "
         "(see trainprobe --help)"
     ), line
+
+
+def test_every_commands_help_says_what_it_does_and_what_its_job_flag_means() -> None:
+    """``trainprobe status --help`` and the others began with their flags, nothing
+    said what the command does; every one's --job spoke of diagnose; and run's
+    usage did not show where its command goes."""
+    base = [PYTHON, "-m", "trainprobe.sidecar.cli.ctl"]
+    procs = {
+        cmd: subprocess.Popen(
+            [*base, cmd, "--help"], env=child_env(), stdout=subprocess.PIPE, text=True
+        )
+        for cmd in SUBCOMMAND_FLAG
+    }
+    for cmd, proc in procs.items():
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, (cmd, out)
+        # What argparse prints between the usage and the first list: the description.
+        head = re.split(r"\n(?:positional arguments|options):\n", out, maxsplit=1)[0]
+        about = head.split("\n\n", 1)[1].strip() if "\n\n" in head else ""
+        assert about, f"trainprobe {cmd} --help says nothing of what it does:\n{out}"
+        flat = " ".join(out.split())
+        if cmd in ("status", "top", "report"):
+            assert "(default: every job)" in flat and "diagnose" not in flat, (cmd, flat)
+        if cmd == "run":  # argparse's own usage ended in "...", never saying the "--"
+            assert out.startswith("usage: trainprobe run [options] -- COMMAND"), out
 
 
 def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> None:

@@ -137,7 +137,7 @@ def _main(argv: Sequence[str] | None) -> int:
         ("top", "a live view: ranks x recent windows by arrival lag or step time, incidents"),
         ("report", "an HTML page (and PNGs) of a job: step-time and lag heatmaps, incidents"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument(
             "--target",
             help=f"sidecar address (default ${DEFAULT_TARGET_ENV} or the per-user socket)",
@@ -151,11 +151,12 @@ def _main(argv: Sequence[str] | None) -> int:
             help="over TCP, the sidecar's TLS certificate (its --tls-cert-file), the only one "
             "trusted (default $TRAINPROBE_TLS_CERT_FILE)",
         )
+        which = "optional when one job runs, finished ones aside"
         p.add_argument(
             "--job",
             default="",
-            help="job id or name; id:J for the id J alone (diagnose: optional when one job "
-            "runs, finished ones aside)",
+            help="job id or name; id:J for the id J alone "
+            f"({which if name == 'diagnose' else 'default: every job'})",
         )
         p.add_argument(
             "--timeout-s", type=float, default=5.0, help="RPC deadline (default: %(default)s s)"

@@ -27,10 +27,8 @@ __all__ = ["add_incidents_parser", "default_log_path", "incidents_main"]
 
 
 def add_incidents_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "incidents",
-        help="past incidents from the incident log: one line each, or one's timeline",
-    )
+    about = "past incidents from the incident log: one line each, or one's timeline"
+    p = sub.add_parser("incidents", help=about, description=about)
     p.add_argument("id", nargs="?", help="show this incident's timeline")
     p.add_argument(
         "--log",

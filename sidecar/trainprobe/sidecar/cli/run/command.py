@@ -68,6 +68,8 @@ def add_run_parser(sub: Any) -> None:
         "run",
         help="run a replicated (torchft) job: lighthouse, sidecar, N replica groups",
         description=DESCRIPTION,
+        # argparse would end the usage with "...", which never says the "--".
+        usage="%(prog)s [options] -- COMMAND [ARG ...]",
     )
     p.add_argument("--replicas", type=int, default=2, help="replica groups (default: %(default)s)")
     p.add_argument(
@@ -127,10 +129,13 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument(
         "--log-dir",
         default="",
-        help="for the lighthouse's log only: the groups print to this output, prefixed"
-        " (default: a new temporary directory)",
+        help="for the lighthouse's log only, at info: the groups print to this output, "
+        "prefixed, torchft's lines in them at RUST_LOG=warn unless set (default: a new "
+        "temporary directory)",
     )
-    p.add_argument("train", nargs=argparse.REMAINDER, help="-- the training command")
+    p.add_argument(
+        "train", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the training command"
+    )
 
 
 def run_main(args: argparse.Namespace) -> int:
