@@ -162,7 +162,10 @@ class JobSyncUpstream:
         any node is connected."""
         while len(self.hub):
             await asyncio.sleep(TICK_S)
-            self._send(self.hub.tick(self._clock()))
+            try:
+                self._send(self.hub.tick(self._clock()))
+            except Exception:  # a failed tick must not end the pushes of every job
+                log.exception("job sync: pushing new analyses failed")
 
     def _send(self, pushes: list[Push]) -> None:
         # One push goes to every node of a job (12,500 at the largest): serialized once.
