@@ -106,3 +106,17 @@ def test_a_node_whose_own_ranks_are_culprits_past_the_named_ones_is_told_so() ->
     assert own is not None and set(range(32, 40)) <= set(own.culprits)
     other = pushes["n7"]
     assert other is not None and len(other.culprits) == MAX_NAMED
+
+
+def test_an_analysis_run_for_a_node_that_asked_is_pushed_to_the_others_too() -> None:
+    hub = watched_job()
+    t = 0.1 + ANALYZE_EVERY_S
+    # n11 holds no verdict yet (a new stream): its ask runs the analysis ...
+    hub.apply("n11", [Upload("j", detail=True, bounded=True)], 3.0, t - 0.5)
+    hub.apply("n0", [Upload("j", (stopped(0),), detail=True, bounded=True)], 3.0, t - 0.4)
+    replies, _ = hub.apply("n11", [Upload("j", detail=True, bounded=True)], 3.0, t)
+    assert replies and replies[0][1].verdict is not None and replies[0][1].verdict.culprits == (0,)
+    # ... and the tick right after (no new analysis due) still pushes it to the rest.
+    pushes = hub.tick(t + 0.25)
+    assert {n for n, _, _ in pushes} >= {f"n{n}" for n in range(1, 11)}
+    assert all(r.verdict is not None and r.verdict.culprits == (0,) for _, _, r in pushes)

@@ -91,8 +91,8 @@ class SummaryHub:
         #: job -> the nodes that hold its verdict and no longer ask at every
         #: sync (a large job in an incident): each new analysis is pushed to them.
         self._watchers: dict[str, dict[str, None]] = {}
-        #: job -> what its last pushed analysis said, and when.
-        self._pushed: dict[str, tuple[tuple[object, ...], float]] = {}
+        #: job -> what its last pushed analysis said, when, and its count.
+        self._pushed: dict[str, tuple[tuple[object, ...], float, int]] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -169,18 +169,24 @@ class SummaryHub:
         out: list[Push] = []
         for job, watchers in self._watchers.items():
             state = self.jobs.get(job)
-            if state is None or not watchers or (a := state.reanalyse(now)) is None:
+            if state is None or not watchers:
+                continue
+            # An upload that asked may have run the analysis already: push that one.
+            a = state.reanalyse(now) or state.analysis
+            last = self._pushed.get(job)
+            if a is None or (last is not None and last[2] == state.analyses):
                 continue
             d = a.diagnosis
             said = (d.kind, d.culprits, len(d.waiting), a.healthy is None, round(d.confidence, 2))
-            last = self._pushed.get(job)
             if last is not None and last[0] == said and now - last[1] < SETTLED_EVERY_S:
                 continue
-            self._pushed[job] = (said, now)
+            self._pushed[job] = (said, now, state.analyses)
             out.extend(self._to_watchers(job, state, now))
         return out
 
-    def _to_watchers(self, job: str, state: CoordinatorState, now: float) -> list[Push]:
+    def _to_watchers(
+        self, job: str, state: CoordinatorState, now: float, episode: bool = False
+    ) -> list[Push]:
         a = state.analysis
         if a is None:
             return []
@@ -188,6 +194,8 @@ class SummaryHub:
         replies: dict[int, SyncReply] = {}  # one reply (encoded once) per distinct verdict
         for other in self._watchers.get(job, {}):
             node = self._nodes[other]
+            if node.verdict_of.get(job) == state.analyses and not episode:
+                continue  # answered with this one when it asked
             mine = node.jobs.get(job, {}).keys()
             reply = state.pushed(a, mine, now)
             reply = replies.setdefault(id(reply.verdict), reply)
@@ -265,7 +273,7 @@ class SummaryHub:
         watchers = self._watchers.get(job, {})
         out = [
             p
-            for p in (self._to_watchers(job, state, now) if state and watchers else [])
+            for p in (self._to_watchers(job, state, now, True) if state and watchers else [])
             if p[0] != sender
         ]
         for other in self._members.get(job, {}):
