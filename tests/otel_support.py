@@ -7,13 +7,17 @@ exactly as they would to a collector.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -78,6 +82,35 @@ def flatten_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> Itera
                     status_message=s.status.message,
                     resource=resource,
                 )
+
+
+def _hex_ids_to_base64(node: Any) -> Any:
+    """OTLP/JSON's hex ids as protobuf's JSON mapping wants them (base64)."""
+    if isinstance(node, dict):
+        return {
+            k: base64.b64encode(bytes.fromhex(v)).decode()
+            if k in ("traceId", "spanId", "parentSpanId") and v
+            else _hex_ids_to_base64(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_hex_ids_to_base64(x) for x in node]
+    return node
+
+
+def file_spans(path: Path) -> list[Span]:
+    """The spans of a sidecar's ``traces.otlp.jsonl`` so far (a line still being
+    written is skipped)."""
+    out: list[Span] = []
+    text = path.read_text() if path.exists() else ""
+    for line in text.splitlines():
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        request = ParseDict(_hex_ids_to_base64(raw), trace_service_pb2.ExportTraceServiceRequest())
+        out.extend(flatten_spans(request))
+    return out
 
 
 def metric_points(request: metrics_service_pb2.ExportMetricsServiceRequest) -> Iterator[tuple]:

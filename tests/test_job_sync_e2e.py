@@ -3,11 +3,13 @@ summaries through one upstream sidecar (``--job-sync-to``), over gRPC.
 
 Three real sidecar processes on private Unix sockets; two real gloo ranks of
 one job, rank 0 reporting to node A and rank 1 to node B, as if on two hosts.
+Then what the upstream traces of a job's episode (one node, both ranks).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
 
@@ -15,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from tests.otel_support import Span, file_spans
 from tests.support import SidecarProcess, Workers, ctl, free_port, short_tmpdir, wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,6 +31,13 @@ def _scrape(port: int) -> list[Sample]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     families = text_string_to_metric_families(body)
     return [x for f in families if f.name.startswith("trainprobe_jobsync_") for x in f.samples]
+
+
+def episode_spans(sc: SidecarProcess, job: str) -> list[Span]:
+    """The job episode spans a sidecar exported so far (to its OTLP-JSON lines)."""
+    spans = file_spans(sc.state_dir / "traces.otlp.jsonl")
+    return [x for x in spans if x.name.startswith("job episode") and x.attributes.get(
+        "trainprobe.job_id") == job]  # fmt: skip
 
 
 def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
@@ -93,3 +103,35 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         )
         assert down.last_error and not down.lost and down.state_age_s < 30, down
         assert "JOB SYNC to unix://" in ctl("status", "--target", a.target, check=True).stdout
+
+
+def test_the_upstream_traces_the_jobs_episode_naming_its_culprit() -> None:
+    """The upstream's own span of a job's episode: job-level attributes only.
+
+    In dry-run, so that the episode stays open at its node (a node that kills
+    its only rank of the episode closes the episode before its next sync, and
+    the upstream never holds it): the node tells the upstream every sync.
+    """
+    up = SidecarProcess(short_tmpdir("tpup-"))
+    b = SidecarProcess(short_tmpdir("tpb-"), "--job-sync-to", up.target, "--dry-run", *RULES)
+    args = [*FAST, "--hang-rank", "1", "--hang-at", "20", "--hang-how", "stop"]
+    with up, b:
+        with Workers(2, b.target, short_tmpdir(), job_id="jse", args=args) as w:
+            wait_for(lambda: w.events("hang"), 90, what="rank 1 stopping itself")
+            wait_for(lambda: b.incidents("action", job="jse"), 30, what="the decision")
+            inc = b.incidents("incident", job="jse")[0]
+            time.sleep(1.0)  # a sync or two: the upstream holds the episode
+            assert episode_spans(up, "jse") == []  # open: exported when it ends
+        # The job's ranks are gone: its episode ends at the upstream, and its span goes out.
+        [ep] = wait_for(lambda: episode_spans(up, "jse"), 30, what="the upstream's episode span")
+        a = ep.attributes
+        assert a["trainprobe.culprits"] == [1] and a["trainprobe.culprits.count"] == 1, ep
+        assert a["trainprobe.episode.id"] == inc["id"], (ep, inc)
+        assert (a["trainprobe.verdict"], a["trainprobe.rule"]) == (inc["verdict"], inc["rule"])
+        assert ep.name == f"job episode {inc['verdict']} {inc['rule']}", ep
+        assert a["trainprobe.episode.end"] in ("closed", "job ended"), ep
+        assert b.proc is not None
+        assert a["trainprobe.episode.opened_by"] == f"{socket.gethostname()}:{b.proc.pid}", ep
+        assert ep.status_code == 2 and "culprits [1]" in ep.status_message, ep  # ERROR
+        assert "trainprobe.rank" not in a and "process.pid" not in a, ep
+        assert episode_spans(b, "jse") == []  # a node traces its own ranks, not this

@@ -7,6 +7,7 @@ opens naming the honest node's ranks) must not get a healthy rank signalled.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.otel_support import file_spans
 from tests.support import SidecarProcess, Workers, free_port, short_tmpdir, wait_for
 from trainprobe.proto import probe_pb2 as pb
 from trainprobe.proto import probe_pb2_grpc
+from trainprobe.sidecar.otel.traces.job_episodes import JOB_BURST
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +37,30 @@ def _send(target: str, msgs: list[pb.JobSyncUp]) -> grpc.RpcError:
             for _ in call:
                 pass
     return err.value
+
+
+#: What a terminal does with a hostile node's text: recolour, retitle, clear.
+ESCAPES = "\x1b[31m\x1b]0;owned\x07\x1b[2J\u202e"
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e]")
+
+
+def _flap(target: str, seconds: float) -> None:
+    """A node that opens a new episode at every message, in a job of its own."""
+
+    def ups() -> Iterator[pb.JobSyncUp]:
+        deadline, n = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            note = pb.SyncedEpisode(
+                id=f"flap-{n}", job_id="flap", opened_by="flapper", verdict="HUNG", rule="stall"
+            )
+            yield pb.JobSyncUp(node_id="flapper", refresh_s=3, jobs=[
+                pb.JobUpload(job_id="flap", note=note)])  # fmt: skip
+            n += 1
+            time.sleep(0.2)
+
+    with grpc.insecure_channel(target) as ch:
+        for _ in probe_pb2_grpc.SidecarStub(ch).JobSync(ups(), timeout=30):
+            pass
 
 
 def _forged_rank(honest: pb.SyncedRank) -> pb.SyncedRank:
@@ -92,7 +119,8 @@ def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
             got.wait(10)
             note = pb.SyncedEpisode(
                 id="evil-1", job_id=job, opened_by="evil", verdict="HUNG", rule="stall",
-                kind="straggler", culprits=[0, 1], text="forged",
+                kind="straggler", culprits=[0, 1], text=ESCAPES + "x" * 4000,
+                where={0: ESCAPES + "in step()", 1: "y" * 4096},
             )  # fmt: skip
             forged = _forged_rank(learned["rank0"])
             deadline = time.monotonic() + 6
@@ -101,6 +129,8 @@ def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
                     pb.JobUpload(job_id=job, ranks=[forged], note=note, detail=True)])  # fmt: skip
                 time.sleep(0.5)
 
+        flapper = threading.Thread(target=_flap, args=(up.target, 4.0))
+        flapper.start()
         with grpc.insecure_channel(up.target) as ch:
             for down in probe_pb2_grpc.SidecarStub(ch).JobSync(lies(), timeout=30):
                 for j in down.jobs:
@@ -121,8 +151,24 @@ def test_a_hostile_node_is_refused_and_signals_no_healthy_rank() -> None:
         assert "refused job sync" in up.log_text()
         assert up.proc is not None and up.proc.poll() is None
         # Each refused message ended its stream, counted where the operator reads it.
+        flapper.join(30)
         hub = up.status().job_sync_hub
         assert hub.refused >= 4 and hub.nodes == 1, hub  # the honest node only now
+    # What the upstream traced of the hostile episodes (its spans flushed at its stop):
+    # the forged one escaped and bounded, the flapping node's a few, not one each.
+    spans = [x for x in file_spans(up.state_dir / "traces.otlp.jsonl") if x.name.startswith(
+        "job episode")]  # fmt: skip
+    [forged] = [x for x in spans if x.attributes["trainprobe.job_id"] == job]
+    a = forged.attributes
+    assert a["trainprobe.episode.opened_by"] == "evil" and a["trainprobe.culprits"] == [0, 1]
+    for key, value in [*a.items(), ("name", forged.name), ("status", forged.status_message)]:
+        assert not isinstance(value, str) or not CONTROL.search(value), (key, value)
+        assert not isinstance(value, str) or len(value) <= 1024, (key, len(value))
+    assert a["trainprobe.episode.text"].startswith("\\x1b[31m\\x1b]0;owned\\x07\\x1b[2J\\u202ex")
+    assert len(a["trainprobe.episode.text"]) <= 512
+    assert a["trainprobe.episode.where"].startswith("0: \\x1b[31m"), a
+    flapped = [x for x in spans if x.attributes["trainprobe.job_id"] == "flap"]
+    assert 1 <= len(flapped) <= JOB_BURST, [x.attributes for x in flapped]
 
 
 def test_over_tcp_a_node_syncs_only_with_the_token_and_the_pinned_upstream() -> None:

@@ -32,7 +32,7 @@ from trainprobe.sidecar.config.settings import Settings
 from trainprobe.sidecar.core.hang.episodes import CulpritPolicy
 from trainprobe.sidecar.core.hang.patience import PatienceBook
 from trainprobe.sidecar.core.incident.recovery import RecoveryWatch
-from trainprobe.sidecar.core.job.view import JobView
+from trainprobe.sidecar.core.job.view import EpisodeNote, JobView
 from trainprobe.sidecar.core.session.registry import Registry
 from trainprobe.sidecar.engine.loop import Engine
 from trainprobe.sidecar.otel import Telemetry, start_telemetry
@@ -157,6 +157,7 @@ class Sidecar:
         self._engine_task: asyncio.Task[None] | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._hub_task: asyncio.Task[None] | None = None
         #: The Ray watcher's findings as incidents (a RayFindingResponder; its
         #: ``watcher`` once joined), when ``ray_watch`` and ``ray_address`` are set.
         self.ray_responder: Any = None
@@ -175,6 +176,9 @@ class Sidecar:
             (hub.nodes, hub.refused, hub.missed_pushes) if hub is not None else None,
             self.job_sync_upstream.ranks_by_job() if hub is not None else {},
         )
+
+    def _hub_episodes(self) -> dict[str, EpisodeNote | None]:
+        return {job: s.episode for job, s in self.job_sync_upstream.hub.jobs.items()}
 
     def _job_sync_status(self) -> probe_pb2.JobSyncLinkStatus | None:
         """This node's stream to its upstream (``job_sync_to``; not Ray's transport)."""
@@ -240,6 +244,11 @@ class Sidecar:
         )
         if self.job_sync is not None:
             self._sync_task = asyncio.ensure_future(self.job_sync.run(self._stop))
+        if self.telemetry is not None and self.telemetry.tracing:
+            # Summary mode's upstream: one span per job episode its hub holds.
+            self._hub_task = asyncio.ensure_future(
+                self.telemetry.trace_job_episodes(self._hub_episodes, self._stop)
+            )
         if self.settings.ray_watch and self.killer.link is not None and self.settings.ray_address:
             from trainprobe.sidecar.ray.responder import RayFindingResponder
 
@@ -255,7 +264,7 @@ class Sidecar:
 
     async def stop(self, grace_s: float = 1.0) -> None:
         self._stop.set()
-        for task in (self._engine_task, self._sync_task, self._watch_task):
+        for task in (self._engine_task, self._sync_task, self._watch_task, self._hub_task):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

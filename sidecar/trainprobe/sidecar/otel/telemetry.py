@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainprobe.sidecar.core.incident.incidents import Incident
+from trainprobe.sidecar.core.job.view import EpisodeNote
 from trainprobe.sidecar.core.session.model import ReportData, WorkerState
 from trainprobe.sidecar.core.session.overload import IngestLoad
 from trainprobe.sidecar.otel.export.config import TelemetryConfig, TelemetryError, telemetry_config
@@ -40,6 +42,7 @@ from trainprobe.sidecar.otel.metrics.measures import (
 )
 from trainprobe.sidecar.otel.traces.builder import TraceBuilder
 from trainprobe.sidecar.otel.traces.incident_spans import IncidentTracer
+from trainprobe.sidecar.otel.traces.job_episodes import JobEpisodeSpans
 
 if TYPE_CHECKING:
     from trainprobe.sidecar.otel.export.pipeline import OtelPipeline
@@ -50,6 +53,12 @@ GAUGE_WAIT_S = 1.0
 #: Every this many reports, the trace builder forgets the workers that ended
 #: cleanly or that the registry forgot.
 PRUNE_EVERY_REPORTS = 4096
+#: How often a summary-mode upstream reads its jobs' episodes (one span each):
+#: a node holds its note there one sync at least (job_sync_interval_ms, 500 ms
+#: by default), so a poll a fifth of that sees even a note sent once; with no
+#: job at the hub (every other sidecar), once a second.
+HUB_POLL_S = 0.1
+HUB_IDLE_S = 1.0
 
 
 class Telemetry:
@@ -160,6 +169,31 @@ class Telemetry:
                     self.pipeline.emit([span])
         except Exception:
             self._failed("action spans")
+
+    async def trace_job_episodes(
+        self, episodes: Callable[[], Mapping[str, EpisodeNote | None]], stop: asyncio.Event
+    ) -> None:
+        """A summary-mode upstream's job episodes as spans (traces/job_episodes.py):
+        ``episodes()`` (every job at the hub, with its episode or None) is read
+        on the loop that feeds the hub, so between two of its messages; on
+        ``stop`` the episodes still open end."""
+        spans = JobEpisodeSpans()
+        every_s = HUB_IDLE_S
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+            try:
+                now, wmm = self._clock(), self._wall_minus_mono()
+                if stop.is_set():
+                    done = spans.close_all(now, wmm, "upstream stopped")
+                else:
+                    seen = episodes()
+                    every_s = HUB_POLL_S if seen else HUB_IDLE_S
+                    done = spans.poll(seen, now, wmm)
+                if done:
+                    self.pipeline.emit(done)
+            except Exception:
+                self._failed("job episode spans")
 
     def gauges(self) -> GaugeSnapshot:
         """A registry snapshot, taken on the loop (called from reader threads)."""

@@ -9,6 +9,8 @@ ranks' step 100 land in the same trace.
 The scheme (documented in docs/OBSERVABILITY.md, versioned by its prefix):
 
 - trace id = BLAKE2b-128 of ``trainprobe/v1 \\x1f step \\x1f <job_id> \\x1f <step>``
+  (a job's episode at a summary-mode upstream: ``episode``, the job id and
+  the episode id instead of ``step`` and the step)
 - span id  = BLAKE2b-64 of ``trainprobe/v1 \\x1f <kind> \\x1f <parts...>``
 
 A zero id is invalid in OpenTelemetry; the (astronomically unlikely) zero
@@ -32,6 +34,11 @@ def _hash(size: int, kind: str, parts: tuple[object, ...]) -> int:
 def step_trace_id(job_id: str, step: int) -> int:
     """The trace id shared by every rank's spans of ``step`` in ``job_id``."""
     return _hash(16, "step", (job_id, int(step)))
+
+
+def episode_trace_id(job_id: str, episode_id: str) -> int:
+    """The trace of a job's episode as a summary-mode upstream saw it."""
+    return _hash(16, "episode", (job_id, episode_id))
 
 
 def span_id(kind: str, *parts: object) -> int:
