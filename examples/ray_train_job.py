@@ -78,6 +78,16 @@ def _first_time(flag: str) -> bool:
     return True
 
 
+def hang_at_start(cfg: dict[str, Any], rank: int, restored: int) -> None:
+    """The second fault, where a group's training starts (after its hook): rank
+    ``hang_rank`` of the first group that ``restored`` a checkpoint sleeps for
+    an hour once ``cfg["start_hang"]`` (a file path) is set. The framework
+    loops of the tests (tests/workers/ray_frameworks.py) call it too."""
+    if rank == cfg["hang_rank"] and restored and _first_time(cfg["start_hang"]):
+        log_event(cfg["progress"], event="start_hang", rank=rank, pid=os.getpid())
+        time.sleep(3600)
+
+
 def train_func(config: dict[str, Any]) -> None:
     """The per-worker training loop (runs inside a Ray Train worker actor)."""
     import ray.train
@@ -119,9 +129,7 @@ def train_func(config: dict[str, Any]) -> None:
             node_id=hook.identity.ray.node_id,
             target=hook.target,
         )
-        if rank == cfg["hang_rank"] and restored and _first_time(cfg["start_hang"]):
-            log_event(cfg["progress"], event="start_hang", rank=rank, pid=os.getpid())
-            time.sleep(3600)
+        hang_at_start(cfg, rank, restored)
         for step in range(restored + 1, cfg["steps"] + 1):
             x = torch.randn(16, 32, generator=gen)
             loss = model(x).pow(2).mean()

@@ -171,3 +171,36 @@ def kill_leftovers(pids: list[int]) -> None:
         if pid_running(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def start_up_hang_caught(
+    node: SimpleNamespace, job_id: str, events: list[dict[str, Any]], patience_s: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Rank 1 of a restarted Ray Train group slept after making its hook, before
+    its first step (event ``start_hang``: ray_train_job's ``hang_at_start``),
+    while rank 0 waited in that step's first collective (the plain loop's
+    gradient allreduce, Lightning's broadcast, the HF Trainer's gather). The
+    sidecar named it by rule ``startup_straggler`` with rank 0 waiting, within
+    the start-up patience (``patience_s``; not by rule ``startup`` at its end),
+    and killed it alone, through Ray. Returns (the ``start_hang`` event, the
+    incident)."""
+    (stuck,) = [e for e in events if e["event"] == "start_hang"]
+    assert stuck["rank"] == 1, stuck
+    records = job_records(node, job_id)
+    (inc,) = [r for r in records if r["type"] == "incident" and r["time"] > stuck["t"]]
+    assert inc["rule"] == "startup_straggler", inc
+    d = inc["diagnosis"]
+    assert d["culprits"] == [1] and d["waiting"] == [0], d
+    assert inc["targets"] == [1] and inc["detection_latency_s"] < patience_s, inc
+    assert inc["time"] - stuck["t"] < patience_s, inc
+    (action,) = [
+        r
+        for r in records
+        if r["type"] == "action" and r["incident_id"] == inc["id"] and "phase" not in r
+    ]
+    assert list(action["outcomes"]) == ["1"], action
+    out = action["outcomes"]["1"]
+    assert out["method"] == "ray.kill" and out["pid"] == stuck["pid"] and out["pid_gone"], out
+    assert not pid_running(stuck["pid"])
+    print(f"\nstart-up hang -> named {inc['time'] - stuck['t']:.1f} s")
+    return stuck, inc

@@ -153,3 +153,31 @@ def test_a_wait_the_sidecar_judged_spares_the_waiter_whatever_the_numbering() ->
     reg.set_verdict(r0.key, Verdict.OK, "")  # the next tick: the wait is over
     assert slow_syncs(reg, 111.1) == []
     assert slow_syncs(reg, 111.2) == []
+
+
+def test_a_first_collective_before_the_first_step_is_the_start_up_not_a_slow_sync() -> None:
+    """Rank 0, before its first step, waits 10.4 s in its first collective for
+    rank 1, asleep in its start-up (rule ``startup_straggler`` names it, and it
+    is killed): the collective ends there, failed, and rank 1 never entered it,
+    so no arrival says rank 0 waited. That wait is the start-up's, judged by
+    the start-up rules, and no DEGRADED finding against rank 0 (seen under Ray
+    Train: rank 0 of a Hugging Face Trainer in its first step's gather)."""
+    reg = Registry()
+    r0 = reg.open(HelloData(1, "t", "job", 0, 0, 2, "host", 1000, 100), 100.0)
+    r1 = reg.open(HelloData(1, "t", "job", 1, 1, 2, "host", 1001, 100), 100.0)
+    first = GroupSeqData("default", 1, 0, ns(100.5), "all_gather", 1, (1,), (ns(100.5),))
+    for t in (101.0, 102.0, 104.0, 106.0, 108.0, 110.0):
+        reg.apply(r0, no_step(t, int(t) - 100, SyncData(groups=(first,))), t)
+        reg.apply(
+            r1, no_step(t, int(t) - 100, SyncData(groups=(GroupSeqData("default", 0, 0),))), t
+        )
+        reg.arrivals.sweep(t)
+    sample = CollectiveData("default", 1, "all_gather", 8, ns(100.5), ns(110.9))
+    done = SyncData(1, 10.4, 10.4, 8, 10.4, (GroupSeqData("default", 1, 1),), (sample,))
+    reg.apply(r0, no_step(111.0, 12, done), 111.0)
+    assert slow_syncs(reg, 111.1) == []
+
+
+def no_step(t: float, seq: int, sync: SyncData) -> ReportData:
+    """A report of a rank that has not ended a step yet."""
+    return ReportData(seq=seq, mono_ns=ns(t), wall_ns=1, sync=sync)

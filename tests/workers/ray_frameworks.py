@@ -22,6 +22,13 @@ in ``config["ray_checkpoints"]``), then rank ``hang_rank`` SIGSTOPs itself
 ``config["progress"]`` (examples/ray_train_job.py's ``log_event``): ``start``
 (rank, pid, restored_step), ``step`` and ``done`` (rank, step, restored),
 ``hang`` (rank, pid, step).
+
+Second fault, with ``config["start_hang"]`` set (examples/ray_train_job.py's
+``hang_at_start``): rank ``hang_rank`` of the first group that resumed a
+checkpoint sleeps where its training starts (Lightning's ``on_train_start``,
+the Trainer's ``on_train_begin``: after trainprobe's callback made its hook
+and watched the DDP model, before the first step), while its peer goes on
+into the first step's gradient allreduce; event ``start_hang`` (rank, pid).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import tempfile
 import time
 from typing import Any
 
-from ray_train_job import log_event
+from ray_train_job import hang_at_start, log_event
 
 __all__ = ["DEFAULTS", "hf_train_func", "lightning_train_func"]
 
@@ -47,6 +54,8 @@ DEFAULTS: dict[str, Any] = {
     "ray_checkpoints": "",
     "settle_max_s": 60.0,
     "progress": "",
+    # A file path: ray_train_job's second fault, once, in a restarted group's start-up.
+    "start_hang": "",
 }
 BATCH = 4
 
@@ -65,6 +74,7 @@ class _Fault:
         self.restored = step
         progress = self.cfg["progress"]
         log_event(progress, event="start", rank=self.rank, pid=os.getpid(), restored_step=step)
+        hang_at_start(self.cfg, self.rank, step)
 
     def step_begins(self, done: int) -> None:
         """``done`` optimizer steps are behind this one."""

@@ -11,7 +11,9 @@ repeated ones). Validation, the sanity check and ``trainer.save_checkpoint``
 (every checkpoint callback goes through it, the write and the barrier
 included) are phases, so they never count as a stall. Under a DDP strategy
 the wrapped model is watched (:meth:`~trainprobe.hooks.LivenessProbeHook.watch_ddp`),
-so a hang names the rank that broke it.
+so a hang names the rank that broke it; so is the broadcast each batch of
+several processes begins with, where the peers of a rank that hangs before a
+batch (its first one included) wait.
 
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.
@@ -70,6 +72,7 @@ class LivenessProbeCallback(pl.Callback):
         self._phases = OpenPhases()
         self._last_step = -1
         self._patched: Any = None
+        self._patched_loop: tuple[Any, Any] | None = None
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -97,6 +100,7 @@ class LivenessProbeCallback(pl.Callback):
         model = trainer.strategy.model
         if self.hook is not None and isinstance(model, DistributedDataParallel):
             self.hook.watch_ddp(model)
+        self._watch_batch_broadcast(trainer)
 
     @_guarded
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -114,6 +118,11 @@ class LivenessProbeCallback(pl.Callback):
         if self._patched is not None and trainer.__dict__.get("save_checkpoint") is self._patched:
             del trainer.save_checkpoint
         self._patched = None
+        if self._patched_loop is not None:
+            loop, patched = self._patched_loop
+            if loop.__dict__.get("_broadcast_sigterm_tensor") is patched:
+                del loop._broadcast_sigterm_tensor
+            self._patched_loop = None
         if self.hook is not None:
             # A clean Goodbye: what the script does after fit is not a stall.
             self.hook.close()
@@ -156,6 +165,34 @@ class LivenessProbeCallback(pl.Callback):
     @_guarded
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phases.close("validation")
+
+    def _watch_batch_broadcast(self, trainer: pl.Trainer) -> None:
+        """Make the broadcast that begins each training batch a watched collective.
+
+        Lightning (2.6) broadcasts from rank 0 whether it got SIGTERM before
+        every batch of several processes, ahead of ``on_train_batch_start``.
+        A rank that hangs before a batch (its first one: a restarted group's
+        start-up) leaves its peers waiting there, in no DDP bucket: unwatched,
+        they are not seen waiting, and the rank is named only at
+        ``startup_timeout_s`` (600 s), not ``init_straggler_s`` after they began
+        (rule ``startup_straggler``). This trainer's loop only; a Lightning
+        without that method is left as it is.
+        """
+        loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        original = getattr(loop, "_broadcast_sigterm_tensor", None)
+        if self.hook is None or original is None or not callable(original):
+            return
+
+        @functools.wraps(original)
+        def broadcast_sigterm_tensor(*args: Any, **kwargs: Any) -> Any:
+            hook = self.hook
+            if hook is None:
+                return original(*args, **kwargs)
+            with hook.collective("broadcast"):
+                return original(*args, **kwargs)
+
+        loop._broadcast_sigterm_tensor = broadcast_sigterm_tensor
+        self._patched_loop = (loop, broadcast_sigterm_tensor)
 
     def _wrap_save_checkpoint(self, trainer: pl.Trainer) -> None:
         """Make ``trainer.save_checkpoint`` a phase, on this trainer instance only.

@@ -23,13 +23,17 @@ the script, before the arguments are built) is the earliest place trainprobe
 can act. It prefixes torchrun's store by the attempt and watches the
 start-up of every attempt (:mod:`trainprobe.hooks.framework.startup`).
 
-The DDP wrapper (``trainer.model_wrapped``) is watched at ``on_train_begin``.
+The DDP wrapper (``trainer.model_wrapped``) is watched at ``on_train_begin``,
+and so is the Trainer's ``accelerator.gather``, with which each step of
+several processes begins: the peers of a rank that hangs before a step (its
+first one included) wait there.
 Callbacks are handed only the unwrapped model, so the callback finds the
 trainer that called it on the stack, once per ``train()``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from types import FrameType
@@ -82,6 +86,7 @@ class LivenessProbeCallback(TrainerCallback):
         #: The hook of the train() in progress (None outside it).
         self.hook: LivenessProbeHook | None = None
         self._phases = OpenPhases()
+        self._gather: tuple[Any, Any] | None = None
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -104,6 +109,7 @@ class LivenessProbeCallback(TrainerCallback):
         from torch.nn.parallel import DistributedDataParallel
 
         trainer = calling_trainer()
+        self._watch_gather(trainer)
         wrapped = getattr(trainer, "model_wrapped", None)
         for candidate in (wrapped, model):
             if isinstance(candidate, DistributedDataParallel) and self.hook is not None:
@@ -115,10 +121,50 @@ class LivenessProbeCallback(TrainerCallback):
                 "watched, so a hang is detected but its culprit may not be named"
             )
 
+    def _watch_gather(self, trainer: Any) -> None:
+        """Make the Trainer's ``accelerator.gather`` a watched collective.
+
+        Each optimizer step of several processes begins with one, ahead of
+        ``on_step_begin``: the count of label tokens, gathered across ranks
+        (``average_tokens_across_devices``, on by default). A rank that hangs
+        before a step (its first one: a restarted group's start-up) leaves
+        its peers waiting there, in no DDP bucket: unwatched, they are not
+        seen waiting, and the rank is named only at ``startup_timeout_s``
+        (600 s), not ``init_straggler_s`` after they began (rule
+        ``startup_straggler``). This Trainer's accelerator only, until
+        ``on_train_end``.
+        """
+        accelerator: Any = getattr(trainer, "accelerator", None)
+        original = getattr(accelerator, "gather", None)
+        hook = self.hook
+        if hook is None or self._gather is not None or not callable(original):
+            return
+        if hook.identity.world_size < 2:
+            return
+
+        @functools.wraps(original)
+        def gather(*args: Any, **kwargs: Any) -> Any:
+            hook = self.hook
+            if hook is None:
+                return original(*args, **kwargs)
+            with hook.collective("all_gather"):
+                return original(*args, **kwargs)
+
+        accelerator.gather = gather
+        self._gather = (accelerator, gather)
+
+    def _unwatch_gather(self) -> None:
+        if self._gather is not None:
+            accelerator, patched = self._gather
+            if vars(accelerator).get("gather") is patched:
+                del accelerator.gather
+            self._gather = None
+
     @_guarded
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        self._unwatch_gather()
         self._phases.close_all()
         if self.hook is not None:
             # A clean Goodbye: what the script does after train() is not a stall.

@@ -240,7 +240,8 @@ def _waited_for_peer(
     wait is taken off still exceeds the limit is its sync slow of itself.
 
     Two witnesses of the wait: the sidecar judged the rank waiting in that
-    very collective (``sync_inflight``, ``WorkerState.waited_sync``), which
+    very collective (``sync_inflight``, ``WorkerState.waited_sync``), or saw
+    it there before the rank's first step (the start-up's wait), which
     holds whatever the collectives' numbering (torchft's replicas number
     theirs apart); or the arrival tracker said how long it waited
     (``LagStats.waited``), for a collective of this window: the slowest

@@ -43,7 +43,8 @@ def fold_report(
     if state.fresh_after and sent_at >= state.fresh_after:
         state.fresh_after = 0.0
     state.last_report_at = now
-    if report.sync is not None and report.sync.count and state.verdict_rule == WAITING_RULE:
+    waiting = state.verdict_rule == WAITING_RULE or not state.has_step
+    if report.sync is not None and report.sync.count and waiting:
         _note_waited(state, report.sync)
     state.last_report = report
     state.reports += 1
@@ -79,7 +80,12 @@ def fold_report(
 
 def _note_waited(state: WorkerState, sync: SyncData) -> None:
     """The collectives the rank was judged waiting in, as of its previous report,
-    that this report says finished (``WorkerState.waited_sync``)."""
+    that this report says finished (``WorkerState.waited_sync``).
+
+    A collective in flight before the rank's first step is counted too: its
+    length is the start-up's (peers still loading, or one hung there, which
+    the start-up rules judge and may kill, ending it failed), never a slow
+    sync of the rank's own."""
     prev = state.last_report.sync if state.last_report is not None else None
     if prev is None:
         return
