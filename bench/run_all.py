@@ -153,10 +153,26 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
         "bench_torchft.py",
         [
             *("--sections", "ray", "--ray-faults", "stop,sleep"),
-            *("--ray-lighthouse", "trainprobe,ray", "--trials", "3"),
+            *("--ray-lighthouse", "trainprobe,ray", "--ray-shape", "by-hand", "--trials", "3"),
         ],
         None,
     ),
+    # Four replica groups, one SIGSTOPped: trainprobe run (about 1.5 minutes a trial)
+    # and Ray Train's one-liner (minutes a trial); Ray Train's restarted group hanging
+    # before its first step (about 2 minutes a trial).
+    (
+        "replicated_4groups",
+        "bench_replicated.py",
+        ["--sections", "faults", "--faults", "stop", "--groups", "4", "--trials", "3"],
+        ["--trials", "1"],
+    ),
+    (
+        "torchft_ray_4groups",
+        "bench_torchft.py",
+        ["--sections", "ray", "--ray-faults", "stop", "--ray-groups", "4", "--trials", "3"],
+        None,
+    ),
+    ("ray_startup", "bench_ray_startup.py", ["--trials", "3"], None),
 ]
 #: Scripts whose result file is named by another flag than --json.
 OUT_FLAG = {"bench_torchft.py": "--out"}

@@ -146,6 +146,49 @@ def ray_node_with_sidecar(cli: dict[str, str], num_cpus: int = 2) -> Iterator[Si
             ray.shutdown()
 
 
+#: The node sidecar of Ray Train's restart path (tests/test_ray_train.py,
+#: bench/bench_ray_startup.py): a 3 s stall kills at once, and the start-up
+#: patience is seconds, not the shipped 600 s, where only the path matters.
+RAY_TRAIN_STARTUP_S = 10.0
+RAY_TRAIN_SIDECAR = {
+    "stall_timeout_s": "3.0",
+    "hang_patience_s": "0",
+    "on_hung": "restart",
+    "kill_grace_s": "2",
+    # Ray Train ends the peers of a killed culprit itself; our sweep of what is
+    # left must not race it on a busy machine.
+    "job_kill_grace_s": "30",
+    "startup_timeout_s": str(RAY_TRAIN_STARTUP_S),
+}
+
+
+def start_up_hang_trainer(
+    node: SimpleNamespace,
+    name: str,
+    progress: Path,
+    steps: int = 25,
+    hang_at: int = 13,
+    ckpt_every: int = 5,
+) -> Any:
+    """examples/ray_train_job.py (``watch_ddp``, a checkpoint every ``ckpt_every``) whose
+    rank 1 sleeps in step ``hang_at``; in the group Ray Train restarts from the
+    checkpoint before it, rank 1 sleeps after making its hook, before its first
+    step (once), while rank 0 waits in that step's allreduce; ``max_failures=2``
+    lets a third group finish. ``node`` is :func:`ray_node_with_sidecar`'s with
+    :data:`RAY_TRAIN_SIDECAR`, and ``node.job`` the example module."""
+    config = {
+        "steps": steps,
+        "ckpt_every": ckpt_every,
+        "hang_rank": 1,
+        "hang_at": hang_at,
+        "progress": str(progress),
+        "watch_ddp": True,
+        "start_hang": str(node.workdir / f"{name}.start_hang"),
+    }
+    storage = str(node.workdir / "storage")
+    return node.job.make_trainer(config, storage_path=storage, name=name, max_failures=2)
+
+
 def job_records(node: SimpleNamespace, job_id: str) -> list[dict[str, Any]]:
     """The sidecar's incident log lines about ``job_id``."""
     return [r for r in read_jsonl(Path(node.sidecar.incident_log)) if r.get("job_id") == job_id]

@@ -13,38 +13,30 @@ from types import SimpleNamespace
 import pytest
 
 from tests.ray_support import (
+    RAY_TRAIN_SIDECAR,
+    RAY_TRAIN_STARTUP_S,
     import_as_ray_workers_do,
     job_records,
     pid_running,
     ray_node_with_sidecar,
     start_up_hang_caught,
+    start_up_hang_trainer,
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-STALL_S = 3.0
+STALL_S = float(RAY_TRAIN_SIDECAR["stall_timeout_s"])
 STEPS = 25
 CKPT_EVERY = 5
 HANG_AT = 13  # after the checkpoint of step 10
-STARTUP_S = 10.0
+STARTUP_S = RAY_TRAIN_STARTUP_S
 
 
 @pytest.fixture(scope="module")
 def ray_node() -> Iterator[SimpleNamespace]:
-    settings = {
-        "stall_timeout_s": str(STALL_S),
-        # The restart path through Ray Train, not the patience (issue 12).
-        "hang_patience_s": "0",
-        "on_hung": "restart",
-        "kill_grace_s": "2",
-        # Ray Train ends the peers of a killed culprit itself; our
-        # sweep of what is left must not race it on a busy machine.
-        "job_kill_grace_s": "30",
-        # A restarted group's start-up hang is judged by the start-up rule
-        # (600 s by default): shortened here, where only its path matters.
-        "startup_timeout_s": str(STARTUP_S),
-    }
-    with ray_node_with_sidecar(settings) as node:
+    # The restart path through Ray Train, not the patience; the start-up patience
+    # shortened (bench/bench_ray_startup.py runs the same node).
+    with ray_node_with_sidecar(RAY_TRAIN_SIDECAR) as node:
         node.job = import_as_ray_workers_do("ray_train_job")
         yield node
 
@@ -123,17 +115,8 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the
     connect), and Ray Train's second restart finishes the run."""
     job, workdir = ray_node.job, ray_node.workdir
     progress = workdir / "culprit.jsonl"
-    config = {
-        "steps": STEPS,
-        "ckpt_every": CKPT_EVERY,
-        "hang_rank": 1,
-        "hang_at": HANG_AT,
-        "progress": str(progress),
-        "watch_ddp": True,
-        "start_hang": str(workdir / "culprit.start_hang"),
-    }
-    trainer = job.make_trainer(
-        config, storage_path=str(workdir / "storage"), name="tp-culprit", max_failures=2
+    trainer = start_up_hang_trainer(
+        ray_node, "tp-culprit", progress, steps=STEPS, hang_at=HANG_AT, ckpt_every=CKPT_EVERY
     )
     result = trainer.fit()
     assert result.error is None and result.metrics["step"] == STEPS

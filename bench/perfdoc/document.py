@@ -13,6 +13,7 @@ from .sections.detection import detection_section
 from .sections.faults import faults_section
 from .sections.more import gpu_section, hardening_section, install_section
 from .sections.pressure import incident_log_section, starved_section
+from .sections.ray_recovery import replica_groups_section
 from .sections.ray_sync import ray_sync_section
 from .sections.recovery import recovery_section
 from .sections.restart import restart_section
@@ -52,6 +53,9 @@ NAMES = (
     "restart",
     "restart_quiet",
     "replicated",
+    "replicated_4groups",
+    "torchft_ray_4groups",
+    "ray_startup",
     "starved",
     "incident_log",
     "ray_sync",
@@ -99,6 +103,9 @@ def markdown(results: Path = RESULTS) -> str:
             res["torchft"], res["torchft_loaded"], res["torchft_ray"], res["torchft_ray_before"]
         ),
         *restart_section(res["restart"], res["replicated"], res["torchft"], res["restart_quiet"]),
+        *replica_groups_section(
+            res["replicated_4groups"], res["torchft_ray_4groups"], res["ray_startup"]
+        ),
         *scale_section(res),
         *job_scale_section(res),
         *ray_sync_section(res["ray_sync"]),

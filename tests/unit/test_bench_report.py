@@ -34,8 +34,9 @@ def test_the_page_is_a_short_reference() -> None:
     # +91 for restarts beside replicas (section 44 with the quiet machine's rows, 6
     # headlines), the starved sidecar (20, 1) and the large incident log (19, 1), +32 for
     # what a sidecar receives under Ray (section 30, 2 headlines), +27 for summary mode's
-    # upstream (section 27: this machine's rows, the 16-core machine's before the fix)
-    assert text.count("\n") <= 585
+    # upstream (section 27: this machine's rows, the 16-core machine's before the fix), +23
+    # for four replica groups and the start-up hang under Ray Train (section 23)
+    assert text.count("\n") <= 608
     assert not re.search(r"\b[Ii]ssues? \d", text), "no issue numbers in user docs"
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "no dates: a footnote gives the machine"
 
@@ -96,6 +97,33 @@ def test_restart_and_replica_rows_follow_the_results(tmp_path: Path) -> None:
     assert line("| plain script, torchrun | SIGSTOP | **none stepped again**").endswith(
         "**missed** |"
     )
+
+
+def test_four_group_and_start_up_rows_follow_the_results(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(render.RESULTS, results)
+
+    def edit(name: str, change: object) -> None:
+        doc = json.loads((results / f"{name}.json").read_text())
+        change(doc["summary"])  # type: ignore[operator]
+        (results / f"{name}.json").write_text(json.dumps(doc))
+
+    def rows() -> list[str]:
+        return [r for r in render.markdown(results).splitlines() if r.startswith("| ")]
+
+    def line(start: str) -> str:
+        return next(r for r in rows() if r.startswith(start))
+
+    launcher, ray = "| 4 groups, `trainprobe run", "| 4 groups, Ray Train"
+    startup = "| Ray Train, a rank of the restarted group hangs"
+    edit("replicated_4groups", lambda sm: sm["faults"]["stop"].update(survivor_resumed_s=3.4))
+    edit("torchft_ray_4groups", lambda sm: sm["ray"]["stop"].update(survivor_same_pid=False))
+    edit("ray_startup", lambda sm: sm.update(named_s=11.0, named_s_max=12.5))
+    assert "**3.40 s**" in line(launcher) and line(launcher).endswith("**missed** |")
+    assert "same pids" not in line(ray) and line(ray).endswith("**missed** |")
+    assert "named **11.00 s**" in line(startup) and line(startup).endswith("**missed** |")
+    (results / "ray_startup.json").unlink()
+    assert not any(r.startswith(startup) for r in rows())
 
 
 def test_fault_matrix_goals_count_false_kills_and_wrong_culprits() -> None:
