@@ -19,6 +19,8 @@ from .sections.ray_sync import RAY_SYNC_ANCHOR, ray_sync_goals
 from .sections.recovery import recovery_goals
 from .sections.restart import RESTART_ANCHOR, restart_goals
 from .sections.scale import job_scale
+from .sections.summary_sync import AFTER as SUMMARY_SYNC_AFTER
+from .sections.summary_sync import SUMMARY_SYNC_ANCHOR, summary_sync_goals
 
 
 def headlines(res: dict[str, Result | None]) -> Lines:
@@ -108,6 +110,8 @@ def headlines(res: dict[str, Result | None]) -> Lines:
         ratio = gpu["ratio_watched_over_plain"]
         add("GPU step time, watched", "step-time-on-a-gpu", "≤ 1.01× plain", f"{ratio:.4f}×",
             'NVRx straggler detection: "< 1 %"', ratio <= 1.01)
+    for name, goal, got, anchor, ok in summary_sync_goals(res[SUMMARY_SYNC_AFTER]):
+        add(name, SUMMARY_SYNC_ANCHOR, goal, got, anchor, ok)
     sessions = "sessions-at-the-cap-bursts-2000-workers-at-10-hz"
     if rel := res["session_cost_relayed"]:
         peak = max(x["rss_bytes"] for x in rel["stages"]) / 1e6
