@@ -1,20 +1,22 @@
 """Lightning and the Hugging Face Trainer inside Ray Train come back after our kill.
 
-A real local Ray, trainprobe's per-node sidecar on its shipped defaults, a
+A real local Ray, trainprobe's per-node sidecar on its shipped defaults (but
+the start-up patience, below), a
 real TorchTrainer with 2 CPU (gloo) workers running Ray's own integration of
 each framework with trainprobe's callback beside it
 (tests/workers/ray_frameworks.py). On the first attempt rank 1 SIGSTOPs
 itself as step 14 begins (once Ray Train has registered step 10's
 checkpoint), rank 0 waits in the gradient allreduce. A stopped
 rank is definitive evidence: the sidecar names rank 1 and kills it through
-Ray in seconds; Ray Train's ``FailureConfig(max_failures=1)`` starts the group
-again from the checkpoint of step 10.
+Ray in seconds; Ray Train's ``FailureConfig`` starts the group again from the
+checkpoint of step 10.
 
 That restarted group then hangs in its start-up, as the plain loop's does in
 tests/test_ray_train.py (the same fault, examples/ray_train_job.py's
 ``hang_at_start``): rank 1 sleeps where the framework starts training, after
-trainprobe's callback made its hook and watched the DDP model, before its
-first step, while rank 0 waits in that step's gradient allreduce. It is named
+trainprobe's callback made its hook, before its first step, while rank 0
+waits in the collective that step begins with (Lightning's broadcast, the
+Trainer's ``accelerator.gather``: the callbacks watch both). It is named
 by rule ``startup_straggler`` in seconds, killed alone through Ray once the
 start-up patience is spent, and ``max_failures=2`` lets a third group end the
 run at step 20. Under Ray Train the process group exists before anything of
