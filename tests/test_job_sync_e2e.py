@@ -79,6 +79,16 @@ def test_stopped_rank_on_one_node_is_named_and_only_its_node_kills() -> None:
         assert a.incidents("action", job="js2") == []
         assert all(0 not in r.get("culprits", []) for r in a.incidents("incident", job="js2"))
         assert all(r.get("targets", []) == [] for r in a.incidents("incident", job="js2"))
+        # Node B's episode opened and closed (its only rank killed) between two
+        # syncs: B still tells it once, closed, and the upstream traces it,
+        # which node A never follows (above: it did nothing).
+        [ep] = wait_for(lambda: episode_spans(up, "js2"), 5, what="the upstream's episode span")
+        attrs = ep.attributes
+        assert attrs["trainprobe.culprits"] == [1] and attrs["trainprobe.episode.id"] == inc["id"]
+        assert attrs["trainprobe.rule"] == inc["rule"], ep
+        assert attrs["trainprobe.episode.end"] == "closed" and ep.status_code == 2, ep
+        assert b.proc is not None
+        assert attrs["trainprobe.episode.opened_by"] == f"{socket.gethostname()}:{b.proc.pid}"
         assert "syncing job summaries with" in a.log_text()
         assert "refused job sync" not in up.log_text()
         # What an operator reads on both ends: the node's stream, the upstream's hub.

@@ -136,3 +136,22 @@ def test_at_most_max_open_episodes_are_held() -> None:
     jobs = {f"j{i}": _note("e", f"j{i}") for i in range(MAX_OPEN + 50)}
     spans.poll(jobs, 1.0, WMM)
     assert len(spans) == MAX_OPEN and spans.suppressed >= 50
+
+
+def test_an_episode_closed_between_two_syncs_is_one_span_at_the_poll_that_finds_it() -> None:
+    from dataclasses import replace
+
+    spans = JobEpisodeSpans()
+    ended = replace(_note(culprits=(1,)), closed=True)
+    [span] = spans.poll({"j": None}, 10.0, WMM, [("j", ended)])
+    assert span.start_ns == span.end_ns == (10 + WMM) * NS
+    a = span.attributes
+    assert a["trainprobe.culprits"] == [1] and a["trainprobe.episode.end"] == "closed"
+    assert span.error == "HUNG (stall): culprits [1]" and len(spans) == 0
+    # Held open after all (the same id): its span is the open one's, at its end.
+    assert spans.poll({"j": _note("inc-2")}, 11.0, WMM, [("j", _note("inc-2"))]) == []
+    assert len(spans) == 1
+    # The job's rate holds for these too: a node flapping them gets a count.
+    flaps = [("j", replace(ended, id=f"f{i}")) for i in range(JOB_BURST + 2)]
+    out = spans.poll({"j": _note("inc-2")}, 12.0, WMM, flaps)
+    assert len(out) == JOB_BURST - 2 and spans.suppressed == 4

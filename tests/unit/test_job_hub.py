@@ -121,6 +121,12 @@ def test_the_wire_carries_summaries_notes_and_a_bounded_verdict_whole() -> None:
     older = replace(reply, others=((s, 1.75), (replace(s, step=9), 0.5)))
     back = reply_of(pb.JobReply.FromString(reply_pb("j", older).SerializeToString()))
     assert back == older
+    # A closed note travels in a field of its own: an upstream that reads only
+    # `note` (an older one) sees no note, which means closed, not an open episode.
+    ended = Upload("j", note=replace(note, closed=True))
+    m = pb.JobUpload.FromString(upload_pb(ended).SerializeToString())
+    assert not m.HasField("note") and m.closed_note.id == "e1"
+    assert uploads_of(pb.JobSyncUp(node_id="a", jobs=[m])) == [ended]
 
 
 def test_a_node_polling_for_details_gets_a_large_jobs_verdict_once_per_analysis() -> None:

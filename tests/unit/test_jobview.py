@@ -111,3 +111,31 @@ def test_the_view_ages_what_it_heard() -> None:
     assert view.episode("j") == note("A")
     view.forget("j")
     assert view.remote("j", 101.0, 10.0) == []
+
+
+def test_a_closed_note_is_kept_for_the_record_and_never_an_episode() -> None:
+    from dataclasses import replace
+
+    from trainprobe.sidecar.core.job import SyncReply
+
+    c = CoordinatorState()
+    c.sync("B", [rank(2)], None, now=1.0)
+    # A's episode opened and closed between two syncs: told once, closed.
+    closed = replace(note("A"), closed=True)
+    assert c.sync("A", [rank(0)], closed, now=2.0).episode is None
+    assert c.sync("B", [rank(2)], None, now=2.1).episode is None
+    assert list(c.closed) == [closed]
+    # B's open episode stands; A's closed note neither ends nor replaces it.
+    assert c.sync("B", [rank(2)], note("B", "b-1"), now=3.0).episode == note("B", "b-1")
+    assert c.sync("A", [rank(0)], replace(closed, id="a-2"), now=3.1).episode == note("B", "b-1")
+    # B closes its own at once and tells it closed: it was held open, so it just ends.
+    c.closed.clear()
+    assert c.sync("B", [rank(2)], replace(note("B", "b-1"), closed=True), now=4.0).episode is None
+    assert list(c.closed) == []
+    # A closed note from a sidecar that did not open it is not kept.
+    c.sync("B", [rank(2)], replace(note("A", "x"), closed=True), now=5.0)
+    assert list(c.closed) == []
+    # And one that reached a node anyway is nothing to follow.
+    v = JobView()
+    v.update("j", SyncReply(episode=closed), now=6.0)
+    assert v.episode("j") is None

@@ -677,7 +677,7 @@ class JobSyncUp(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., refresh_s: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[JobUpload, _Mapping]]] = ...) -> None: ...
 
 class JobUpload(_message.Message):
-    __slots__ = ("job_id", "ranks", "dropped", "full", "note", "detail", "since_instance", "since_version", "ended", "bounded")
+    __slots__ = ("job_id", "ranks", "dropped", "full", "note", "detail", "since_instance", "since_version", "ended", "bounded", "closed_note")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
@@ -688,6 +688,7 @@ class JobUpload(_message.Message):
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
     BOUNDED_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_NOTE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     ranks: _containers.RepeatedCompositeFieldContainer[SyncedRank]
     dropped: _containers.RepeatedScalarFieldContainer[int]
@@ -698,7 +699,8 @@ class JobUpload(_message.Message):
     since_version: int
     ended: bool
     bounded: bool
-    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., full: bool = ..., note: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., detail: bool = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., ended: bool = ..., bounded: bool = ...) -> None: ...
+    closed_note: SyncedEpisode
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[SyncedRank, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., full: bool = ..., note: _Optional[_Union[SyncedEpisode, _Mapping]] = ..., detail: bool = ..., since_instance: _Optional[str] = ..., since_version: _Optional[int] = ..., ended: bool = ..., bounded: bool = ..., closed_note: _Optional[_Union[SyncedEpisode, _Mapping]] = ...) -> None: ...
 
 class SyncedRank(_message.Message):
     __slots__ = ("rank", "world_size", "host", "pid", "node", "reporting", "ended", "report_age_s", "has_step", "step", "step_age_s", "phases", "groups", "verdict", "replica", "ft_wait", "ft_wait_age_s", "verified", "normal_step_s", "kernel", "kernel_age_s", "held_s")

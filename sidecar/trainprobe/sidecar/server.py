@@ -180,6 +180,14 @@ class Sidecar:
     def _hub_episodes(self) -> dict[str, EpisodeNote | None]:
         return {job: s.episode for job, s in self.job_sync_upstream.hub.jobs.items()}
 
+    def _hub_closed(self) -> list[tuple[str, EpisodeNote]]:
+        """The closed notes the hub's jobs received since the last call (taken)."""
+        out = []
+        for job, s in self.job_sync_upstream.hub.jobs.items():
+            while s.closed:
+                out.append((job, s.closed.popleft()))
+        return out
+
     def _job_sync_status(self) -> probe_pb2.JobSyncLinkStatus | None:
         """This node's stream to its upstream (``job_sync_to``; not Ray's transport)."""
         transport = self.job_sync.transport if self.job_sync is not None else None
@@ -247,7 +255,7 @@ class Sidecar:
         if self.telemetry is not None and self.telemetry.tracing:
             # Summary mode's upstream: one span per job episode its hub holds.
             self._hub_task = asyncio.ensure_future(
-                self.telemetry.trace_job_episodes(self._hub_episodes, self._stop)
+                self.telemetry.trace_job_episodes(self._hub_episodes, self._stop, self._hub_closed)
             )
         if self.settings.ray_watch and self.killer.link is not None and self.settings.ray_address:
             from trainprobe.sidecar.ray.responder import RayFindingResponder

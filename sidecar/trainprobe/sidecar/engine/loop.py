@@ -236,6 +236,11 @@ class Engine:
         """What this sidecar tells the job's coordinator about the job's episode."""
         return note(self.state, job_id)
 
+    def closed_note(self, job_id: str) -> EpisodeNote | None:
+        """The note of the job's last episode decided here that closed since the
+        last call (taken: a JobSync tells it once)."""
+        return self.state.closed.pop(job_id, None)
+
     def publish_external(self, incident: Incident, act: Awaitable[None] | None = None) -> None:
         """Publish an incident found outside the tick (the Ray watcher) like any other,
         and run its action, if any, under the same guard and drain."""

@@ -171,12 +171,16 @@ class Telemetry:
             self._failed("action spans")
 
     async def trace_job_episodes(
-        self, episodes: Callable[[], Mapping[str, EpisodeNote | None]], stop: asyncio.Event
+        self,
+        episodes: Callable[[], Mapping[str, EpisodeNote | None]],
+        stop: asyncio.Event,
+        closed: Callable[[], list[tuple[str, EpisodeNote]]] = list,
     ) -> None:
         """A summary-mode upstream's job episodes as spans (traces/job_episodes.py):
-        ``episodes()`` (every job at the hub, with its episode or None) is read
-        on the loop that feeds the hub, so between two of its messages; on
-        ``stop`` the episodes still open end."""
+        ``episodes()`` (every job at the hub, with its episode or None) and
+        ``closed()`` (the closed notes received since, taken) are read on the
+        loop that feeds the hub, so between two of its messages; on ``stop``
+        the episodes still open end."""
         spans = JobEpisodeSpans()
         every_s = HUB_IDLE_S
         while not stop.is_set():
@@ -189,7 +193,7 @@ class Telemetry:
                 else:
                     seen = episodes()
                     every_s = HUB_POLL_S if seen else HUB_IDLE_S
-                    done = spans.poll(seen, now, wmm)
+                    done = spans.poll(seen, now, wmm, closed())
                 if done:
                     self.pipeline.emit(done)
             except Exception:

@@ -71,6 +71,8 @@ class RayTransport:
         view = self.view
         bounded = view.bounded if view is not None else False
         for job_id, (summaries, note, detail, since) in payload.items():
+            if note is not None and note.closed:
+                note = None  # a closed note is for an upstream's trace: no coordinator actor traces
             try:
                 handle = self._handles.get(job_id) or coordinator(job_id)
                 self._handles[job_id] = handle

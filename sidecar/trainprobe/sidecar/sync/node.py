@@ -12,7 +12,10 @@ sync (:mod:`trainprobe.sidecar.ray.jobsync`); outside Ray, one JobSync stream
 to an upstream sidecar that hosts every job's coordinator
 (:mod:`trainprobe.sidecar.sync.link`, ``job_sync_to``). Summaries are computed
 on the sidecar's loop (no lock on the registry). A coordinator that cannot be
-reached only means the analysis sees this sidecar's ranks.
+reached only means the analysis sees this sidecar's ranks. An episode that
+opened and closed between two syncs (a node killing its own culprit at
+once) is sent once as its last note, closed (``EpisodeNote.closed``): the
+coordinator never holds it open, and an upstream traces it.
 
 A silent rank's summary carries the kernel's word on it
 (:attr:`~trainprobe.sidecar.core.judge.diagnosis.RankSummary.kernel`): this node's
@@ -93,6 +96,8 @@ class JobSync:
         #: The kernel's word on each silent verified worker: (how, read at).
         self._words: dict[WorkerKey, tuple[str, float]] = {}
         self._reading: asyncio.Future[None] | None = None
+        #: Per job, the id of the last episode note handed to the transport.
+        self._told: dict[str, str] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sync every ``interval_s`` until ``stop`` is set."""
@@ -135,8 +140,22 @@ class JobSync:
                 if w.hello.job_id == job and w.local and w.connected and not w.ended
             )
             detail, since = view.ask(job, mine, needed, now) if view is not None else (True, None)
-            payload[job] = (mine, engine.note(job), detail, since)
+            payload[job] = (mine, self._note(job), detail, since)
+        for job in self._told.keys() - set(jobs):
+            del self._told[job]
         return payload
+
+    def _note(self, job: str) -> EpisodeNote | None:
+        """The job's note; or, once, the closed note of an episode that opened and
+        closed since the last round (the coordinator never held it open: without
+        it, the upstream could not trace the most common incident, a node
+        killing its own culprit at once)."""
+        note, closed = self.engine.note(job), self.engine.closed_note(job)
+        told = self._told.get(job, "")
+        if note is None and closed is not None and closed.id != told:
+            note = closed
+        self._told[job] = note.id if note is not None else told
+        return note
 
     def _with_word(
         self, job: str, s: RankSummary, workers: dict[WorkerKey, WorkerState], now: float

@@ -9,7 +9,7 @@ oversized message costs its bytes, never a list of that length.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from trainprobe.proto import probe_pb2 as pb
 from trainprobe.sidecar.core import limits
@@ -141,6 +141,12 @@ def _note_of(m: pb.SyncedEpisode) -> EpisodeNote:
     )  # fmt: skip
 
 
+def _upload_note(j: pb.JobUpload) -> EpisodeNote | None:
+    if j.HasField("note"):
+        return _note_of(j.note)
+    return replace(_note_of(j.closed_note), closed=True) if j.HasField("closed_note") else None
+
+
 def upload_pb(up: Upload) -> pb.JobUpload:
     m = pb.JobUpload(
         job_id=up.job_id,
@@ -152,7 +158,9 @@ def upload_pb(up: Upload) -> pb.JobUpload:
         bounded=up.bounded,
     )
     if up.note is not None:
-        m.note.CopyFrom(_note_pb(up.note))
+        # A closed note goes in a field of its own: an older upstream, which
+        # cannot read it, sees no note (closed), not an episode to hold open.
+        (m.closed_note if up.note.closed else m.note).CopyFrom(_note_pb(up.note))
     if up.since is not None:
         m.since_instance, m.since_version = up.since
     return m
@@ -175,7 +183,7 @@ def uploads_of(msg: pb.JobSyncUp) -> list[Upload]:
                 tuple(_rank_of(r) for r in j.ranks),
                 tuple(j.dropped),
                 j.full,
-                _note_of(j.note) if j.HasField("note") else None,
+                _upload_note(j),
                 j.detail,
                 since,
                 j.ended,

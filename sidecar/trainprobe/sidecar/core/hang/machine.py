@@ -129,6 +129,7 @@ def _tick(
         out.append(Sweep(ep.id, ep.job_id, tuple(ranks), ep.action, ep.incident, ep.sweep_phase))
     for ep in _settle(state, workers, verdict_of):
         _closed(state, ep, workers, now, out)
+        state.episode_closed(ep)
         out.append(Log.info("job %s: hang episode %s is over", ep.job_id, ep.id))
 
 

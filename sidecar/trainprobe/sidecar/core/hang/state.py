@@ -12,7 +12,7 @@ read it and the sessions, and change nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainprobe.sidecar.core.hang.episodes import CulpritPolicy, Episode, JobEpisodes
 from trainprobe.sidecar.core.hang.patience import PatienceBook
@@ -41,6 +41,7 @@ __all__ = [
     "RoundPlan",
     "VerdictOf",
     "diagnose",
+    "episode_note",
     "job_verdict",
     "local_summaries",
     "note",
@@ -88,6 +89,10 @@ class HangState:
     found: dict[str, dict[int, str]] = field(default_factory=dict)
     #: Sessions whose verdict is not OK: the only ones a step revisits.
     flagged: dict[WorkerKey, None] = field(default_factory=dict)
+    #: A job's last episode opened and decided here that closed since the
+    #: JobSync took it (the engine's ``closed_note``): one that opened and
+    #: closed between two syncs is told to the coordinator once, closed.
+    closed: dict[str, EpisodeNote] = field(default_factory=dict)
 
     @classmethod
     def new(
@@ -109,8 +114,16 @@ class HangState:
         (a long-lived sidecar serves many jobs, one after another)."""
         left = {w.hello.job_id for w in workers}
         for job_id in {w.hello.job_id for w in gone} - left:
+            self.closed.pop(job_id, None)
             if self.job_view is not None:
                 self.job_view.forget(job_id)
+
+    def episode_closed(self, ep: Episode) -> None:
+        """Keep the note of a closed episode this sidecar decided, for the JobSync."""
+        if self.job_view is not None and ep.leader and ep.acted:
+            made = episode_note(self, ep)
+            if made is not None:
+                self.closed[ep.job_id] = replace(made, closed=True)
 
 
 def local_summaries(
@@ -203,13 +216,18 @@ def note(state: HangState, job_id: str) -> EpisodeNote | None:
         return EpisodeNote(
             id=remote.id, job_id=job_id, opened_by="", verdict="", rule="", where=dict(found)
         )
+    return episode_note(state, ep)
+
+
+def episode_note(state: HangState, ep: Episode) -> EpisodeNote | None:
+    """``ep`` as its note (None while it is watched, not decided)."""
     if ep.leader and not ep.acted:
         # Watched, not decided: followers act on the leader's decision only.
         return None
     inc = ep.incident
     return EpisodeNote(
         id=ep.remote_id or ep.id,
-        job_id=job_id,
+        job_id=ep.job_id,
         opened_by=state.config.sidecar_id if ep.leader else "",
         verdict=inc.verdict.value if inc else "",
         rule=inc.rule if inc else "",

@@ -19,6 +19,7 @@ measured on it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +40,8 @@ __all__ = ["CoordinatorState", "EpisodeNote", "SyncReply"]
 
 #: An upload this recent is the rank as it is now (a sync or two ago).
 _FRESH_S = 1.0
+#: Closed notes kept for the upstream's telemetry to take (per job).
+_CLOSED_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class EpisodeNote:
     text: str = ""
     #: Where culprits are stuck, as their own sidecars found out (rank -> place).
     where: dict[int, str] = field(default_factory=dict)
+    #: Sent once by its opener for an episode that opened and closed between
+    #: two of its syncs: for the record (the upstream's trace), never an open
+    #: episode; to the coordinator it means what no note means.
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,9 @@ class CoordinatorState:
         #: Each sidecar's last sync, the least recent first.
         self._seen: dict[str, float] = {}
         self.episode: EpisodeNote | None = None
+        #: Closed notes of episodes never held open here, the newest last
+        #: (the upstream's telemetry takes them).
+        self.closed: deque[EpisodeNote] = deque(maxlen=_CLOSED_KEPT)
         self.last_sync_at = 0.0
         #: The last analysis of the whole job (bounded answers), and how many ran.
         self.analysis: JobAnalysis | None = None
@@ -190,6 +200,10 @@ class CoordinatorState:
 
     def _episode(self, sidecar_id: str, note: EpisodeNote | None) -> EpisodeNote | None:
         ep = self.episode
+        if note is not None and note.closed:
+            if note.opened_by == sidecar_id and (ep is None or ep.id != note.id):
+                self.closed.append(note)
+            note = None
         if ep is not None and ep.opened_by not in self._seen:
             ep = None  # its opener is gone
         if ep is not None and ep.opened_by == sidecar_id and (note is None or note.id != ep.id):

@@ -122,7 +122,9 @@ class JobView:
 
     def update(self, job_id: str, reply: SyncReply, now: float) -> None:
         heard = self._jobs.setdefault(job_id, _Heard())
-        heard.episode, heard.digest = reply.episode, reply.digest
+        # A closed note is never an episode to follow (none is sent down; defensive).
+        ep = reply.episode if reply.episode is None or not reply.episode.closed else None
+        heard.episode, heard.digest = ep, reply.digest
         if reply.digest is not None:
             heard.most_ranks = max(heard.most_ranks, reply.digest.ranks)
         heard.analysis = reply.verdict if reply.detail else None

@@ -10,6 +10,10 @@ appeared and which went (closed by their opener, replaced by another, their
 job ended at the hub) since the last poll. A span starts when its episode was
 first seen and is exported when it ends (OTLP has no open span); what it
 says is the episode's last note, so culprits named after it opened are in it.
+An episode that opened and closed at its node between two syncs (a node
+that kills its own culprit at once) reaches the hub only as a closed note,
+never held open (``EpisodeNote.closed``): its span starts and ends at the
+poll that finds it.
 
 The nodes are clients: every string of a note is escaped (:func:`printable`)
 and cut, at most :data:`CULPRITS_LISTED` culprits are listed (all are
@@ -26,7 +30,7 @@ OpenTelemetry import, the time passed in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainprobe.sidecar.core import limits
@@ -151,16 +155,28 @@ class JobEpisodeSpans:
         return len(self._held)
 
     def poll(
-        self, seen: Mapping[str, EpisodeNote | None], now: float, wall_minus_mono_s: float
+        self,
+        seen: Mapping[str, EpisodeNote | None],
+        now: float,
+        wall_minus_mono_s: float,
+        closed: Sequence[tuple[str, EpisodeNote]] = (),
     ) -> list[SpanDesc]:
         """The spans of the episodes that went since the last poll. ``seen``:
-        every job at the hub now, with its episode or None."""
+        every job at the hub now, with its episode or None; ``closed``: (job,
+        note) of episodes that opened and closed at their node between two of
+        its syncs, never held open (a span that starts and ends now)."""
         ids = {job: ep.id for job, ep in seen.items() if ep is not None}
         opened, went = episode_changes({j: h.note.id for j, h in self._held.items()}, ids)
         out: list[SpanDesc] = []
         for job in went:
             why = "replaced" if job in ids else "closed" if job in seen else "job ended"
             span = self._end(job, self._held.pop(job), now, wall_minus_mono_s, why)
+            if span is not None:
+                out.append(span)
+        for job, ended in closed:
+            if ids.get(job) == ended.id:
+                continue  # held open after all: its span ends when it goes
+            span = self._end(job, self._open(job, ended, now), now, wall_minus_mono_s, "closed")
             if span is not None:
                 out.append(span)
         for job, held in self._held.items():
