@@ -9,6 +9,7 @@ own findings and hand-made evidence rounds, and reads the effects it returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tests.core_builders import connected, report
 from tests.unit.test_engine import seq
@@ -395,3 +396,26 @@ def test_only_a_session_last_heard_before_every_live_peer_began_is_of_a_previous
     assert previous_attempt([(0, 140.0, 700.0, True), (1, 100.0, 125.0, True)]) == set()
     # No live peer to compare with: nothing is superseded.
     assert previous_attempt([(0, 100.0, 120.0, False), (1, 100.0, 125.0, False)]) == set()
+
+
+def test_an_episode_decided_here_leaves_its_note_closed_once_it_is_over() -> None:
+    config = HangConfig(RULES, ActionPolicy(), CulpritPolicy("kill_stalled", 10.0), "node-b")
+    state = HangState.new(config, PatienceBook(setting_s=0.0))
+    reg, (w, peer) = stalled(world=2)
+    watch = opened_watch(state, reg)
+    step(state, reg.workers(), None, (first_round(state, reg, watch, *STOPPED),), T0 + 5.0)
+    # Only a sidecar that syncs the job keeps it (a job view; decided alone here).
+    state.job_view = JobView()
+    open_note = note_for_coordinator(state, "job")
+    assert open_note is not None and open_note.culprits == (0,) and not open_note.closed
+    w.killed_by_us = peer.killed_by_us = True  # the kill and the sweep, as applied
+    tick(state, reg, T0 + 5.1)
+    assert state.episodes.get("job") is None and note_for_coordinator(state, "job") is None
+    assert state.closed == {"job": replace(open_note, closed=True)}
+    # A stall that ended by itself (nothing decided) leaves none.
+    state = HangState.new(config, PatienceBook(), JobView())
+    reg, (w,) = stalled()
+    opened_watch(state, reg)
+    reg.apply(w, report(T0 + 6.0, step=6, step_t_s=T0 + 6.0, seq=2), T0 + 6.0)
+    tick(state, reg, T0 + 6.0)
+    assert state.episodes.get("job") is None and state.closed == {}
