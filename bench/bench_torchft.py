@@ -25,10 +25,13 @@ Sections (``--sections``, in this order; each trial is written out as it ends):
   example's ``train_func`` wired by hand, examples/ray_torchft_job.py, 2
   workers, where the replacement's ``train_func`` entry is also measured).
   Ray's example's lighthouse is always its own hand-wired shape.
-- ``restart``: no replicas, shipped defaults: a rank sleeps in its step; the
-  sidecar kills, Ray Train (``examples/ray_train_job.py``) or torchrun
-  ``--max-restarts`` (``examples/torchrun_train.py``) restarts every rank
-  from the last checkpoint: onset to every rank stepping again.
+- ``restart``: no replicas, shipped defaults: a rank sleeps in its step
+  (``--restart-hangs``: Ray Train's also ``stop``, a SIGSTOP); the sidecar
+  kills, Ray Train (``examples/ray_train_job.py``,
+  bench/harness/ray_restart.py) or torchrun ``--max-restarts``
+  (``examples/torchrun_train.py``) restarts every rank from the last
+  checkpoint: onset to the kill, to every rank stepping again, steps redone
+  (``--restart-stacks`` picks the orchestrators).
 
 Goals (docs/PERFORMANCE.md): survivors commit again <= 5 s after onset for
 definitive faults, <= 15 s for ambiguous ones, same pid; the Ray Train
@@ -42,6 +45,8 @@ definitive, <= 12 s ambiguous, same pid, one group replaced.
         --ray-lighthouse trainprobe,ray --trials 3 --out bench/results/torchft_ray.json
     python bench/bench_torchft.py --sections ray --ray-faults stop --ray-groups 4 \
         --trials 3 --out bench/results/torchft_ray_4groups.json
+    python bench/bench_torchft.py --sections restart --restart-stacks ray_train \
+        --restart-hangs stop,sleep --trials 3 --out bench/results/ray_restart.json
 
 Results: bench/results/torchft.json (medians per case, every trial, the
 machine's load average before and after, and each trial's own).
@@ -102,6 +107,12 @@ def _span(rs: list[dict[str, Any]]) -> list[float] | None:
     return [min(every), max(every)] if every else None
 
 
+def _restart_key(r: dict[str, Any]) -> str:
+    """``ray_train`` for a sleeping rank (as before hangs were named), ``ray_train/stop``."""
+    hang = r.get("hang", "sleep")
+    return r["orchestrator"] if hang == "sleep" else f"{r['orchestrator']}/{hang}"
+
+
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     t = doc["trials"]
     faults: dict[str, Any] = {}
@@ -149,12 +160,16 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             "survivor_goal_s": RAY_SURVIVOR_GOAL_S.get(key.split("/")[0]),
             "goal_s": 20.0,
         }
-    for orch in {r["orchestrator"] for r in t["restart"]}:
-        rs = [r for r in t["restart"] if r["orchestrator"] == orch]
-        out["restart"][orch] = {
+    for key in {_restart_key(r) for r in t["restart"]}:
+        rs = [r for r in t["restart"] if _restart_key(r) == key]
+        back = [r["all_stepping_s"] for r in rs if r.get("all_stepping_s") is not None]
+        out["restart"][key] = {
             "trials": len(rs),
-            "all_stepping_s": median([r.get("all_stepping_s") for r in rs]),
-            "errors": [r["error"] for r in rs if r.get("error")],
+            "all_stepping_s": median(back),
+            "all_stepping_max_s": max(back, default=None),
+            "killed_s": median([r.get("killed_s") for r in rs]),
+            "steps_redone": median([r.get("steps_redone") for r in rs]),
+            "errors": [r["error"] for r in rs if r.get("error") or r.get("ok") is False],
             "patience_s": median([r.get("patience_s") for r in rs]),
         }
     return out
@@ -169,6 +184,8 @@ def main() -> None:
     p.add_argument("--ray-faults", default="sleep")
     p.add_argument("--ray-lighthouse", default="trainprobe", help="trainprobe,ray")
     p.add_argument("--ray-shape", choices=("replicate", "by-hand"), default="replicate")
+    p.add_argument("--restart-stacks", default="torchrun,ray_train")
+    p.add_argument("--restart-hangs", default="sleep", help="sleep,stop (stop: Ray Train only)")
     p.add_argument("--ray-groups", type=int, choices=(2, 4), default=2, help="replicate only")
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--launcher", choices=("torchrun", "plain"), default="torchrun")
@@ -223,7 +240,7 @@ def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], star
         if "healthy" in sections:
             for case in args.healthy.split(","):
                 add("healthy", healthy_trial(case, args))
-        if "restart" in sections:
+        if "restart" in sections and "torchrun" in args.restart_stacks.split(","):
             add("restart", torchrun_restart_trial(args))
     if "ray" in sections or "restart" in sections:
         from harness.ft_ray import RaySession
@@ -236,8 +253,9 @@ def run(args: argparse.Namespace, sections: list[str], doc: dict[str, Any], star
                     for fault in args.ray_faults.split(","):
                         for lh in args.ray_lighthouse.split(","):
                             add("ray", ray_trial(session, args, fault, lh))
-                if "restart" in sections:
-                    add("restart", session.restart_trial())
+                if "restart" in sections and "ray_train" in args.restart_stacks.split(","):
+                    for hang in args.restart_hangs.split(","):
+                        add("restart", session.restart_trial(hang))
         finally:
             session.close()
 

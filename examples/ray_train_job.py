@@ -7,9 +7,11 @@ steps inside ``hook.phase("checkpoint")`` through
 :func:`trainprobe.hooks.report_checkpoint`. After a restart it resumes from
 the latest checkpoint.
 
-Fault: rank ``hang_rank`` sleeps for an hour inside step ``hang_at``, before
-its backward, so its peers block in the gradient allreduce. It hangs only in
-a run that did not restore a checkpoint, so the restarted group runs through.
+Fault: rank ``hang_rank`` hangs inside step ``hang_at``, before its backward,
+so its peers block in the gradient allreduce: ``hang_how`` ``sleep`` sleeps
+for an hour (ambiguous: the sidecar waits out its patience), ``stop`` stops
+itself with SIGSTOP (definitive). It hangs only in a run that did not restore
+a checkpoint, so the restarted group runs through.
 
 Second fault, in a restarted group's start-up: with ``start_hang`` set to a
 file path, the rank ``hang_rank`` of the first group that restored a
@@ -17,14 +19,17 @@ checkpoint sleeps for an hour after making its hook, before its first step
 (as a stuck first batch would), so its peers wait in that step's allreduce.
 The file marks that it happened: the next group runs through.
 
-Every event is appended as one JSON line to ``config["progress"]`` (start,
-step, checkpoint, hang, done), which the callers read.
+Every event is appended as one JSON line to ``config["progress"]`` (begin:
+Ray Train entered ``train_func``; prepared: the checkpoint restored, the model
+wrapped in DDP; start: the hook made; step, checkpoint, hang, done), which the
+callers read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "ckpt_every": 5,
     "hang_rank": -1,
     "hang_at": -1,
+    "hang_how": "sleep",
     "progress": "",
     # hook.watch_ddp(model): sequence numbers let the sidecar name the culprit.
     "watch_ddp": False,
@@ -65,6 +71,13 @@ def read_events(path: str | Path, event: str | None = None) -> list[dict[str, An
         if event is None or row.get("event") == event:
             out.append(row)
     return out
+
+
+def hang(how: str) -> None:
+    """``sleep`` for an hour, or ``stop``: SIGSTOP this process."""
+    if how == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(3600)
 
 
 def _first_time(flag: str) -> bool:
@@ -100,6 +113,7 @@ def train_func(config: dict[str, Any]) -> None:
     cfg = {**DEFAULTS, **config}
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
+    log_event(cfg["progress"], event="begin", rank=rank, pid=os.getpid())
     restored, state = 0, None
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -113,6 +127,7 @@ def train_func(config: dict[str, Any]) -> None:
     model = ray.train.torch.prepare_model(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank + 1000 * restored)
+    log_event(cfg["progress"], event="prepared", rank=rank, restored_step=restored)
     # As a context manager the hook says Goodbye when train_func returns:
     # Ray Train then kills the worker with ray.kill, which skips atexit.
     with LivenessProbeHook(interval_ms=cfg["interval_ms"]) as hook:
@@ -135,7 +150,7 @@ def train_func(config: dict[str, Any]) -> None:
             loss = model(x).pow(2).mean()
             if rank == cfg["hang_rank"] and step == cfg["hang_at"] and restored == 0:
                 log_event(cfg["progress"], event="hang", rank=rank, pid=os.getpid(), step=step)
-                time.sleep(3600)
+                hang(cfg["hang_how"])
             loss.backward()  # gloo allreduce: the peers of a hung rank block here
             opt.step()
             opt.zero_grad()

@@ -22,10 +22,11 @@
   ``survivor_resumed_s``), the culprit gone, the replacement's first step,
   and the same checks at the end (one pid for every survivor, two for the
   culprit's rank, equal parameters, the evictions).
-- ``ray_restart_trial``: ``examples/ray_train_job.py`` (DDP, no replicas),
-  rank 1 sleeps; the sidecar with its shipped defaults kills, Ray Train
-  restarts the whole group from the last checkpoint
-  (``bench_ray_restart.run_trial``): onset to every rank stepping again.
+- ``restart_trial``: ``examples/ray_train_job.py`` (DDP, no replicas), rank 1
+  sleeps or SIGSTOPs itself; the sidecar with its shipped defaults kills, Ray
+  Train restarts the whole group from the last checkpoint
+  (bench/harness/ray_restart.py): onset to the kill, to every rank stepping
+  again, and where the time between goes.
 """
 
 from __future__ import annotations
@@ -258,27 +259,8 @@ class RaySession:
         )
         return out
 
-    def restart_trial(self) -> dict[str, Any]:
+    def restart_trial(self, hang: str = "sleep") -> dict[str, Any]:
         """Non-replicated Ray Train under the sidecar's shipped defaults."""
-        import ray_train_job
+        from harness.ray_restart import restart_trial
 
-        self.n += 1
-        name = f"ddp{self.n}"
-        # Past the stall rule's 20 warm-up steps, as a hang in a running job would be.
-        cfg = {"steps": 40, "step_s": 0.05, "ckpt_every": 5, "hang_rank": 1, "hang_at": 30}
-        out: dict[str, Any] = {"orchestrator": "ray_train", "load": round(os.getloadavg()[0], 2)}
-        try:
-            t = self.restart.run_trial(
-                ray_train_job, self.workdir, name, cfg, Path(self.node.incident_log)
-            )
-        except Exception as err:  # a trial that failed is reported, not fatal
-            return {**out, "error": f"{type(err).__name__}: {err}"}
-        acted = [r for r in self.records(name) if r.get("type") == "decision" and r.get("act")]
-        out.update(
-            all_stepping_s=round(t["onset_to_kill_s"] + t["kill_to_resumed_s"], 2),
-            onset_to_kill_s=round(t["onset_to_kill_s"], 2),
-            kill_to_resumed_s=round(t["kill_to_resumed_s"], 2),
-            rule=acted[0].get("rule") if acted else None,
-            patience_s=acted[0].get("patience_s") if acted else None,
-        )
-        return out
+        return restart_trial(self, hang)

@@ -52,6 +52,7 @@ NAMES = (
     "session_cost_relayed_off",
     "restart",
     "restart_quiet",
+    "ray_restart",
     "replicated",
     "replicated_4groups",
     "torchft_ray_4groups",
@@ -102,7 +103,13 @@ def markdown(results: Path = RESULTS) -> str:
         *recovery_section(
             res["torchft"], res["torchft_loaded"], res["torchft_ray"], res["torchft_ray_before"]
         ),
-        *restart_section(res["restart"], res["replicated"], res["torchft"], res["restart_quiet"]),
+        *restart_section(
+            res["restart"],
+            res["replicated"],
+            res["torchft"],
+            res["restart_quiet"],
+            res["ray_restart"],
+        ),
         *replica_groups_section(
             res["replicated_4groups"], res["torchft_ray_4groups"], res["ray_startup"]
         ),

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from .plotting import finish, plt
-from .sections.restart import HANGS, SHORT, ray_restart, restart_goal, stack_results
+from .sections.restart import (
+    DEFINITIVE_GOAL_S,
+    HANGS,
+    SHORT,
+    ray_restart,
+    restart_goal,
+    stack_results,
+)
 
 __all__ = ["MAKERS", "restart_plot"]
 
@@ -26,6 +33,9 @@ def _bars(res: Results, hang: str) -> list[Any]:
                         x["stepping_again_s_median"], restart_goal(run, hang)))  # fmt: skip
     if r is not None and hang == "sleep" and (ray := ray_restart(ft)):
         out.append(("plain\nRay Train", None, ray["all_stepping_s"], restart_goal(r, hang)))
+    if hang == "stop" and (ray := ray_restart(res.get("ray_restart"), hang)):
+        out.append(("plain\nRay Train", ray["killed_s"], ray["all_stepping_s"],
+                    DEFINITIVE_GOAL_S["ray_train"]))  # fmt: skip
     if rep is not None and (x := rep["summary"]["faults"].get(hang)):
         out.append(("replicated\nsurvivor", None, x["survivor_resumed_s"], x["goal_survivor_s"]))
         out.append(("replicated\nevicted", None, x["evicted_stepping_s"], x["goal_evicted_s"]))

@@ -87,7 +87,8 @@ def headlines(res: dict[str, Result | None]) -> Lines:
             add(name, "recovery-without-restarting-healthy-ranks-torchft-replicas", goal, got,
                 anchor, ok)
     for name, goal, got, anchor, ok in restart_goals(res["restart"], res["replicated"],
-                                                     res["torchft"], res["restart_quiet"]):
+                                                     res["torchft"], res["restart_quiet"],
+                                                     res["ray_restart"]):
         add(name, RESTART_ANCHOR, goal, got, anchor, ok)
     runs = job_scale(res)
     if runs["on"]:

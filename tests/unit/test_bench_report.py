@@ -171,3 +171,24 @@ def test_the_cli_check_says_current_or_stale(tmp_path: Path) -> None:
     stale.write_text(DOC.read_text().replace("0 in 360 jobs", "0 in 36 jobs"))
     bad = check(stale)
     assert bad.returncode == 1 and "stale" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_ray_train_sigstop_restart_row_follows_its_result(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(render.RESULTS, results)
+    start = "| plain loop, Ray Train | SIGSTOP |"
+
+    def rows() -> list[str]:
+        return render.markdown(results).splitlines()
+
+    ray = json.loads((results / "ray_restart.json").read_text())
+    ray["summary"]["restart"]["ray_train/stop"] |= {"all_stepping_s": 25.0, "errors": ["x"]}
+    (results / "ray_restart.json").write_text(json.dumps(ray))
+    row = next(r for r in rows() if r.startswith(start))
+    assert "every rank **25.00 s**" in row and "| 1 of " in row and "| ≤ 20 s |" in row
+    assert row.endswith("**missed** |")
+    headline = next(r for r in rows() if r.startswith("| [every rank steps again after a SIG"))
+    assert "Ray Train 25.00 s" in headline and headline.endswith("**missed** |")
+    (results / "ray_restart.json").unlink()
+    assert not any(r.startswith(start) for r in rows())
+    assert "Ray Train's restart after a SIGSTOP (goal ≤ 20 s) has no result yet." in rows()

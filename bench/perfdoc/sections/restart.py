@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..core import Lines, Result, command, head, missing, plot_ref, row, s, yes
 
 __all__ = [
+    "DEFINITIVE_GOAL_S",
     "HANGS",
     "RESTART_ANCHOR",
     "SHORT",
@@ -33,9 +34,11 @@ def stack_results(r: Result, hang: str) -> list[tuple[str, Result]]:
     return [(k, g) for k in STACKS if (g := r["stacks"].get(f"{k}/{hang}"))]
 
 
-def ray_restart(ft: Result | None) -> Result | None:
-    """Ray Train's restart of every rank after a sleeping rank (bench_torchft.py's run)."""
-    return ((ft or {}).get("summary") or {}).get("restart", {}).get("ray_train")
+def ray_restart(ft: Result | None, hang: str = "sleep") -> Result | None:
+    """Ray Train's restart of every rank after a hung rank (bench_torchft.py's restart
+    section): a sleeping one in torchft.json, a SIGSTOPped one in ray_restart.json."""
+    key = "ray_train" if hang == "sleep" else f"ray_train/{hang}"
+    return ((ft or {}).get("summary") or {}).get("restart", {}).get(key)
 
 
 def _le(x: float | None, goal: float) -> bool:
@@ -57,9 +60,14 @@ def _failures(r: Result) -> tuple[int, int]:
 
 
 def restart_goals(
-    r: Result | None, rep: Result | None, ft: Result | None, quiet: Result | None = None
+    r: Result | None,
+    rep: Result | None,
+    ft: Result | None,
+    quiet: Result | None = None,
+    ray: Result | None = None,
 ) -> list[tuple[str, str, str, str, bool]]:
-    """(name, goal, measured, anchor, met) for the headline table."""
+    """(name, goal, measured, anchor, met) for the headline table; ``ray``: Ray Train's
+    restart after a SIGSTOP (ray_restart.json)."""
     out = []
     if r is not None:
         failed, n = _failures(r)
@@ -84,9 +92,13 @@ def restart_goals(
             meds = [g["summary"]["stepping_again_s_median"] for _, g in gs]
             got = f"medians {_slash(gs, 'stepping_again_s_median')} s ({names})"
             ok = all(_le(m, restart_goal(r, hang)) for m in meds)
-            if hang == "sleep" and (ray := ray_restart(ft)):
-                got += f"; Ray Train {s(ray['all_stepping_s'])}"
-                ok = ok and _le(ray["all_stepping_s"], restart_goal(r, hang))
+            if hang == "sleep" and (rs := ray_restart(ft)):
+                got += f"; Ray Train {s(rs['all_stepping_s'])}"
+                ok = ok and _le(rs["all_stepping_s"], restart_goal(r, hang))
+            if hang == "stop" and (rs := ray_restart(ray, hang)):
+                goal = DEFINITIVE_GOAL_S["ray_train"]
+                got += f"; Ray Train {s(rs['all_stepping_s'])} (≤ {goal:g} s)"
+                ok = ok and _le(rs["all_stepping_s"], goal)
             if quiet is not None and (qs := stack_results(quiet, hang)):
                 got += f"; quiet machine {_slash(qs, 'stepping_again_s_median')} s"
                 ok = ok and all(
@@ -150,9 +162,14 @@ def _where(r: Result | None, what: str) -> str:
 
 
 def restart_section(
-    r: Result | None, rep: Result | None, ft: Result | None, quiet: Result | None = None
+    r: Result | None,
+    rep: Result | None,
+    ft: Result | None,
+    quiet: Result | None = None,
+    ray: Result | None = None,
 ) -> Lines:
-    """`quiet`: the same restarts on a quiet machine (bench_restart.py, restart_quiet.json)."""
+    """`quiet`: the same restarts on a quiet machine (bench_restart.py, restart_quiet.json);
+    `ray`: Ray Train's restart after a SIGSTOP (bench_torchft.py, ray_restart.json)."""
     out = ["## How soon training steps again, and what the healthy ranks lost", ""]
     if r is None and rep is None:
         return out + missing("restart")
@@ -182,13 +199,23 @@ def restart_section(
                 f"{x['failed_restarts']} of {x['trials']}", f"≤ {goal:g} s",
                 yes(_le(x["stepping_again_s_median"], goal)),
             ))  # fmt: skip
-    if r is not None and (ray := ray_restart(ft)):
+    if x := ray_restart(ray, "stop"):
+        goal = DEFINITIVE_GOAL_S["ray_train"]
+        out.append(row(
+            "plain loop, Ray Train", "SIGSTOP",
+            f"every rank **{s(x['all_stepping_s'])}** ({s(x['all_stepping_max_s'])})"
+            if x["all_stepping_s"] is not None else "**none stepped again**",
+            s(x["killed_s"]), f"{_n(x['steps_redone'])} steps, every rank",
+            f"{len(x['errors'])} of {x['trials']}", f"≤ {goal:g} s",
+            yes(_le(x["all_stepping_s"], goal)),
+        ))  # fmt: skip
+    if r is not None and (rs := ray_restart(ft)):
         goal = restart_goal(r, "sleep")
         out.append(row(
-            "plain loop, Ray Train", "sleep", f"every rank **{s(ray['all_stepping_s'])}**", "–",
+            "plain loop, Ray Train", "sleep", f"every rank **{s(rs['all_stepping_s'])}**", "–",
             "the steps since the checkpoint",
-            f"{len(ray['errors'])} of {ray['trials']}", f"≤ {goal:g} s",
-            yes(_le(ray["all_stepping_s"], goal)),
+            f"{len(rs['errors'])} of {rs['trials']}", f"≤ {goal:g} s",
+            yes(_le(rs["all_stepping_s"], goal)),
         ))  # fmt: skip
     faults = ((rep or {}).get("summary") or {}).get("faults", {})
     for hang, x in sorted(faults.items(), key=lambda kv: list(HANGS).index(kv[0])):
@@ -225,7 +252,7 @@ def restart_section(
             f"Failed on the quiet machine ({sw}), after the kill: {', '.join(failed)};",
             "the result file's notes say why.",
         ]
-    if r is not None and not any(k.startswith("ray_train/") for k in r["stacks"]):
+    if r is not None and not ray_restart(ray, "stop"):
         goal = DEFINITIVE_GOAL_S["ray_train"]
         out += ["", f"Ray Train's restart after a SIGSTOP (goal ≤ {goal:g} s) has no result yet."]
     cmds = [
@@ -237,6 +264,7 @@ def restart_section(
             if r is not None and ray_restart(ft)
             else []
         ),
+        *([command(ray, "ray_restart") + "  # Ray Train's SIGSTOP row"] if ray else []),
     ]
     where = "; ".join(
         w for w in (_where(r, "the restarts"), _where(rep, "the replicated loop")) if w
