@@ -173,6 +173,20 @@ BENCHES: list[tuple[str, str, list[str], list[str] | None]] = [
         None,
     ),
     ("ray_startup", "bench_ray_startup.py", ["--trials", "3"], None),
+    # Ray Train's restart of every rank after a SIGSTOP (and a sleep: its phases, the
+    # 90 s patience), no replicas: about 1 minute a SIGSTOP trial, 2.5 a sleeping one.
+    (
+        "ray_restart",
+        "bench_torchft.py",
+        [
+            *("--sections", "restart", "--restart-stacks", "ray_train"),
+            *("--restart-hangs", "stop,sleep", "--trials", "3"),
+        ],
+        [
+            *("--sections", "restart", "--restart-stacks", "ray_train"),
+            *("--restart-hangs", "stop", "--trials", "1"),
+        ],
+    ),
 ]
 #: Scripts whose result file is named by another flag than --json.
 OUT_FLAG = {"bench_torchft.py": "--out"}
