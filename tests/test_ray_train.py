@@ -144,7 +144,9 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the
     assert second["id"] == again["id"]
     d = inc["diagnosis"]
     assert d["kind"] == "straggler" and d["culprits"] == [1] and d["waiting"] == [0]
-    assert d["stacks"]["1"]["method"] == "in-process" and "train_func" in d["stacks"]["1"]["where"]
+    stack = d["stacks"]["1"]
+    assert stack["method"] == "in-process" and "ray_train_job.py" in stack["where"]
+    assert "in train_func" in stack["stacks"]  # where: the innermost frame, the fault's hang()
     assert inc["targets"] == [1] and inc["action"] == "restart"
     actions = {a["incident_id"]: a for a in records if a["type"] == "action" and "phase" not in a}
     assert set(actions) == {inc["id"], again["id"]}
