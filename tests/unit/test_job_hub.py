@@ -130,7 +130,7 @@ def test_the_wire_carries_summaries_notes_and_a_bounded_verdict_whole() -> None:
 
 
 def test_a_node_polling_for_details_gets_a_large_jobs_verdict_once_per_analysis() -> None:
-    from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_SENT
+    from trainprobe.sidecar.core.job.verdict import MAX_SENT, SETTLED_EVERY_S
 
     hub = SummaryHub("t")
     world = MAX_SENT + 16  # more other ranks than a node is sent whole
@@ -148,8 +148,9 @@ def test_a_node_polling_for_details_gets_a_large_jobs_verdict_once_per_analysis(
     assert first and first[0][1].verdict is not None and 0 in first[0][1].verdict.culprits
     again, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.6)
     assert again == []
-    # A new analysis (or an episode, a suspect count crossing zero) is answered.
-    later, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.2 + ANALYZE_EVERY_S)
+    # A new analysis (or an episode, a suspect count crossing zero) is answered; with
+    # a culprit named and no rank doing anything new, that is every SETTLED_EVERY_S.
+    later, _ = hub.apply("n1", [Upload("j", detail=True, bounded=True)], 3.0, 1.2 + SETTLED_EVERY_S)
     assert later and later[0][1].verdict is not None
     # A node that stops asking and asks again gets the verdict again.
     hub.apply("n1", [Upload("j")], 3.0, 3.0)

@@ -120,3 +120,36 @@ def test_an_analysis_run_for_a_node_that_asked_is_pushed_to_the_others_too() -> 
     pushes = hub.tick(t + 0.25)
     assert {n for n, _, _ in pushes} >= {f"n{n}" for n in range(1, 11)}
     assert all(r.verdict is not None and r.verdict.culprits == (0,) for _, _, r in pushes)
+
+
+def test_a_node_holding_the_verdict_sends_a_healthy_rank_again_only_every_heartbeat() -> None:
+    up = Uplink(refresh_s=3.0)
+
+    def ranks(t: float) -> list[RankSummary]:
+        return [waiting(0, t=t), waiting(1, t=t)]  # reporting, a fresh report each time
+
+    up.uploads({"j": (ranks(0.0), None, True, None)}, 0.0, True)
+    # Polling (no verdict held yet), a fresh report goes once the held one is refresh_s old.
+    assert up.uploads({"j": (ranks(3.5), None, True, None)}, 3.5, True)[0].ranks
+    # Holding the verdict: the same rank goes again only after a heartbeat.
+    assert up.uploads({"j": (ranks(7.0), None, True, None)}, 7.0, True, ["j"]) == []
+    again = up.uploads({"j": (ranks(3.5 + HEARTBEAT_S), None, True, None)}, 3.5 + HEARTBEAT_S,
+                       True, ["j"])  # fmt: skip
+    assert [s.rank for s in again[0].ranks] == [0, 1]
+
+
+def test_the_upstream_takes_a_rank_not_sent_again_within_a_heartbeat_as_still_reporting() -> None:
+    hub = watched_job()
+    assert hub.jobs["j"].vouched_s == HEARTBEAT_S
+    # Nodes that hold the verdict send nothing new; only a heartbeat each, which
+    # must not make their ranks' summaries newer than they are.
+    verdicts = []
+    for n in range(12):
+        replies, _ = hub.apply(f"n{n}", [Upload("j", detail=True, bounded=True)], 3.0, 9.0)
+        verdicts += [r.verdict for _, r in replies]
+    assert all(t == 0.0 for _, t in hub.jobs["j"].store.latest()), "aged from when taken"
+    assert verdicts and all(v is not None and v.kind != "unresponsive" for v in verdicts)
+    # Silent past a heartbeat and the refresh limit: no longer taken as reporting.
+    late = hub.tick(12.0 + HEARTBEAT_S + 10.0)
+    assert late and all(r.verdict is not None and r.verdict.kind == "unresponsive"
+                        for _, _, r in late)  # fmt: skip

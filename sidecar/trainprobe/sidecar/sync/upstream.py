@@ -27,6 +27,7 @@ import grpc
 
 from trainprobe.proto import JOB_SYNC_ACCEPTED_KEY, probe_pb2
 from trainprobe.sidecar.core.job.hub import Push, Refused, SummaryHub
+from trainprobe.sidecar.core.job.view import SyncReply
 from trainprobe.sidecar.core.text import printable
 from trainprobe.sidecar.sync.wire import reply_pb, uploads_of
 from trainprobe.sidecar.transport.listen.identity import TicketDesk
@@ -41,6 +42,10 @@ log = logging.getLogger("trainprobe.sidecar")
 OUTBOX = 64
 #: How often the hub is asked for pushes of new analyses (a large job's incident).
 TICK_S = 0.25
+
+#: Shared answers kept serialized (the current analyses of the large jobs, and
+#: the few verdicts naming a node's own culprits).
+SHARED_KEPT = 256
 
 #: What goes down a stream: an answer, or a push serialized once for every node.
 Down = probe_pb2.JobSyncDown | bytes
@@ -65,6 +70,8 @@ class JobSyncUpstream:
         self.hub = SummaryHub(secrets.token_hex(6))
         self._outs: dict[str, asyncio.Queue[Down]] = {}
         self._ticker: asyncio.Task[None] | None = None
+        #: id(reply) -> (reply, job, bytes): each shared answer serialized once.
+        self._shared: dict[int, tuple[SyncReply, str, bytes]] = {}
         #: Streams ended for a refused message, and pushes a full outbox missed.
         self.refused = 0
         self.missed_pushes = 0
@@ -149,7 +156,7 @@ class JobSyncUpstream:
                 return getattr(grpc.StatusCode, r.code), r.details
             del msg
             if replies:
-                down = probe_pb2.JobSyncDown(jobs=[reply_pb(j, r) for j, r in replies])
+                down = self._encoded(replies)
                 try:
                     out.put_nowait(down)
                 except asyncio.QueueFull:
@@ -168,17 +175,26 @@ class JobSyncUpstream:
                 log.exception("job sync: pushing new analyses failed")
 
     def _send(self, pushes: list[Push]) -> None:
-        # One push goes to every node of a job (12,500 at the largest): serialized once.
-        encoded: dict[int, bytes] = {}
         for other, job, reply in pushes:
             q = self._outs.get(other)
             if q is None:
                 continue
-            push = encoded.get(id(reply))
-            if push is None:
-                down = probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)])
-                push = encoded[id(reply)] = down.SerializeToString()
             try:
-                q.put_nowait(push)
+                q.put_nowait(self._encoded([(job, reply)]))
             except asyncio.QueueFull:
                 self.missed_pushes += 1
+
+    def _encoded(self, replies: list[tuple[str, SyncReply]]) -> Down:
+        """The message for ``replies``. A large job's analysis goes to every node
+        of the job (12,500 at the largest) as one reply object: serialized once."""
+        if len(replies) != 1 or replies[0][1].verdict is None:
+            return probe_pb2.JobSyncDown(jobs=[reply_pb(j, r) for j, r in replies])
+        job, reply = replies[0]
+        hit = self._shared.get(id(reply))
+        if hit is not None and hit[0] is reply and hit[1] == job:
+            return hit[2]
+        data = probe_pb2.JobSyncDown(jobs=[reply_pb(job, reply)]).SerializeToString()
+        if len(self._shared) >= SHARED_KEPT:
+            self._shared.clear()
+        self._shared[id(reply)] = (reply, job, data)
+        return data

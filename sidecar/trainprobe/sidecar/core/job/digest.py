@@ -34,6 +34,7 @@ __all__ = [
     "needs_detail",
     "refresh_s",
     "same_summary",
+    "state_key",
 ]
 
 #: A rank whose oldest collective waited, or whose last step is older than
@@ -87,6 +88,19 @@ class JobDigest:
         """What ``trainprobe diagnose`` says of a healthy job it holds no rank of."""
         at = f"steps {self.min_step}..{self.max_step}" if self.max_step else "no step yet"
         return f"no rank is hung or unresponsive ({self.reporting} ranks reporting, {at})"
+
+
+def state_key(s: RankSummary) -> tuple[object, ...]:
+    """What a rank is doing, without its ages: where it is (step, collectives,
+    phases, torchft wait), whether it reports, and what its sidecar and the
+    kernel say of it. Two summaries with the same key differ only in how long."""
+    groups = tuple(
+        (g.group, g.issued, g.completed, g.inflight_seq, g.inflight_op) for g in s.groups
+    )
+    return (
+        is_suspect(s), s.verdict, s.reporting, s.ended, s.phases, s.kernel, s.ft_wait,
+        s.has_step, s.step, groups, s.world_size, s.pid, s.replica, s.verified,
+    )  # fmt: skip
 
 
 def is_suspect(s: RankSummary) -> bool:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core import limits
 from trainprobe.sidecar.core.job.checks import note_problem, problem, text_problem
-from trainprobe.sidecar.core.job.uplink import Upload
+from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Upload
 from trainprobe.sidecar.core.job.verdict import SETTLED_EVERY_S
 from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
@@ -259,11 +259,12 @@ class SummaryHub:
         if state is None:
             self._created += 1
             state = self.jobs[job] = CoordinatorState(
-                self.stale_after_s, instance=f"{self.instance}.{self._created}"
+                self.stale_after_s, f"{self.instance}.{self._created}", vouched_s=HEARTBEAT_S
             )
         return state.sync(
-            node_id, ranks, up.note, now, up.detail, up.since, refresh_s, bounded=up.bounded
-        )
+            node_id, ranks, up.note, now, up.detail, up.since, refresh_s, up.bounded,
+            [t for _, t in mirror.values()],
+        )  # fmt: skip
 
     def _push(
         self, job: str, sender: str, reply: SyncReply, key: tuple[object, ...], now: float

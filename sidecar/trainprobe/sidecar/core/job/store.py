@@ -28,6 +28,7 @@ from trainprobe.sidecar.core.job.digest import (
     JobDigest,
     is_suspect,
     same_summary,
+    state_key,
 )
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 
@@ -58,6 +59,9 @@ class RankStore:
         #: created again starts counting again).
         self.instance = instance
         self.version = 0
+        #: Counts changes of what a rank is doing (state_key), not of its ages
+        #: or a refreshed report: an analysis of unchanged ranks says the same.
+        self.changes = 0
         self._held: dict[int, Held] = {}
         #: rank -> (its latest upload, when): what the job's analysis reads.
         self._latest: dict[int, tuple[RankSummary, float]] = {}
@@ -78,16 +82,20 @@ class RankStore:
         summaries: Sequence[RankSummary],
         now: float,
         refresh: float = REPORTING_REFRESH_S,
+        taken: Sequence[float] | None = None,
     ) -> None:
-        """Store ``sidecar_id``'s ranks, as taken just now (``refresh``: see
+        """Store ``sidecar_id``'s ranks, as taken just now, or each at its time
+        in ``taken`` (a summary a node did not send again: summary mode) and
+        aged from then (``refresh``: see
         :func:`~trainprobe.sidecar.core.job.digest.same_summary`)."""
         mine = frozenset(s.rank for s in summaries)
         for rank in self._owned.get(sidecar_id, frozenset()) - mine:
             self._drop(rank, sidecar_id)
         self._owned[sidecar_id] = mine
         latest = self._latest
-        for s in summaries:
-            latest[s.rank] = (s, now)
+        for i, s in enumerate(summaries):
+            at = now if taken is None else taken[i]
+            latest[s.rank] = (s, at)
             # Suspicion and reporting come from every upload (the uploader's
             # fresh reading), even where the summary held stays.
             self._mark(self._suspect, s.rank, is_suspect(s))
@@ -96,14 +104,16 @@ class RankStore:
             if (
                 held is not None
                 and held.owner == sidecar_id
-                and same_summary(held.summary, s, now - held.received_at, refresh)
+                and same_summary(held.summary, s, at - held.received_at, refresh)
             ):
                 continue
             self.version += 1
-            taken = (
+            if held is None or held.owner != sidecar_id or state_key(held.summary) != state_key(s):
+                self.changes += 1
+            since = (
                 held.owned_since if held is not None and held.owner == sidecar_id else self.version
             )
-            self._held[s.rank] = Held(s, now, self.version, sidecar_id, taken)
+            self._held[s.rank] = Held(s, at, self.version, sidecar_id, since)
             self._changed.pop(s.rank, None)
             self._changed[s.rank] = self.version
             self._removed.pop(s.rank, None)
@@ -123,6 +133,7 @@ class RankStore:
         self._suspect.pop(rank, None)
         self._reporting.pop(rank, None)
         self.version += 1
+        self.changes += 1
         self._removed[rank] = self.version
 
     @staticmethod

@@ -89,6 +89,18 @@ class SyncReply:
     verdict: JobVerdict | None = None
 
 
+@dataclass
+class _Shared:
+    """One analysis's answers, as every sidecar gets them."""
+
+    analysis: JobAnalysis
+    episode: EpisodeNote | None
+    others: tuple[tuple[RankSummary, float], ...]
+    digest: JobDigest
+    #: id(verdict) -> the reply carrying it.
+    replies: dict[int, SyncReply] = field(default_factory=dict)
+
+
 class CoordinatorState:
     """The coordinator's memory for one job: its ranks (:class:`RankStore`), and the episode.
 
@@ -96,8 +108,14 @@ class CoordinatorState:
     is an episode whose opener is.
     """
 
-    def __init__(self, stale_after_s: float = 30.0, instance: str = "") -> None:
+    def __init__(
+        self, stale_after_s: float = 30.0, instance: str = "", vouched_s: float = 0.0
+    ) -> None:
         self.stale_after_s = stale_after_s
+        #: How long past its heartbeat limit a sidecar's silence about a reporting
+        #: rank still means "nothing changed" (summary mode: a node sends a
+        #: healthy rank again only every heartbeat, Uplink).
+        self.vouched_s = vouched_s
         self.store = RankStore(instance)
         #: Each sidecar's last sync, the least recent first.
         self._seen: dict[str, float] = {}
@@ -111,9 +129,10 @@ class CoordinatorState:
         self.analyses = 0
         #: The heartbeat refresh of the last bounded ask (what analyses age by).
         self.refresh = REPORTING_REFRESH_S
-        #: An analysis's exemplars and the digest, as pushed (built once for every node).
-        self._sent: tuple[JobAnalysis, tuple[tuple[RankSummary, float], ...], JobDigest] | None
-        self._sent = None
+        #: The store's change count the last analysis read.
+        self._analysed_changes = -1
+        #: The replies of the last analysis (built once for every sidecar).
+        self._sent: _Shared | None = None
 
     def sync(
         self,
@@ -125,6 +144,7 @@ class CoordinatorState:
         since: tuple[str, int] | None = None,
         refresh: float = REPORTING_REFRESH_S,
         bounded: bool = False,
+        taken: Sequence[float] | None = None,
     ) -> SyncReply:
         """Store ``sidecar_id``'s ranks and episode note; answer with the episode, and
         the others' ranks (all, or those changed ``since``) or, without ``detail``,
@@ -141,7 +161,7 @@ class CoordinatorState:
             del self._seen[sid]
             self.store.forget(sid)
         store = self.store
-        store.upload(sidecar_id, summaries, now, refresh)
+        store.upload(sidecar_id, summaries, now, refresh, taken)
         self.episode = ep = self._episode(sidecar_id, note)
         digest = store.digest(now)
         upto = (store.instance, store.version)
@@ -150,9 +170,7 @@ class CoordinatorState:
         mine = store.owned(sidecar_id)
         if bounded and len(store) - len(mine) > MAX_SENT:
             self.refresh = refresh
-            a = self._analyse(now, refresh)
-            sent = store.these((r for r in a.exemplars if r not in mine), sidecar_id, now)
-            return SyncReply(sent, ep, digest, verdict=a.verdict_for(mine))
+            return self.pushed(self._analyse(now, refresh), mine, now)
         if since is None or since[0] != store.instance or since[1] > store.version:
             return SyncReply(store.full(sidecar_id, now), ep, digest, since=upto)
         others, gone = store.delta(sidecar_id, since[1], now)
@@ -160,40 +178,55 @@ class CoordinatorState:
 
     def reanalyse(self, now: float) -> JobAnalysis | None:
         """A new analysis for the sidecars that hold the last one and no longer
-        ask (summary mode pushes it to them), or None while that one stands: at
-        most every ANALYZE_EVERY_S; while no rank changed since an analysis
-        that settled the question, only every SETTLED_EVERY_S."""
+        ask (summary mode pushes it to them), or None while that one stands
+        (:meth:`_due`)."""
+        return self._analyse(now, self.refresh) if self._due(now) else None
+
+    def _due(self, now: float) -> bool:
+        """Whether the job's last analysis is to be run again: at most every
+        ANALYZE_EVERY_S; while no rank changed what it is doing since one that
+        settled the question, only every SETTLED_EVERY_S (a pass over 100,000
+        ranks costs about half a second of one core)."""
         a = self.analysis
-        if a is not None:
-            age = now - a.at
-            unchanged = a.version == self.store.version and a.settled()
-            if age < ANALYZE_EVERY_S or (unchanged and age < SETTLED_EVERY_S):
-                return None
-        return self._analyse(now, self.refresh)
+        if a is None:
+            return True
+        age = now - a.at
+        unchanged = self._analysed_changes == self.store.changes and a.settled()
+        return age >= (SETTLED_EVERY_S if unchanged else ANALYZE_EVERY_S)
 
     def pushed(self, a: JobAnalysis, mine: Collection[int], now: float) -> SyncReply:
-        """What a pushed analysis tells the sidecar that owns ``mine``: its
-        verdict (:meth:`~.verdict.JobAnalysis.pushed`) and the ranks it names,
-        its own among them (it reads its own from its sessions)."""
-        sent = self._sent
-        if sent is None or sent[0] is not a:
-            sent = self._sent = (a, self.store.these(a.exemplars, "", now), self.store.digest(now))
-        return SyncReply(sent[1], self.episode, sent[2], verdict=a.pushed(mine))
+        """What analysis ``a`` tells the sidecar that owns ``mine``: its verdict
+        (:meth:`~.verdict.JobAnalysis.pushed`) and the ranks it names, its own
+        among them (it reads its own from its sessions). Every sidecar whose
+        ranks need no naming of their own gets the same reply object, so the
+        upstream encodes it once for all of them."""
+        held = self._sent
+        if held is None or held.analysis is not a or held.episode is not self.episode:
+            others = self.store.these(a.exemplars, "", now)
+            held = self._sent = _Shared(a, self.episode, others, self.store.digest(now))
+        v = a.pushed(mine)
+        reply = held.replies.get(id(v))
+        if reply is None or reply.verdict is not v:
+            reply = held.replies[id(v)] = SyncReply(
+                held.others, held.episode, held.digest, verdict=v
+            )
+        return reply
 
     def _analyse(self, now: float, refresh: float) -> JobAnalysis:
         """The job's analysis, at most ANALYZE_EVERY_S old (one pass over every
         rank: it runs only while a sidecar asks, during an incident)."""
         a = self.analysis
-        if a is not None and now - a.at < ANALYZE_EVERY_S:
+        if a is not None and not self._due(now):
             return a
         # Every sidecar uploads every rank at each sync: the latest uploads are
         # a sync old. Only those of a sidecar that stopped syncing are aged (the
         # heartbeat limit that made ``refresh``: digest.refresh_s), which keeps
         # a pass over 100,000 ranks cheap.
-        limit = 3.0 * refresh
+        limit = 3.0 * refresh + self.vouched_s
         ranks = (
             s if now - at <= _FRESH_S else aged(s, now - at, limit) for s, at in self.store.latest()
         )
+        self._analysed_changes = self.store.changes
         self.analysis = judge_job(ranks, self.store.version, now)
         self.analyses += 1
         return self.analysis

@@ -201,11 +201,14 @@ class JobAnalysis:
 
     def pushed(self, mine: Collection[int]) -> JobVerdict:
         """The verdict pushed to the node that owns ``mine``: :meth:`verdict_for`,
-        naming its own ranks in full only where a node acts on them (its
-        culprits; in a mismatch, its waiting ranks too, which a tie ends). So
-        every other node of a large job gets the one common verdict, encoded
-        once, however many of its ranks wait (all of them, in a hang)."""
-        if self.diagnosis.kind != MISMATCH:
+        naming its own ranks in full only where a node acts on them: its
+        culprits; in a mismatch its waiting ranks too (a tie ends them); in a
+        replicated job its replica (its waiting replica is spared). Its other
+        waiting ranks it sees waiting in its own evidence. So every other node
+        of a large job gets the one common verdict, encoded once, however many
+        of its ranks wait (all of them, in a hang)."""
+        d = self.diagnosis
+        if d.kind != MISMATCH and "replicas" not in d.evidence:
             mine = [r for r in mine if r in self.culprit_set]
         return self.verdict_for(mine)
 
