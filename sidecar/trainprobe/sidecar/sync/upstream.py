@@ -183,6 +183,7 @@ class JobSyncUpstream:
                 q.put_nowait(self._encoded([(job, reply)]))
             except asyncio.QueueFull:
                 self.missed_pushes += 1
+                self.hub.missed(other, job)
 
     def _encoded(self, replies: list[tuple[str, SyncReply]]) -> Down:
         """The message for ``replies``. A large job's analysis goes to every node

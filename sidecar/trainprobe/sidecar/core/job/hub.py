@@ -203,6 +203,14 @@ class SummaryHub:
             out.append((other, job, reply))
         return out
 
+    def missed(self, node_id: str, job: str) -> None:
+        """``node_id``'s stream dropped a push of ``job`` (its outbox was full):
+        it does not hold what the push said, so its next upload is answered."""
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.told.pop(job, None)
+            node.verdict_of.pop(job, None)
+
     def _check(self, node_id: str, node: _Node, uploads: Sequence[Upload]) -> None:
         jobs = set(node.jobs)
         held = sum(len(r) for r in node.jobs.values())

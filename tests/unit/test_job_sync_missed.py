@@ -1,0 +1,29 @@
+"""Summary mode's upstream when a node's outbox is full: a push it missed is
+not taken as told (it is answered again at its next upload)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.unit.test_job_push import stopped, waiting, watched_job
+from trainprobe.sidecar.core.job.uplink import Upload
+from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S
+from trainprobe.sidecar.sync.upstream import OUTBOX, JobSyncUpstream
+
+
+def test_a_node_that_missed_a_push_is_answered_with_it_at_its_next_upload() -> None:
+    up = JobSyncUpstream()
+    up.hub = watched_job()
+    full: asyncio.Queue[object] = asyncio.Queue(OUTBOX)
+    for _ in range(OUTBOX):
+        full.put_nowait(b"")
+    up._outs["n3"] = full  # type: ignore[assignment]  # n3 reads nothing for a while
+    up.hub.apply("n0", [Upload("j", (stopped(0),), detail=True, bounded=True)], 3.0, 1.0)
+    up._send(up.hub.tick(0.1 + ANALYZE_EVERY_S))
+    assert up.missed_pushes == 1
+    # n3 reads again and sends a change: the analysis it missed comes back.
+    t = 0.2 + ANALYZE_EVERY_S
+    again = Upload("j", (waiting(24, t=t),), detail=True, bounded=True)
+    replies, _ = up.hub.apply("n3", [again], 3.0, t)
+    assert replies and replies[0][1].verdict is not None
+    assert replies[0][1].verdict.culprits == (0,)
