@@ -27,3 +27,22 @@ def test_a_node_that_missed_a_push_is_answered_with_it_at_its_next_upload() -> N
     replies, _ = up.hub.apply("n3", [again], 3.0, t)
     assert replies and replies[0][1].verdict is not None
     assert replies[0][1].verdict.culprits == (0,)
+
+
+def test_a_node_asking_again_and_again_does_not_grow_the_upstreams_memory() -> None:
+    """A verdict naming a node's own culprits is built afresh at each ask: the
+    replies kept for one analysis must not grow with the node's messages."""
+    hub = watched_job()
+    t = 0.1 + ANALYZE_EVERY_S
+    for n in range(5):  # 40 ranks stop: n4's are culprits past the MAX_NAMED named
+        ranks = tuple(stopped(r) for r in range(n * 8, n * 8 + 8))
+        hub.apply(f"n{n}", [Upload("j", ranks, detail=True, bounded=True)], 3.0, t)
+    t += ANALYZE_EVERY_S
+    replies, _ = hub.apply("n4", [Upload("j", detail=True, bounded=True)], 3.0, t)
+    assert (v := replies[0][1].verdict) is not None and v.culprit_count == 40 and 39 in v.culprits
+    state = hub.jobs["j"]
+    analyses = state.analyses
+    for i in range(2000):  # all within one analysis (settled: it stands SETTLED_EVERY_S)
+        hub.apply("n4", [Upload("j", detail=i % 2 == 0, bounded=True)], 3.0, t + i * 1e-4)
+    assert state.analyses == analyses
+    assert state._sent is not None and len(state._sent.replies) <= 64

@@ -42,6 +42,8 @@ __all__ = ["CoordinatorState", "EpisodeNote", "SyncReply"]
 _FRESH_S = 1.0
 #: Closed notes kept for the upstream's telemetry to take (per job).
 _CLOSED_KEPT = 4
+#: Replies kept built for one analysis (the common one first).
+_REPLIES_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -207,9 +209,11 @@ class CoordinatorState:
         v = a.pushed(mine)
         reply = held.replies.get(id(v))
         if reply is None or reply.verdict is not v:
-            reply = held.replies[id(v)] = SyncReply(
-                held.others, held.episode, held.digest, verdict=v
-            )
+            reply = SyncReply(held.others, held.episode, held.digest, verdict=v)
+            # A verdict naming a node's own ranks is built at each ask: kept
+            # past a few, one node asking in a loop grew this with its messages.
+            if len(held.replies) < _REPLIES_KEPT:
+                held.replies[id(v)] = reply
         return reply
 
     def _analyse(self, now: float, refresh: float) -> JobAnalysis:
