@@ -88,11 +88,13 @@ def short_list(items: Sequence[object], limit: int = LOG_LIST_ITEMS) -> str:
     return f"[{shown}, ... {len(items) - limit:,} more]"
 
 
-def sentences(parts: Sequence[str], limit: int = TEXT_SENTENCES) -> str:
-    """Per-rank sentences joined by "; ", the first ``limit`` of them and a count."""
-    if len(parts) <= limit:
+def sentences(parts: Sequence[str], limit: int = TEXT_SENTENCES, total: int = 0) -> str:
+    """Per-rank sentences joined by "; ", the first ``limit`` of them and a count
+    (of ``total`` ranks, where only the first sentences were built)."""
+    total = max(total, len(parts))
+    if total <= limit:
         return "; ".join(parts)
-    return "; ".join(parts[:limit]) + f"; and {len(parts) - limit:,} more ranks likewise"
+    return "; ".join(parts[:limit]) + f"; and {total - limit:,} more ranks likewise"
 
 
 def _safe_arg(arg: object) -> object:

@@ -32,7 +32,7 @@ from trainprobe.sidecar.core.judge.diagnosis import (
     RankSummary,
 )
 from trainprobe.sidecar.core.limits import MAX_WORLD_SIZE
-from trainprobe.sidecar.core.text import sentences, short_list
+from trainprobe.sidecar.core.text import TEXT_SENTENCES, sentences, short_list
 
 __all__ = [
     "ALL_IN_FLIGHT",
@@ -90,7 +90,7 @@ def _unresponsive(
     world: int,
 ) -> Diagnosis:
     parts = []
-    for rank in silent:
+    for rank in silent[:TEXT_SENTENCES]:  # the text names these (a world may claim 2**20)
         r = live.get(rank)
         if r is None:
             parts.append(f"rank {rank} never reported")
@@ -106,7 +106,7 @@ def _unresponsive(
         tuple(silent),
         waiting,
         confidence,
-        sentences(parts) + tail,
+        sentences(parts, total=len(silent)) + tail,
         {"missing": missing},
     )
 
