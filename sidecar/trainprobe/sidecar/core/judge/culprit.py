@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import islice
 
 from trainprobe.sidecar.core.conventions import INIT_PHASE, RENDEZVOUS_PHASE
 from trainprobe.sidecar.core.judge.diagnosis import (
@@ -55,11 +56,14 @@ def _where(r: RankSummary) -> str:
     return f"rank {r.rank}{on}"
 
 
-def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:
+def analyze(ranks: Sequence[RankSummary], listed: int | None = None) -> Diagnosis:
     """Classify a job's trouble and name its culprits.
 
     Missing ranks (below the world size but never reported) count as
-    unresponsive. Ranks that said Goodbye are finished and ignored.
+    unresponsive. Ranks that said Goodbye are finished and ignored. With
+    ``listed``, only the first ``listed`` missing ranks are in the culprits
+    and the evidence's "missing", and "missing_count" counts them all (the
+    coordinator's analysis, where one node may claim a world of 2**20).
     """
     live = {r.rank: r for r in ranks if r.ended != "goodbye"}
     if not live:
@@ -68,11 +72,13 @@ def analyze(ranks: Sequence[RankSummary]) -> Diagnosis:
     # missing ranks are listed up to it, so at most what a Hello may claim.
     world = min(max(r.world_size for r in ranks), MAX_WORLD_SIZE)
     present = {r.rank for r in ranks}  # once: at the coordinator a job has 100,000 ranks
-    missing = [rank for rank in range(world) if rank not in present]
+    absent = (rank for rank in range(world) if rank not in present)
+    missing = list(absent if listed is None else islice(absent, listed))
+    unlisted = 0 if listed is None else world - sum(r < world for r in present) - len(missing)
     silent = sorted([r.rank for r in live.values() if not r.reporting] + missing)
     waiting = tuple(sorted(r.rank for r in live.values() if r.reporting and r.in_flight))
     if silent:
-        return _unresponsive(live, silent, missing, waiting, world)
+        return _unresponsive(live, silent, missing, waiting, world, unlisted)
     diag = _by_startup(live)
     if diag is not None:
         return diag
@@ -88,6 +94,7 @@ def _unresponsive(
     missing: list[int],
     waiting: tuple[int, ...],
     world: int,
+    unlisted: int = 0,
 ) -> Diagnosis:
     parts = []
     for rank in silent[:TEXT_SENTENCES]:  # the text names these (a world may claim 2**20)
@@ -99,16 +106,17 @@ def _unresponsive(
         else:
             parts.append(f"{_where(r)} (pid {r.pid}) sent no report for {r.report_age_s:.1f}s")
     # If everyone is silent the fault may be ours or the network's, not a rank's.
-    confidence = 0.4 if len(silent) == world else (0.95 if waiting else 0.8)
+    confidence = 0.4 if len(silent) + unlisted == world else (0.95 if waiting else 0.8)
     tail = f"; ranks {short_list(waiting)} wait for it in a collective" if waiting else ""
     return Diagnosis(
         UNRESPONSIVE,
         tuple(silent),
         waiting,
         confidence,
-        sentences(parts, total=len(silent)) + tail,
+        sentences(parts, total=len(silent) + unlisted) + tail,
+        {"missing": missing, "missing_count": len(missing) + unlisted} if unlisted else
         {"missing": missing},
-    )
+    )  # fmt: skip
 
 
 def _by_startup(live: dict[int, RankSummary]) -> Diagnosis | None:

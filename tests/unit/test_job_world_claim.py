@@ -1,0 +1,28 @@
+"""A node may claim its ranks are of a world of MAX_WORLD_SIZE: the upstream's
+analysis of that job must cost what it holds, not what is claimed."""
+
+from __future__ import annotations
+
+from tests.unit.test_job_push import stopped, waiting
+from trainprobe.sidecar.core.job.verdict import MAX_NAMED, judge_job
+from trainprobe.sidecar.core.limits import MAX_WORLD_SIZE
+
+
+def test_a_claimed_world_of_missing_ranks_is_counted_not_listed() -> None:
+    held = [waiting(r, MAX_WORLD_SIZE) for r in range(100, 165)] + [stopped(200, MAX_WORLD_SIZE)]
+    a = judge_job(held, 1, 0.0)
+    d = a.diagnosis
+    # Before: a million missing ranks listed in the culprits, the evidence and
+    # their set (~80 MB kept, an analysis a second at a watched job).
+    assert len(d.culprits) <= MAX_NAMED + len(held) and len(a.culprit_set) <= len(d.culprits)
+    missing = MAX_WORLD_SIZE - len(held)
+    assert d.evidence["missing_count"] == missing
+    # What every node is told is as exact as before: the first ranks named, every one counted.
+    v = a.verdict_for(())
+    assert v.culprits == tuple(range(MAX_NAMED)) and v.culprit_count == missing + 1
+    assert v.diagnosis(gated=False).evidence["culprit_count"] == missing + 1
+    assert v.evidence["missing"] == list(range(MAX_NAMED))
+    assert v.evidence["missing_count"] == missing
+    assert f"and {missing + 1 - 8:,} more ranks likewise" in d.summary
+    # The stopped rank its node holds is named to that node.
+    assert 200 in a.pushed([200]).culprits
