@@ -3,7 +3,8 @@ analysis of that job must cost what it holds, not what is claimed."""
 
 from __future__ import annotations
 
-from tests.unit.test_job_push import stopped, waiting
+from tests.unit.test_job_push import stopped, waiting, watched_job
+from trainprobe.sidecar.core.job.uplink import Upload
 from trainprobe.sidecar.core.job.verdict import MAX_NAMED, judge_job
 from trainprobe.sidecar.core.limits import MAX_WORLD_SIZE
 
@@ -26,3 +27,16 @@ def test_a_claimed_world_of_missing_ranks_is_counted_not_listed() -> None:
     assert f"and {missing + 1 - 8:,} more ranks likewise" in d.summary
     # The stopped rank its node holds is named to that node.
     assert 200 in a.pushed([200]).culprits
+
+
+def test_a_node_asking_with_a_short_refresh_does_not_age_the_other_nodes_ranks() -> None:
+    """Each node's ranks age by its own refresh (how often it sends a report
+    again), not by the last asker's: a node that asks with refresh_s=0.1 must
+    not make every other node's ranks look silent."""
+    hub = watched_job()  # 12 nodes, refresh 3 s: a rank not sent again is reporting for 19 s
+    hub.join("evil")
+    replies, _ = hub.apply("evil", [Upload("j", detail=True, bounded=True)], 0.1, 10.9)
+    v = replies[0][1].verdict
+    assert v is not None and v.kind != "unresponsive", v
+    pushes = hub.tick(12.0)
+    assert all(r.verdict is not None and r.verdict.kind != "unresponsive" for _, _, r in pushes)

@@ -153,6 +153,11 @@ class RankStore:
         last sync: only a rank whose sidecar stopped syncing needs aging."""
         return self._latest.values()
 
+    def latest_owned(self) -> Iterable[tuple[RankSummary, float, str]]:
+        """:meth:`latest`, with each rank's owner."""
+        held = self._held
+        return ((s, at, held[s.rank].owner) for s, at in self._latest.values())
+
     def these(
         self, ranks: Iterable[int], sidecar_id: str, now: float
     ) -> tuple[tuple[RankSummary, float], ...]:

@@ -129,8 +129,10 @@ class CoordinatorState:
         #: The last analysis of the whole job (bounded answers), and how many ran.
         self.analysis: JobAnalysis | None = None
         self.analyses = 0
-        #: The heartbeat refresh of the last bounded ask (what analyses age by).
+        #: The heartbeat refresh of the last bounded ask, and each sidecar's own
+        #: (its ranks age by it: another's must not make them look silent).
         self.refresh = REPORTING_REFRESH_S
+        self._refreshes: dict[str, float] = {}
         #: The store's change count the last analysis read.
         self._analysed_changes = -1
         #: The replies of the last analysis (built once for every sidecar).
@@ -161,7 +163,9 @@ class CoordinatorState:
             if now - t <= self.stale_after_s:
                 break
             del self._seen[sid]
+            self._refreshes.pop(sid, None)
             self.store.forget(sid)
+        self._refreshes[sidecar_id] = refresh
         store = self.store
         store.upload(sidecar_id, summaries, now, refresh, taken)
         self.episode = ep = self._episode(sidecar_id, note)
@@ -223,12 +227,14 @@ class CoordinatorState:
         if a is not None and not self._due(now):
             return a
         # Every sidecar uploads every rank at each sync: the latest uploads are
-        # a sync old. Only those of a sidecar that stopped syncing are aged (the
-        # heartbeat limit that made ``refresh``: digest.refresh_s), which keeps
-        # a pass over 100,000 ranks cheap.
+        # a sync old. Only those of a sidecar that stopped syncing are aged (by
+        # the heartbeat limit that made its own ``refresh``: digest.refresh_s),
+        # which keeps a pass over 100,000 ranks cheap.
+        limits = {sid: 3.0 * r + self.vouched_s for sid, r in self._refreshes.items()}
         limit = 3.0 * refresh + self.vouched_s
         ranks = (
-            s if now - at <= _FRESH_S else aged(s, now - at, limit) for s, at in self.store.latest()
+            s if now - at <= _FRESH_S else aged(s, now - at, limits.get(owner, limit))
+            for s, at, owner in self.store.latest_owned()
         )
         self._analysed_changes = self.store.changes
         self.analysis = judge_job(ranks, self.store.version, now)
