@@ -46,3 +46,26 @@ def test_a_node_asking_again_and_again_does_not_grow_the_upstreams_memory() -> N
         hub.apply("n4", [Upload("j", detail=i % 2 == 0, bounded=True)], 3.0, t + i * 1e-4)
     assert state.analyses == analyses
     assert state._sent is not None and len(state._sent.replies) <= 64
+
+
+def test_a_node_adds_where_only_its_own_ranks_are_stuck_and_places_stay_bounded() -> None:
+    from trainprobe.sidecar.core.job.view import EpisodeNote
+    from trainprobe.sidecar.core.limits import MAX_NOTE_RANKS, MAX_NOTE_TEXT
+
+    hub = watched_job()
+    note = EpisodeNote("e1", "j", "n0", "HUNG", "stall", culprits=(0,), where={0: "in step()"})
+    hub.apply("n0", [Upload("j", note=note, detail=True, bounded=True)], 3.0, 1.0)
+    hub.join("evil")
+    for k in range(8):  # each message within the note's bounds; together far past them
+        places = {r: "x" * MAX_NOTE_TEXT for r in range(k * 256, k * 256 + 256)}
+        forged = EpisodeNote("e1", "j", "n0", "HUNG", "stall", where=places)
+        hub.apply("evil", [Upload("j", note=forged)], 3.0, 1.1 + k * 0.01)
+    ep = hub.jobs["j"].episode
+    assert ep is not None and ep.id == "e1"
+    assert ep.where[0] == "in step()"  # n0's own rank: not the forger's to place
+    assert len(ep.where) <= MAX_NOTE_RANKS
+    # A follower places its own culprit.
+    mine = EpisodeNote("e1", "j", "n0", "HUNG", "stall", where={8: "in allreduce"})
+    hub.apply("n1", [Upload("j", note=mine, detail=True, bounded=True)], 3.0, 1.2)
+    ep = hub.jobs["j"].episode
+    assert ep is not None and ep.where == {0: "in step()", 8: "in allreduce"}

@@ -35,6 +35,7 @@ from trainprobe.sidecar.core.job.verdict import (
     judge_job,
 )
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+from trainprobe.sidecar.core.limits import MAX_NOTE_RANKS
 
 __all__ = ["CoordinatorState", "EpisodeNote", "SyncReply"]
 
@@ -254,6 +255,14 @@ class CoordinatorState:
         if note is not None and note.opened_by == sidecar_id and ep is None:
             ep = note  # first come: one episode per job at a time
         elif note is not None and ep is not None and note.id == ep.id and note.where:
-            # Followers add where their culprits are stuck.
-            ep = replace(ep, where={**ep.where, **note.where})
+            # Followers add where their culprits are stuck: their own ranks only
+            # (read from their own stacks), and at most MAX_NOTE_RANKS places in
+            # all (each note may bring that many; every node is sent them).
+            mine = self.store.owned(sidecar_id)
+            where = dict(ep.where)
+            for rank, place in note.where.items():
+                if rank in mine and (rank in where or len(where) < MAX_NOTE_RANKS):
+                    where[rank] = place
+            if where != ep.where:
+                ep = replace(ep, where=where)
         return ep
