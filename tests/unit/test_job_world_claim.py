@@ -40,3 +40,29 @@ def test_a_node_asking_with_a_short_refresh_does_not_age_the_other_nodes_ranks()
     assert v is not None and v.kind != "unresponsive", v
     pushes = hub.tick(12.0)
     assert all(r.verdict is not None and r.verdict.kind != "unresponsive" for _, _, r in pushes)
+
+
+def test_a_node_cannot_hold_more_ranks_by_dropping_one_rank_many_times() -> None:
+    import pytest
+
+    from trainprobe.sidecar.core.job.hub import Refused, SummaryHub
+    from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+    from trainprobe.sidecar.core.limits import MAX_SYNC_RANKS_PER_NODE as MAX
+
+    hub = SummaryHub("t")
+    hub.join("evil")
+    hub.apply("evil", [Upload("j", (RankSummary(0, 8192),), full=True)], 3.0, 0.0)
+    many = tuple(RankSummary(r, 8192) for r in range(1, MAX + 100))
+    with pytest.raises(Refused, match="ranks"):  # one rank dropped, counted 1,123 times
+        hub.apply("evil", [Upload("j", many, dropped=(0,) * (MAX + 100))], 3.0, 0.1)
+    # Dropping a rank it sends again in the same upload frees no room either.
+    mine = tuple(RankSummary(r, 8192) for r in range(MAX))
+    hub.apply("evil", [Upload("j", mine, full=True)], 3.0, 0.2)
+    more = tuple(RankSummary(r, 8192) for r in range(MAX, 2 * MAX))
+    with pytest.raises(Refused, match="ranks"):
+        hub.apply("evil", [Upload("j", mine + more, dropped=tuple(range(MAX)))], 3.0, 0.3)
+    assert hub.ranks() == MAX
+    # What an honest node does still fits: drop some, take as many others.
+    swap = Upload("j", more[:10], dropped=tuple(range(10)))
+    hub.apply("evil", [swap], 3.0, 0.4)
+    assert hub.ranks() == MAX

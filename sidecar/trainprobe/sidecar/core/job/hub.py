@@ -213,19 +213,26 @@ class SummaryHub:
 
     def _check(self, node_id: str, node: _Node, uploads: Sequence[Upload]) -> None:
         jobs = set(node.jobs)
-        held = sum(len(r) for r in node.jobs.values())
+        # job -> the ranks the node holds there once this message is applied
+        #: (_sync's order: full, dropped, ranks): a rank dropped many times, or
+        #: dropped and sent again, frees no room.
+        after: dict[str, set[int]] = {}
         for up in uploads:
             empty = None if up.job_id else "an empty job_id"
             if err := text_problem(up.job_id, "job_id") or empty:
                 raise Refused("INVALID_ARGUMENT", err)
             if up.ended:
+                after[up.job_id] = set()
                 continue
             new = up.job_id not in jobs and up.job_id not in self.jobs
             if new and len(self.jobs) + len(jobs - self.jobs.keys()) >= limits.MAX_SYNC_JOBS:
                 raise Refused("RESOURCE_EXHAUSTED", f"{limits.MAX_SYNC_JOBS} jobs already")
             jobs.add(up.job_id)
-            mine = node.jobs.get(up.job_id, {})
-            held += sum(s.rank not in mine for s in up.ranks) - sum(r in mine for r in up.dropped)
+            mine = after.setdefault(up.job_id, set(node.jobs.get(up.job_id, {})))
+            if up.full:
+                mine.clear()
+            mine.difference_update(up.dropped)
+            mine.update(s.rank for s in up.ranks)
             if up.note is not None and (err := note_problem(up.note, up.job_id)):
                 raise Refused("INVALID_ARGUMENT", f"job {printable(up.job_id)}: {err}")
             for s in up.ranks:
@@ -240,7 +247,8 @@ class SummaryHub:
                     )
         if len(jobs) > limits.MAX_SYNC_JOBS_PER_NODE:
             raise Refused("RESOURCE_EXHAUSTED", f"over {limits.MAX_SYNC_JOBS_PER_NODE} jobs")
-        if held > limits.MAX_SYNC_RANKS_PER_NODE:
+        held = sum(len(r) for j, r in node.jobs.items() if j not in after)
+        if held + sum(len(r) for r in after.values()) > limits.MAX_SYNC_RANKS_PER_NODE:
             raise Refused("RESOURCE_EXHAUSTED", f"over {limits.MAX_SYNC_RANKS_PER_NODE} ranks")
 
     def _sync(
