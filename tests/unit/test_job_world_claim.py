@@ -52,9 +52,12 @@ def test_a_node_cannot_hold_more_ranks_by_dropping_one_rank_many_times() -> None
     hub = SummaryHub("t")
     hub.join("evil")
     hub.apply("evil", [Upload("j", (RankSummary(0, 8192),), full=True)], 3.0, 0.0)
-    many = tuple(RankSummary(r, 8192) for r in range(1, MAX + 100))
-    with pytest.raises(Refused, match="ranks"):  # one rank dropped, counted 1,123 times
-        hub.apply("evil", [Upload("j", many, dropped=(0,) * (MAX + 100))], 3.0, 0.1)
+    half = MAX // 2  # what the wire lets one upload carry: ranks + dropped <= MAX
+    with pytest.raises(Refused, match="ranks"):
+        for k in range(4):  # each time a rank it holds, dropped `half` times
+            new = tuple(RankSummary(r, 8192) for r in range(1 + k * half, 1 + (k + 1) * half))
+            hub.apply("evil", [Upload("j", new, dropped=(k * half,) * half)], 3.0, 0.1 + k / 100)
+    assert hub.ranks() <= MAX
     # Dropping a rank it sends again in the same upload frees no room either.
     mine = tuple(RankSummary(r, 8192) for r in range(MAX))
     hub.apply("evil", [Upload("j", mine, full=True)], 3.0, 0.2)
