@@ -51,6 +51,7 @@ def test_hub_answers_with_the_others_and_pushes_an_alarm_to_every_node() -> None
     hub.join("b")
     hub.apply("a", [Upload("j", (rank(0),), full=True)], 3.0, 0.0)
     _, pushes = hub.apply("b", [Upload("j", (rank(1),), full=True)], 3.0, 0.1)
+    hub.tick(0.5)  # the upstream's tick: a change within DIGEST_PUSH_EVERY_S goes with it
     # Rank 1 turns suspect at node b: node a, holding only the digest, is told at once.
     _, pushes = hub.apply("b", [Upload("j", (rank(1, reporting=False),))], 3.0, 1.0)
     assert [(n, j) for n, j, _ in pushes] == [("a", "j")]

@@ -69,3 +69,29 @@ def test_a_node_adds_where_only_its_own_ranks_are_stuck_and_places_stay_bounded(
     hub.apply("n1", [Upload("j", note=mine, detail=True, bounded=True)], 3.0, 1.2)
     ep = hub.jobs["j"].episode
     assert ep is not None and ep.where == {0: "in step()", 8: "in allreduce"}
+
+
+def test_a_node_flipping_its_rank_does_not_make_a_push_to_every_node_per_message() -> None:
+    """Each change of what a job's digest alarms on is pushed to every node of
+    the job: a node flipping its rank between HUNG and OK at every message made
+    every message cost one push per node (12,500 at the largest)."""
+    from trainprobe.sidecar.core.job.hub import SummaryHub
+    from trainprobe.sidecar.core.judge.diagnosis import RankSummary
+
+    hub, world = SummaryHub("t"), 8 * 20 + 1
+    for n in range(20):
+        hub.join(f"n{n}")
+        ranks = tuple(RankSummary(r, world) for r in range(n * 8, n * 8 + 8))
+        hub.apply(f"n{n}", [Upload("j", ranks, full=True)], 3.0, 0.0)
+    hub.join("evil")
+    hub.apply("evil", [Upload("j", (RankSummary(160, world),), full=True)], 3.0, 0.0)
+    pushed = 0
+    for i in range(100):  # 100 messages in a second
+        s = RankSummary(160, world, verdict="HUNG" if i % 2 == 0 else "OK")
+        pushed += len(hub.apply("evil", [Upload("j", (s,))], 3.0, 1.0 + i / 100)[1])
+        pushed += len(hub.tick(1.0 + i / 100))
+    assert pushed <= 6 * 20, pushed  # a push to each node at most every quarter second
+    # Where it ended (OK, no alarm) reaches every node.
+    hub.tick(3.0)
+    key = hub._told["j"]
+    assert key[2] is False and all(hub._nodes[f"n{n}"].told["j"] == key for n in range(20))

@@ -46,6 +46,11 @@ __all__ = ["Push", "Refused", "SummaryHub", "problem"]
 #: (node, job, reply) for another node's stream.
 Push = tuple[str, str, SyncReply]
 
+#: A job's digest is pushed to its nodes at most this often; a change within
+#: it goes with the next tick (a node flipping a rank at every message made
+#: every message a push to every node of the job).
+DIGEST_PUSH_EVERY_S = 0.25
+
 
 class Refused(Exception):
     """A node's message is refused: its stream ends with ``code`` (a gRPC status name)."""
@@ -93,6 +98,9 @@ class SummaryHub:
         self._watchers: dict[str, dict[str, None]] = {}
         #: job -> what its last pushed analysis said, when, and its count.
         self._pushed: dict[str, tuple[tuple[object, ...], float, int]] = {}
+        #: job -> when its digest was last pushed; jobs whose change waits for a tick.
+        self._digest_at: dict[str, float] = {}
+        self._deferred: dict[str, None] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -136,8 +144,12 @@ class SummaryHub:
             if self._news(node, up, reply, key):
                 replies.append((up.job_id, reply))
                 node.told[up.job_id] = key
-            if self._told.get(up.job_id) != key:
-                self._told[up.job_id] = key
+            if self._told.get(up.job_id) != key or up.job_id in self._deferred:
+                if now - self._digest_at.get(up.job_id, -math.inf) < DIGEST_PUSH_EVERY_S:
+                    self._deferred[up.job_id] = None
+                    continue
+                self._deferred.pop(up.job_id, None)
+                self._told[up.job_id], self._digest_at[up.job_id] = key, now
                 pushes.extend(self._push(up.job_id, node_id, reply, key, now))
         return replies, pushes
 
@@ -166,7 +178,7 @@ class SummaryHub:
         so an incident costs the upstream an analysis a second (fewer once
         settled, :meth:`CoordinatorState.reanalyse`) and a push when what it
         says changed, not a message from every node twice a second."""
-        out: list[Push] = []
+        out = self._deferred_pushes(now)
         for job, watchers in self._watchers.items():
             state = self.jobs.get(job)
             if state is None or not watchers:
@@ -182,6 +194,23 @@ class SummaryHub:
                 continue
             self._pushed[job] = (said, now, state.analyses)
             out.extend(self._to_watchers(job, state, now))
+        return out
+
+    def _deferred_pushes(self, now: float) -> list[Push]:
+        """The digest changes held back (DIGEST_PUSH_EVERY_S), once it has passed."""
+        out: list[Push] = []
+        for job in list(self._deferred):
+            if now - self._digest_at.get(job, -math.inf) < DIGEST_PUSH_EVERY_S:
+                continue
+            del self._deferred[job]
+            state = self.jobs.get(job)
+            if state is None:
+                continue
+            reply = SyncReply((), state.episode, state.store.digest(now), detail=False, full=False)
+            key = _key(reply)
+            if self._told.get(job) != key:
+                self._told[job], self._digest_at[job] = key, now
+                out.extend(self._push(job, "", reply, key, now))
         return out
 
     def _to_watchers(
@@ -323,3 +352,5 @@ class SummaryHub:
             self._told.pop(job, None)
             self._watchers.pop(job, None)
             self._pushed.pop(job, None)
+            self._digest_at.pop(job, None)
+            self._deferred.pop(job, None)
