@@ -153,3 +153,12 @@ def test_the_upstream_takes_a_rank_not_sent_again_within_a_heartbeat_as_still_re
     late = hub.tick(12.0 + HEARTBEAT_S + 10.0)
     assert late and all(r.verdict is not None and r.verdict.kind == "unresponsive"
                         for _, _, r in late)  # fmt: skip
+
+
+def test_a_large_job_is_analysed_at_most_as_often_as_one_core_affords() -> None:
+    from trainprobe.sidecar.core.job.verdict import ANALYZED_RANKS_PER_S, analyse_every_s
+
+    assert analyse_every_s(WORLD) == ANALYZE_EVERY_S
+    assert analyse_every_s(100_000) == 100_000 / ANALYZED_RANKS_PER_S == 2.0
+    # 2 s between passes still names a culprit within 5 s of its upload.
+    assert analyse_every_s(100_000) + 0.25 < 5.0

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, replace
 from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, JobDigest
 from trainprobe.sidecar.core.job.store import RankStore
 from trainprobe.sidecar.core.job.verdict import (
-    ANALYZE_EVERY_S,
     MAX_SENT,
     SETTLED_EVERY_S,
     JobAnalysis,
     JobVerdict,
     aged,
+    analyse_every_s,
     judge_job,
 )
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
@@ -191,15 +191,16 @@ class CoordinatorState:
 
     def _due(self, now: float) -> bool:
         """Whether the job's last analysis is to be run again: at most every
-        ANALYZE_EVERY_S; while no rank changed what it is doing since one that
-        settled the question, only every SETTLED_EVERY_S (a pass over 100,000
-        ranks costs about half a second of one core)."""
+        :func:`~.verdict.analyse_every_s` (ANALYZE_EVERY_S, longer for a large
+        job); while no rank changed what it is doing since one that settled
+        the question, only every SETTLED_EVERY_S (a pass over 100,000 ranks
+        costs about half a second of one core)."""
         a = self.analysis
         if a is None:
             return True
-        age = now - a.at
+        every = analyse_every_s(len(self.store))
         unchanged = self._analysed_changes == self.store.changes and a.settled()
-        return age >= (SETTLED_EVERY_S if unchanged else ANALYZE_EVERY_S)
+        return now - a.at >= (max(SETTLED_EVERY_S, every) if unchanged else every)
 
     def pushed(self, a: JobAnalysis, mine: Collection[int], now: float) -> SyncReply:
         """What analysis ``a`` tells the sidecar that owns ``mine``: its verdict

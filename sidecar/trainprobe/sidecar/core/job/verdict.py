@@ -35,6 +35,7 @@ from trainprobe.sidecar.core.judge.diagnosis import GroupProgress
 from trainprobe.sidecar.core.judge.replicas import apply_replicas, replica_evidence
 
 __all__ = [
+    "ANALYZED_RANKS_PER_S",
     "ANALYZE_EVERY_S",
     "MAX_NAMED",
     "MAX_SENT",
@@ -43,6 +44,7 @@ __all__ = [
     "JobAnalysis",
     "JobVerdict",
     "aged",
+    "analyse_every_s",
     "exemplars",
     "healthy_diagnosis",
     "judge_job",
@@ -59,6 +61,12 @@ MAX_TEXT = 2000
 #: The coordinator analyses a changed job at most this often. A verdict needs
 #: 3 s without progress: a second's lag still names the culprit within 5 s.
 ANALYZE_EVERY_S = 1.0
+#: Ranks an analysis pass reads in about a second of one core, with their aging
+#: (the 16-core machine: 50,000 ranks in about 0.4 s). A larger job is analysed
+#: at most every ranks / this seconds, so that its analyses take at most about
+#: half of the upstream's core during an incident (100,000 ranks: every 2 s,
+#: which still names a culprit within 5 s).
+ANALYZED_RANKS_PER_S = 50_000
 #: A job whose ranks did not change since an analysis that names a culprit
 #: (or finds it healthy) is analysed again only this often: at 100,000 ranks
 #: a pass costs about half a second of the upstream's one core.
@@ -68,6 +76,11 @@ _WAITING_SAMPLE = 8
 
 #: Verdicts that make a job worth diagnosing.
 _TROUBLE = frozenset({"HUNG", "UNRESPONSIVE"})
+
+
+def analyse_every_s(ranks: int) -> float:
+    """How often a job of ``ranks`` ranks is analysed at most (ANALYZED_RANKS_PER_S)."""
+    return max(ANALYZE_EVERY_S, ranks / ANALYZED_RANKS_PER_S)
 
 
 def aged(s: RankSummary, dt_s: float, heartbeat_limit_s: float) -> RankSummary:
