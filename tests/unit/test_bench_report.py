@@ -35,8 +35,9 @@ def test_the_page_is_a_short_reference() -> None:
     # headlines), the starved sidecar (20, 1) and the large incident log (19, 1), +32 for
     # what a sidecar receives under Ray (section 30, 2 headlines), +27 for summary mode's
     # upstream (section 27: this machine's rows, the 16-core machine's before the fix), +23
-    # for four replica groups and the start-up hang under Ray Train (section 23)
-    assert text.count("\n") <= 608
+    # for four replica groups and the start-up hang under Ray Train (section 23), +4 for
+    # summary mode at 100,000 ranks after the fix (3 headlines, the merged runs' note)
+    assert text.count("\n") <= 612
     assert not re.search(r"\b[Ii]ssues? \d", text), "no issue numbers in user docs"
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "no dates: a footnote gives the machine"
 
