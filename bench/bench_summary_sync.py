@@ -125,9 +125,11 @@ def measure(
         }
         if incident:
             stop_at.value = time.monotonic()
-            c0, t0 = cpu_seconds(up.pid), time.monotonic()
+            c0, s0, r0, t0 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
             time.sleep(10.0)
-            c1, t1 = cpu_seconds(up.pid), time.monotonic()
+            c1, s1, r1, t1 = cpu_seconds(up.pid), total(1), total(2), time.monotonic()
+            out["incident_sent_per_s"] = round((s1 - s0) / (t1 - t0), 1)
+            out["incident_received_per_s"] = round((r1 - r0) / (t1 - t0), 1)
             named = max(counters[K * p + 3] for p in range(procs))
             out["incident_upstream_cores"] = round((c1 - c0) / (t1 - t0), 4)
             out["culprit_named_after_s"] = round(named / 1000, 3) if named else None
@@ -192,7 +194,9 @@ def main() -> None:
             f"(peak {row['upstream_peak_rss_mb']}); nodes sent {row['sent_per_s']}/s, "
             f"received {row['received_per_s']}/s, {row['false_culprits']} false culprits"
             + (
-                f"; incident: {row['incident_upstream_cores']:.3f} cores, culprit named "
+                f"; incident: {row['incident_upstream_cores']:.3f} cores, nodes sent "
+                f"{row['incident_sent_per_s']}/s, received {row['incident_received_per_s']}/s, "
+                "culprit named "
                 f"{row['culprit_named_after_s']} s after onset (node 0 sent it "
                 f"{row['stop_sent_after_s']} s after)"
                 if args.incident

@@ -4,7 +4,7 @@ verdict stop asking at every sync, and the upstream pushes each new analysis
 
 from __future__ import annotations
 
-from trainprobe.sidecar.core.job.hub import SummaryHub
+from trainprobe.sidecar.core.job.hub import PUSH_AGAIN_S, SummaryHub
 from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink, Upload
 from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_NAMED, SETTLED_EVERY_S
 from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary
@@ -84,12 +84,15 @@ def test_the_upstream_pushes_each_new_analysis_to_the_nodes_that_hold_the_verdic
     # Settled (a culprit named) and nothing changed: no analysis until SETTLED_EVERY_S.
     t = 0.1 + ANALYZE_EVERY_S
     assert hub.tick(t + ANALYZE_EVERY_S) == [] and hub.jobs["j"].analyses == analyses + 1
-    assert hub.tick(t + SETTLED_EVERY_S) and hub.jobs["j"].analyses == analyses + 2
+    # Analysed again then; it says what the last push said: pushed again only later.
+    assert hub.tick(t + SETTLED_EVERY_S) == [] and hub.jobs["j"].analyses == analyses + 2
+    assert hub.tick(t + PUSH_AGAIN_S) and hub.jobs["j"].analyses == analyses + 3
     # A node that stops asking gets no more pushes.
-    hub.apply("n5", [Upload("j")], 3.0, t + SETTLED_EVERY_S + 0.1)
+    t += PUSH_AGAIN_S
+    hub.apply("n5", [Upload("j")], 3.0, t + 0.1)
     back = (waiting(0, t=t),)
-    hub.apply("n0", [Upload("j", back, detail=True, bounded=True)], 3.0, t + SETTLED_EVERY_S + 0.2)
-    later = hub.tick(t + 2 * SETTLED_EVERY_S)
+    hub.apply("n0", [Upload("j", back, detail=True, bounded=True)], 3.0, t + 0.2)
+    later = hub.tick(t + 0.2 + ANALYZE_EVERY_S)
     assert later and "n5" not in {n for n, _, _ in later}
 
 

@@ -36,12 +36,16 @@ from dataclasses import dataclass, field
 from trainprobe.sidecar.core import limits
 from trainprobe.sidecar.core.job.checks import note_problem, problem, text_problem
 from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Upload
-from trainprobe.sidecar.core.job.verdict import SETTLED_EVERY_S
 from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 from trainprobe.sidecar.core.text import printable
 
-__all__ = ["Push", "Refused", "SummaryHub", "problem"]
+__all__ = ["PUSH_AGAIN_S", "Push", "Refused", "SummaryHub", "problem"]
+
+#: An analysis that says what the last pushed one said is pushed again this
+#: often (its text and counts refreshed); a node that missed a push is answered
+#: at its next upload.
+PUSH_AGAIN_S = 30.0
 
 #: (node, job, reply) for another node's stream.
 Push = tuple[str, str, SyncReply]
@@ -189,8 +193,12 @@ class SummaryHub:
             if a is None or (last is not None and last[2] == state.analyses):
                 continue
             d = a.diagnosis
-            said = (d.kind, d.culprits, len(d.waiting), a.healthy is None, round(d.confidence, 2))
-            if last is not None and last[0] == said and now - last[1] < SETTLED_EVERY_S:
+            # What a node acts on; the waiting count only by its order (a job's
+            # ranks enter the wait over a second or two: a push per analysis then
+            # was most of an incident's messages at 12,500 nodes).
+            said = (d.kind, d.culprits, len(d.waiting).bit_length(), a.healthy is None,
+                    round(d.confidence, 1))  # fmt: skip
+            if last is not None and last[0] == said and now - last[1] < PUSH_AGAIN_S:
                 continue
             self._pushed[job] = (said, now, state.analyses)
             out.extend(self._to_watchers(job, state, now))
