@@ -114,8 +114,11 @@ def summary_sync_section(
             "During a large job's incident a node that holds the upstream's verdict no longer "
             "asks each sync: it sends what changed (once rank 0 stops, the others block in the "
             "allreduce and change nothing), the upstream analyses the job at most once a "
-            "second (every 5 s once a culprit is named and nothing changed) and pushes each "
-            "analysis that says something new, serialized once for every node."
+            "second, or every ranks / 50,000 s for a larger job (every 5 s once a culprit is "
+            "named and no rank does anything new), and pushes an analysis when what a node acts "
+            "on changes, serialized once for every node. The incident's columns count the 10 s "
+            "after the onset, the burst included: every node's ranks enter the wait, every node "
+            "hears of it and gets the verdict."
             if after
             else "The large sizes after the fix are yet to be measured on the 16-core machine."
         ),
