@@ -97,6 +97,7 @@ async def node(
             async for down in call:
                 stats["received"] += 1
                 for j in down.jobs:
+                    uplink.answered(j.job_id)
                     view.update(j.job_id, reply_of(j), time.monotonic())
                 if i == 1 and not stats["named_after"]:
                     now = time.monotonic()

@@ -34,9 +34,11 @@ def test_uplink_sends_all_first_then_what_matters_and_every_change_while_detaile
     # ... a rank turning suspect is, at once.
     hung = up.uploads(rnd(rank(0), rank(1, step=6, verdict="HUNG")), 1.5)
     assert [s.rank for s in hung[0].ranks] == [1] and not hung[0].full
-    # While details are wanted every change goes, steps included, and each round asks.
+    # While details are wanted every change goes, steps included, and each round asks
+    # once the last ask was answered.
     detailed = up.uploads(rnd(rank(0, step=7), rank(1, step=6, verdict="HUNG"), True), 2.0)
     assert [s.rank for s in detailed[0].ranks] == [0] and detailed[0].detail
+    up.answered("j")
     assert up.uploads(rnd(rank(0, step=7), rank(1, step=6, verdict="HUNG"), True), 2.5)[0].detail
     # Healthy again: every rank goes again once a heartbeat has passed.
     late = up.uploads(rnd(rank(0, step=9), rank(1, step=9)), 2.5 + HEARTBEAT_S)

@@ -5,7 +5,7 @@ verdict stop asking at every sync, and the upstream pushes each new analysis
 from __future__ import annotations
 
 from trainprobe.sidecar.core.job.hub import PUSH_AGAIN_S, SummaryHub
-from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Uplink, Upload
+from trainprobe.sidecar.core.job.uplink import ASK_AGAIN_S, HEARTBEAT_S, Uplink, Upload
 from trainprobe.sidecar.core.job.verdict import ANALYZE_EVERY_S, MAX_NAMED, SETTLED_EVERY_S
 from trainprobe.sidecar.core.judge.diagnosis import GroupProgress, RankSummary
 
@@ -50,9 +50,16 @@ def test_a_node_holding_a_large_jobs_verdict_sends_only_changes_not_a_poll_each_
         return [waiting(0, t=t), waiting(1, t=t)]
 
     assert up.uploads({"j": (ranks(0.0), None, False, None)}, 0.0, True)[0].full
-    # Asking for details of a job whose verdict is not held yet: asked at each sync.
+    # Asking for details of a job whose verdict is not held yet: asked at each sync
+    # once answered; unanswered (a busy upstream), not again until ASK_AGAIN_S.
     assert up.uploads({"j": (ranks(0.5), None, True, None)}, 0.5, True)[0].detail
+    assert up.uploads({"j": (ranks(0.8), None, True, None)}, 0.8, True) == []
+    up.answered("j")
     assert up.uploads({"j": (ranks(1.0), None, True, None)}, 1.0, True)[0].detail
+    assert up.uploads({"j": (ranks(1.2), None, True, None)}, 1.2, True) == []
+    assert up.uploads({"j": (ranks(1.0 + ASK_AGAIN_S), None, True, None)}, 1.0 + ASK_AGAIN_S,
+                      True)[0].detail  # fmt: skip
+    up.answered("j")
     # Held (the upstream pushes each new analysis): nothing new, nothing sent ...
     assert up.uploads({"j": (ranks(1.5), None, True, None)}, 1.5, True, ["j"]) == []
     assert up.uploads({"j": (ranks(2.0), None, True, None)}, 2.0, True, ["j"]) == []

@@ -200,6 +200,7 @@ class StreamTransport:
             self.received += 1
             now = self.answered_at = self._clock()
             for j in down.jobs:
+                self.uplink.answered(j.job_id)
                 if self.view is not None:
                     self.view.update(j.job_id, reply_of(j), now)
 

@@ -27,12 +27,15 @@ from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, is_suspect, 
 from trainprobe.sidecar.core.job.view import EpisodeNote
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 
-__all__ = ["HEARTBEAT_S", "Uplink", "Upload", "matters"]
+__all__ = ["ASK_AGAIN_S", "HEARTBEAT_S", "Uplink", "Upload", "matters"]
 
 #: A node that had nothing to send for this long sends an empty upload of each
 #: job: the upstream forgets a node silent for its stale limit (30 s). A
 #: healthy rank's summary goes again this often too.
 HEARTBEAT_S = 10.0
+
+#: A node asks for a job's details again after this long without an answer.
+ASK_AGAIN_S = 5.0
 
 #: Per job, as JobSync computes it: (ranks here, note, details wanted?, since).
 Round = Mapping[str, tuple[Sequence[RankSummary], EpisodeNote | None, bool, tuple[str, int] | None]]
@@ -86,6 +89,8 @@ class Uplink:
         self._notes: dict[str, EpisodeNote | None] = {}
         #: job -> whether its last upload asked for the others' ranks.
         self._detail: dict[str, bool] = {}
+        #: job -> when an ask went that no answer has come for yet (:meth:`answered`).
+        self._asked: dict[str, float] = {}
         self._last_at = float("-inf")
 
     def reset(self) -> None:
@@ -93,7 +98,12 @@ class Uplink:
         self._sent.clear()
         self._notes.clear()
         self._detail.clear()
+        self._asked.clear()
         self._last_at = float("-inf")
+
+    def answered(self, job: str) -> None:
+        """An answer about ``job`` came: the next sync may ask again."""
+        self._asked.pop(job, None)
 
     def _changed(
         self,
@@ -149,9 +159,16 @@ class Uplink:
                 job, changed, dropped, full, note, detail, since if detail else None,
                 bounded=bounded and detail,
             )  # fmt: skip
-            asks = detail and (job not in pushed or not self._detail.get(job))
+            # One ask at a time: a busy upstream answers late, and a node asking
+            # again each sync meanwhile (16,000 messages a second at 12,500 nodes)
+            # only made it later. An ask unanswered for ASK_AGAIN_S goes again.
+            flip = detail and not self._detail.get(job)
+            waits = now - self._asked.get(job, float("-inf")) < ASK_AGAIN_S
+            asks = flip or (detail and job not in pushed and not waits)
             if full or changed or dropped or asks or note != self._notes.get(job):
                 out.append(up)
+                if detail and job not in pushed and (flip or not waits):
+                    self._asked[job] = now
             elif self._detail.get(job) and not detail:
                 out.append(up)  # details no longer wanted: stop the pushes
             else:
@@ -161,6 +178,7 @@ class Uplink:
             del self._sent[job]
             self._notes.pop(job, None)
             self._detail.pop(job, None)
+            self._asked.pop(job, None)
             out.append(Upload(job, ended=True))
         if not out and now - self._last_at >= self.heartbeat_s:
             out = quiet  # a heartbeat: the jobs, nothing new
