@@ -57,6 +57,22 @@ def _first(rows: list[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
     return next((r for r in rows if pred(r)), None)
 
 
+def _watch(
+    runner: threading.Thread, progress: Path, event: str, limit_s: float
+) -> tuple[dict[str, Any] | None, float | None, list[dict[str, Any]]]:
+    """While ``runner`` (the fit) lasts, at most ``limit_s``: the first ``event``
+    row, when its pid was seen gone, and every row at the end."""
+    deadline = time.time() + limit_s
+    row, gone_at = None, None
+    while time.time() < deadline and runner.is_alive():
+        row = row or _first(read_jsonl(progress), lambda r: r["event"] == event)
+        if row and gone_at is None and not _pid_alive(int(row["pid"])):
+            gone_at = time.time()
+        time.sleep(0.05)
+    runner.join(5)
+    return row, gone_at, read_jsonl(progress)
+
+
 def _close(a: list[float], b: list[float]) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= 1e-6 for x, y in zip(a, b, strict=True))
 
@@ -122,17 +138,7 @@ class RaySession:
         res: dict[str, Any] = {}
         runner = threading.Thread(target=lambda: res.setdefault("r", trainer.fit()), daemon=True)
         runner.start()
-        deadline = time.time() + limit_s + 120
-        fault_row = None
-        gone_at = None
-        while time.time() < deadline and runner.is_alive():
-            rows = read_jsonl(progress)
-            fault_row = fault_row or _first(rows, lambda r: r["event"] == "fault")
-            if fault_row and gone_at is None and not _pid_alive(int(fault_row["pid"])):
-                gone_at = time.time()
-            time.sleep(0.05)
-        runner.join(5)
-        rows = read_jsonl(progress)
+        fault_row, gone_at, rows = _watch(runner, progress, "fault", limit_s + 120)
         if fault_row is None:
             return {**out, "error": "no fault"}
         onset, cpid = float(fault_row["t"]), int(fault_row["pid"])
@@ -205,15 +211,7 @@ class RaySession:
         res: dict[str, Any] = {}
         runner = threading.Thread(target=lambda: res.setdefault("r", trainer.fit()), daemon=True)
         runner.start()
-        deadline = time.time() + limit_s + 240
-        hang, gone_at = None, None
-        while time.time() < deadline and runner.is_alive():
-            hang = hang or _first(read_jsonl(progress), lambda r: r["event"] == "hang")
-            if hang and gone_at is None and not _pid_alive(int(hang["pid"])):
-                gone_at = time.time()
-            time.sleep(0.05)
-        runner.join(5)
-        rows = read_jsonl(progress)
+        hang, gone_at, rows = _watch(runner, progress, "hang", limit_s + 240)
         if hang is None:
             return {**out, "error": "no hang"}
         onset, cpid = float(hang["t"]), int(hang["pid"])

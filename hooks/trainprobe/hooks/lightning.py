@@ -31,12 +31,11 @@ boundary, which a hung rank never reaches; the sidecar sees the handler
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
-from trainprobe.hooks.framework.phases import OpenPhases
+from trainprobe.hooks.framework.phases import OpenPhases, within
 from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
@@ -183,14 +182,7 @@ class LivenessProbeCallback(pl.Callback):
         if self.hook is None or original is None or not callable(original):
             return
 
-        @functools.wraps(original)
-        def broadcast_sigterm_tensor(*args: Any, **kwargs: Any) -> Any:
-            hook = self.hook
-            if hook is None:
-                return original(*args, **kwargs)
-            with hook.collective("broadcast"):
-                return original(*args, **kwargs)
-
+        broadcast_sigterm_tensor = within(self, original, lambda h: h.collective("broadcast"))
         loop._broadcast_sigterm_tensor = broadcast_sigterm_tensor
         self._patched_loop = (loop, broadcast_sigterm_tensor)
 
@@ -203,14 +195,7 @@ class LivenessProbeCallback(pl.Callback):
         """
         original = trainer.save_checkpoint
 
-        @functools.wraps(original)
-        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-            hook = self.hook
-            if hook is None:
-                return original(*args, **kwargs)
-            with hook.phase("checkpoint"):
-                return original(*args, **kwargs)
-
+        save_checkpoint = within(self, original, lambda h: h.phase("checkpoint"))
         # Only this trainer object is patched: Lightning has no hook after a save.
         trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
         self._patched = save_checkpoint

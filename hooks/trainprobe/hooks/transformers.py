@@ -33,7 +33,6 @@ trainer that called it on the stack, once per ``train()``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 from types import FrameType
@@ -42,7 +41,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
-from trainprobe.hooks.framework.phases import OpenPhases
+from trainprobe.hooks.framework.phases import OpenPhases, within
 from trainprobe.hooks.framework.startup import end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
@@ -142,14 +141,7 @@ class LivenessProbeCallback(TrainerCallback):
         if hook.identity.world_size < 2:
             return
 
-        @functools.wraps(original)
-        def gather(*args: Any, **kwargs: Any) -> Any:
-            hook = self.hook
-            if hook is None:
-                return original(*args, **kwargs)
-            with hook.collective("all_gather"):
-                return original(*args, **kwargs)
-
+        gather = within(self, original, lambda h: h.collective("all_gather"))
         accelerator.gather = gather
         self._gather = (accelerator, gather)
 

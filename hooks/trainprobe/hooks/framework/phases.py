@@ -2,15 +2,44 @@
 
 Lightning's and Hugging Face's callbacks see an evaluation or a save begin in
 one callback and end in another, so no ``with hook.phase(...)`` can span it:
-both callbacks keep their open phases here.
+both callbacks keep their open phases here. A framework call with no callback
+around it (a save, a collective each step begins with) is wrapped instead
+(:func:`within`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from trainprobe.hooks.liveness import LivenessProbeHook
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _HasHook(Protocol):
+    hook: LivenessProbeHook | None
+
+
+def within(
+    callback: _HasHook,
+    original: F,
+    scope: Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]],
+) -> F:
+    """``original``, run inside ``scope(hook)`` (a phase, a collective) while
+    ``callback`` has a hook, and as it is once the callback closed it."""
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        hook = callback.hook
+        if hook is None:
+            return original(*args, **kwargs)
+        with scope(hook):
+            return original(*args, **kwargs)
+
+    return wrapped  # type: ignore[return-value]
 
 
 class OpenPhases:
