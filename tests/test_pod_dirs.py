@@ -18,6 +18,7 @@ under another UID, get no connection.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -356,19 +357,16 @@ class PodStandIn:
         return out
 
 
-@pytest.mark.parametrize(("name", "pod", "main"), _manifest_pods(), ids=lambda v: str(v)[:16])
-def test_the_manifests_pod_starts_and_its_hook_is_verified(
-    name: str, pod: dict[str, Any], main: dict[str, Any]
-) -> None:
-    """The sidecar from the manifest's own command, args, env, UID and
-    capabilities on stand-ins for its emptyDirs; its startup probe's health
-    check SERVING; a hook with the trainer's env and UID verified."""
+@contextlib.contextmanager
+def manifest_sidecar(pod: dict[str, Any], stand_in: PodStandIn) -> Iterator[Path]:
+    """The pod's sidecar from the manifest's own command, args, env, UID and
+    capabilities, on ``stand_in``'s directories, until its startup probe's
+    health check is SERVING (the kubelet starts the trainer then). Yields its log."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from tests.unit.test_deploy_manifest import _sidecar
 
     side = _sidecar(pod)
-    stand_in = PodStandIn(pod, free_port())
     uid, gid, caps = _run_as(pod, side)
     args = [stand_in.rewrite(side, a) for a in side.get("args", [])]
     assert side.get("command", ["trainprobe-sidecar"]) == ["trainprobe-sidecar"]
@@ -391,6 +389,29 @@ def test_the_manifests_pod_starts_and_its_hook_is_verified(
                 side["startupProbe"]["failureThreshold"] * side["startupProbe"]["periodSeconds"],
                 what="the startup probe's answer",
             )
+        yield log_path
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def liveness_probe(stand_in: PodStandIn, pod: dict[str, Any], main: dict[str, Any]) -> list[str]:
+    """The trainer's exec liveness probe, rewritten onto ``stand_in``, as its UID."""
+    t_uid, t_gid, _ = _run_as(pod, main)
+    live = [stand_in.rewrite(main, a) for a in main["livenessProbe"]["exec"]["command"]]
+    assert Path(live[-1].split('"')[1]).is_dir()  # the sidecar made what it reads
+    return [*as_uid(t_uid, gid=t_gid), *live]
+
+
+@pytest.mark.parametrize(("name", "pod", "main"), _manifest_pods(), ids=lambda v: str(v)[:16])
+def test_the_manifests_pod_starts_and_its_hook_is_verified(
+    name: str, pod: dict[str, Any], main: dict[str, Any]
+) -> None:
+    """The sidecar from the manifest's own command, args, env, UID and
+    capabilities on stand-ins for its emptyDirs; its startup probe's health
+    check SERVING; a hook with the trainer's env and UID verified."""
+    stand_in = PodStandIn(pod, free_port())
+    with manifest_sidecar(pod, stand_in) as log_path:
         t_uid, t_gid, _ = _run_as(pod, main)
         env = child_env(**stand_in.env(main, t_uid))
         code = (
@@ -408,10 +429,4 @@ def test_the_manifests_pod_starts_and_its_hook_is_verified(
         assert out.returncode == 0, out.stderr
         assert f"(verified, uid {t_uid}" in log_path.read_text(), out.stderr
         if "livenessProbe" in main:  # its exec probe, as the trainer's UID: healthy
-            live = [stand_in.rewrite(main, a) for a in main["livenessProbe"]["exec"]["command"]]
-            assert Path(live[-1].split('"')[1]).is_dir()  # the sidecar made what it reads
-            ran = subprocess.run([*as_uid(t_uid, gid=t_gid), *live], timeout=10)
-            assert ran.returncode == 0
-    finally:
-        proc.terminate()
-        proc.wait(20)
+            assert subprocess.run(liveness_probe(stand_in, pod, main), timeout=10).returncode == 0
