@@ -150,6 +150,25 @@ def test_ambiguous_evidence_publishes_the_verdict_and_watches_on() -> None:
     assert published.incident.decision["act"] is False
 
 
+def test_the_round_after_is_due_when_the_patience_is_spent_not_a_round_later() -> None:
+    # Stepped last at T0+1, patience 5 s: spent at T0+6. A round judged at
+    # T0+5.7 comes back at T0+6.0, not at T0+6.7 (a kill up to a round late).
+    state = machine(patience_s=5.0)
+    reg, _ = stalled()
+    watch = opened_watch(state, reg)
+    sleeping = RankEvidence(0, state="sleeping", samples=2)
+    _, effects = step(
+        state, reg.workers(), None, (first_round(state, reg, watch, sleeping),), T0 + 5.7
+    )
+    nxt = effects[-1]
+    assert isinstance(nxt, Watch) and round(nxt.delay_s, 6) == 0.3
+    rnd = EvidenceRound(
+        nxt.episode, nxt.incident, nxt.round, first_round(state, reg, nxt).states, {0: sleeping}
+    )
+    _, acted = step(state, reg.workers(), None, (rnd,), T0 + 6.0)
+    assert any(isinstance(e, ExecuteAction) for e in acted)
+
+
 def test_a_dry_run_decides_nothing_that_kills() -> None:
     state = machine(ActionPolicy(dry_run=True))
     reg, _ = stalled(world=2)

@@ -148,14 +148,15 @@ def judge_round(
     if j.act:
         out += _act(state, incident, ep, j, now, stuck_sweep_s(diag, j, ranks, now))
     else:
-        out.append(_next(cfg, rnd))
+        out.append(_next(cfg, rnd, j.onset_at + j.patience_s - now))
     return out
 
 
-def _next(cfg: HangConfig, rnd: EvidenceRound) -> Watch:
-    return Watch(
-        rnd.episode, rnd.incident, rnd.round + 1, cfg.round_s, signals_for(cfg, rnd.incident)
-    )
+def _next(cfg: HangConfig, rnd: EvidenceRound, patience_left_s: float = 0.0) -> Watch:
+    """The next round, in ``round_s``; sooner when the patience is spent before
+    then, so the kill comes when it is spent, not up to a round later."""
+    delay_s = patience_left_s if 0.0 < patience_left_s < cfg.round_s else cfg.round_s
+    return Watch(rnd.episode, rnd.incident, rnd.round + 1, delay_s, signals_for(cfg, rnd.incident))
 
 
 def patience_for(
