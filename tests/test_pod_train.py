@@ -33,7 +33,10 @@ from trainprobe.sidecar.act.incident_log import read_incident_log
 STEPS, CKPT_EVERY, HANG_AT = 20, 5, 8
 RESUMED_FROM = HANG_AT // CKPT_EVERY * CKPT_EVERY
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real UIDs via setpriv")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real UIDs via setpriv"),
+    pytest.mark.slow,  # about 25 s: a torchrun job of two attempts
+]
 
 
 def trainer_command(stand_in: PodStandIn, main: dict[str, Any], progress: Path) -> list[str]:
