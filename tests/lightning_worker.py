@@ -11,8 +11,10 @@ started instead. Faults, on torchrun's first attempt only
 rank R's training_step at global step S, or with ``--hang-how stop``
 SIGSTOPs itself there. ``--init-sleep ATTEMPT:RANK:S`` makes that rank of
 that attempt sleep S seconds before ``fit`` (which creates the process
-group). ``--resume`` fits from ``last.ckpt`` when one exists (what a
-restarted attempt does).
+group); ``--start-sleep HOOK:RANK:S`` makes that rank sleep S seconds in the
+module's ``setup`` or ``on_fit_start`` (after the process group and the
+callback's hook, before the first batch). ``--resume`` fits from
+``last.ckpt`` when one exists (what a restarted attempt does).
 
 Each rank appends JSON lines to ``--progress``: its steps and how long
 validation and checkpoint writes took.
@@ -48,6 +50,16 @@ def emit(event: str, **fields: Any) -> None:
         fh.write(json.dumps(row) + "\n")
 
 
+def start_sleep(where: str, rank: int) -> None:
+    """``--start-sleep``, on the first attempt only."""
+    if not ARGS.start_sleep or ATTEMPT:
+        return
+    hook, sleeper, seconds = ARGS.start_sleep.split(":")
+    if (hook, int(sleeper)) == (where, rank):
+        emit("start_sleep", where=where, pid=os.getpid(), seconds=float(seconds))
+        time.sleep(float(seconds))
+
+
 class Tiny(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +67,12 @@ class Tiny(pl.LightningModule):
             torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
         )
         self.val_started = 0.0
+
+    def setup(self, stage: str) -> None:
+        start_sleep("setup", self.global_rank)
+
+    def on_fit_start(self) -> None:
+        start_sleep("on_fit_start", self.global_rank)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if (self.global_rank, ATTEMPT, self.global_step) == (ARGS.hang_rank, 0, ARGS.hang_at):
@@ -110,6 +128,7 @@ def main() -> None:
     p.add_argument("--hang-how", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS before fit")
+    p.add_argument("--start-sleep", default="", help="HOOK:RANK:SECONDS in setup|on_fit_start")
     p.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")
     p.add_argument("--val-batches", type=int, default=2)
     p.add_argument("--val-batch-s", type=float, default=0.0)

@@ -72,3 +72,40 @@ def test_long_validation_sanity_check_and_checkpoints_are_never_stalls() -> None
         assert sc.incidents() == [], sc.incidents()
         # fit ended with a Goodbye: nothing for the sidecar to judge afterwards.
         wait_for(lambda: sc.log_text().count("stream ended: goodbye") == 2, 10, what="Goodbyes")
+
+
+@pytest.mark.parametrize("where", ["setup", "on_fit_start"])
+def test_a_rank_hung_before_its_first_batch_is_named_in_seconds(where: str) -> None:
+    """Rank 1 sleeps in the module's ``setup`` (rank 0 waits in Lightning's
+    post-setup barrier) or ``on_fit_start`` (rank 0 waits in the run-stage
+    barrier): after the process group and the callback's hook, before the
+    first batch, the window of a restarted attempt's start-up. Shipped
+    defaults: rule ``startup_straggler`` names it ``init_straggler_s`` (5 s)
+    after rank 0 began waiting, not rule ``startup`` at ``startup_timeout_s``
+    (600 s, before the fix), and, a verdict like a slow healthy start's, it is
+    not killed before that start-up patience."""
+    args = ["--start-sleep", f"{where}:1:3600"]
+    with sidecar() as sc, lightning_job(sc.target, "pl-start", *args) as (proc, progress):
+        inc = sc.wait_incident(lambda r: r["job_id"] == "pl-start", timeout_s=90)
+        (stuck,) = [e for e in read_jsonl(progress) if e["event"] == "start_sleep"]
+        assert stuck["rank"] == 1 and stuck["where"] == where, stuck
+        assert inc["rule"] == "startup_straggler", inc
+        d = inc["diagnosis"]
+        assert d["culprits"] == [1] and d["waiting"] == [0], d
+        stacks = d["stacks"]["1"]
+        assert "in start_sleep" in stacks["where"] and f"in {where}" in stacks["stacks"], stacks
+        named = inc["time"] - stuck["t"]
+        print(f"\n{where} hang -> named {named:.1f} s ({inc['rule']})")
+        assert named < 30, named
+        assert proc.poll() is None and not sc.incidents("action"), sc.incidents("action")
+
+
+def test_a_rank_slow_in_setup_is_not_named() -> None:
+    """Rank 1 takes 3 s longer in ``setup`` than rank 0, which waits for it in
+    the post-setup barrier: less than ``init_straggler_s``, so nothing is named
+    and the job ends well."""
+    args = ["--start-sleep", "setup:1:3", "--max-steps", "10"]
+    with sidecar() as sc, lightning_job(sc.target, "pl-slow", *args) as (proc, progress):
+        assert proc.wait(120) == 0
+        assert [e["rank"] for e in read_jsonl(progress) if e["event"] == "start_sleep"] == [1]
+        assert sc.incidents() == [], sc.incidents()

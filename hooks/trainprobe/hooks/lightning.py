@@ -11,9 +11,12 @@ repeated ones). Validation, the sanity check and ``trainer.save_checkpoint``
 (every checkpoint callback goes through it, the write and the barrier
 included) are phases, so they never count as a stall. Under a DDP strategy
 the wrapped model is watched (:meth:`~trainprobe.hooks.LivenessProbeHook.watch_ddp`),
-so a hang names the rank that broke it; so is the broadcast each batch of
-several processes begins with, where the peers of a rank that hangs before a
-batch (its first one included) wait.
+so a hang names the rank that broke it; so are Lightning's other collectives
+from the callback's ``setup`` on (the strategy's barriers and broadcasts, the
+DDP wrapper's construction, the broadcast each batch begins with), where the
+peers of a rank that hangs before its first batch wait: in the module's or a
+later callback's ``setup``, a checkpoint's restore, ``on_fit_start``, the
+first batch's fetch.
 
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.
@@ -31,7 +34,9 @@ boundary, which a hung rank never reaches; the sidecar sees the handler
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
@@ -54,6 +59,9 @@ prepare()
 #: Never let trainprobe raise into Lightning's loop.
 _guarded = guarded(keep_result=True)
 
+#: What a patched method runs within: a phase or a collective of the hook.
+Scope = Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]
+
 
 class LivenessProbeCallback(pl.Callback):
     """Reports this process's liveness to the node's trainprobe sidecar.
@@ -70,8 +78,8 @@ class LivenessProbeCallback(pl.Callback):
         self.hook: LivenessProbeHook | None = None
         self._phases = OpenPhases()
         self._last_step = -1
-        self._patched: Any = None
-        self._patched_loop: tuple[Any, Any] | None = None
+        #: (owner, attribute, wrapper) of each method patched on one instance.
+        self._patched: list[tuple[Any, str, Any]] = []
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -90,6 +98,7 @@ class LivenessProbeCallback(pl.Callback):
         self.hook = LivenessProbeHook(**kwargs)
         self._last_step = -1
         self._wrap_save_checkpoint(trainer)
+        self._watch_collectives(trainer)
 
     @_guarded
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -99,7 +108,6 @@ class LivenessProbeCallback(pl.Callback):
         model = trainer.strategy.model
         if self.hook is not None and isinstance(model, DistributedDataParallel):
             self.hook.watch_ddp(model)
-        self._watch_batch_broadcast(trainer)
 
     @_guarded
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -114,14 +122,10 @@ class LivenessProbeCallback(pl.Callback):
 
     def _finish(self, trainer: pl.Trainer) -> None:
         self._phases.close_all()
-        if self._patched is not None and trainer.__dict__.get("save_checkpoint") is self._patched:
-            del trainer.save_checkpoint
-        self._patched = None
-        if self._patched_loop is not None:
-            loop, patched = self._patched_loop
-            if loop.__dict__.get("_broadcast_sigterm_tensor") is patched:
-                del loop._broadcast_sigterm_tensor
-            self._patched_loop = None
+        for owner, name, patched in self._patched:
+            if vars(owner).get(name) is patched:
+                delattr(owner, name)
+        self._patched = []
         if self.hook is not None:
             # A clean Goodbye: what the script does after fit is not a stall.
             self.hook.close()
@@ -165,26 +169,41 @@ class LivenessProbeCallback(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phases.close("validation")
 
-    def _watch_batch_broadcast(self, trainer: pl.Trainer) -> None:
-        """Make the broadcast that begins each training batch a watched collective.
-
-        Lightning (2.6) broadcasts from rank 0 whether it got SIGTERM before
-        every batch of several processes, ahead of ``on_train_batch_start``.
-        A rank that hangs before a batch (its first one: a restarted group's
-        start-up) leaves its peers waiting there, in no DDP bucket: unwatched,
-        they are not seen waiting, and the rank is named only at
-        ``startup_timeout_s`` (600 s), not ``init_straggler_s`` after they began
-        (rule ``startup_straggler``). This trainer's loop only; a Lightning
-        without that method is left as it is.
-        """
-        loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-        original = getattr(loop, "_broadcast_sigterm_tensor", None)
-        if self.hook is None or original is None or not callable(original):
+    def _patch(self, owner: Any, name: str, scope: Scope) -> None:
+        """``owner.name`` run within ``scope(hook)``, on this instance only, until fit ends."""
+        original = getattr(owner, name, None)
+        if owner is None or original is None or not callable(original):
             return
+        wrapped = within(self, original, scope)
+        setattr(owner, name, wrapped)
+        self._patched.append((owner, name, wrapped))
 
-        broadcast_sigterm_tensor = within(self, original, lambda h: h.collective("broadcast"))
-        loop._broadcast_sigterm_tensor = broadcast_sigterm_tensor
-        self._patched_loop = (loop, broadcast_sigterm_tensor)
+    def _watch_collectives(self, trainer: pl.Trainer) -> None:
+        """Make Lightning's collectives outside DDP's buckets watched collectives.
+
+        A rank that hangs after the process group, before its first batch (a
+        restarted group's start-up), leaves its peers waiting in one of them:
+        the strategy's barriers (after every rank's ``setup``, before the
+        sanity check and training), its broadcasts (a checkpoint callback's
+        directory), the DDP wrapper's construction (it broadcasts the module's
+        state, after a checkpoint's restore) and the broadcast that Lightning
+        (2.6) begins each batch of several processes with (whether rank 0 got
+        SIGTERM, ahead of ``on_train_batch_start``, after the first batch's
+        fetch). Unwatched, the peers are not seen waiting, and the rank is
+        named only at ``startup_timeout_s`` (600 s), not ``init_straggler_s``
+        after they began (rule ``startup_straggler``). Each rank calls them in
+        the same order, so their numbers agree. This trainer's strategy and
+        loop only; a method this Lightning lacks is left out.
+        """
+        if self.hook is None or self.hook.identity.world_size < 2:
+            return
+        strategy = getattr(trainer, "strategy", None)
+        self._patch(strategy, "barrier", lambda h: h.collective("barrier"))
+        self._patch(strategy, "broadcast", lambda h: h.collective("broadcast"))
+        # DDP's constructor checks the parameters' shapes and broadcasts rank 0's state.
+        self._patch(strategy, "configure_ddp", lambda h: h.collective("broadcast"))
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        self._patch(loop, "_broadcast_sigterm_tensor", lambda h: h.collective("broadcast"))
 
     def _wrap_save_checkpoint(self, trainer: pl.Trainer) -> None:
         """Make ``trainer.save_checkpoint`` a phase, on this trainer instance only.
@@ -193,9 +212,4 @@ class LivenessProbeCallback(pl.Callback):
         (``on_save_checkpoint`` runs before, while the dict is built), and
         rank 0's write plus every rank's barrier are the long part.
         """
-        original = trainer.save_checkpoint
-
-        save_checkpoint = within(self, original, lambda h: h.phase("checkpoint"))
-        # Only this trainer object is patched: Lightning has no hook after a save.
-        trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
-        self._patched = save_checkpoint
+        self._patch(trainer, "save_checkpoint", lambda h: h.phase("checkpoint"))
