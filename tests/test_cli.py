@@ -285,8 +285,10 @@ def test_every_commands_help_says_what_it_does_and_what_its_job_flag_means(
         about = head.split("\n\n", 1)[1].strip() if "\n\n" in head else ""
         assert about, f"trainprobe {cmd} --help says nothing of what it does:\n{out}"
         flat = " ".join(out.split())
-        if cmd in ("status", "top", "report"):
+        if cmd in ("status", "top"):
             assert "(default: every job)" in flat and "diagnose" not in flat, (cmd, flat)
+        if cmd == "report":  # a page is of one job: it never shows every job
+            assert "knows one job)" in flat and "every job" not in flat, flat
         if cmd == "run":  # argparse's own usage ended in "...", never saying the "--"
             assert out.startswith("usage: trainprobe run [options] -- COMMAND"), out
 
@@ -324,3 +326,29 @@ def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> Non
             assert line == f"{prog}: error: unknown flag {typo} (did you mean {right}?)", line
         else:  # nothing near: where to look instead
             assert line == f"{prog}: error: unknown flag --zzz (see {prog} --help)", line
+
+
+def test_report_of_a_job_neither_the_sidecar_nor_the_log_knows_says_so_and_fails() -> None:
+    """A mistyped --job (a name as `status` shows it has a start time in it)
+    wrote an empty page and exited 0, after the 10 s of sampling."""
+    with sidecar() as sc:
+        out = sc.workdir / "page"
+        r = ctl(
+            "report", "--job", "nosuchjob", "--target", sc.target, "--watch-s", "0",
+            "--log", str(sc.workdir / "none.jsonl"), "--out", str(out),
+        )  # fmt: skip
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr
+        line = one_line(r.stderr)
+        assert "no job 'nosuchjob'" in line and "trainprobe status" in line, line
+        assert not out.exists()
+
+
+def test_run_of_a_command_that_does_not_exist_is_one_line_before_anything_starts() -> None:
+    """It started the lighthouse, then died in a traceback (FileNotFoundError)."""
+    r = ctl("run", "--no-sidecar", "--", "nosuchcommand-trainprobe-test", "x.py", timeout=30)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 127, (r.returncode, r.stderr)
+    line = one_line(r.stderr)
+    assert "nosuchcommand-trainprobe-test" in line and "not found" in line, line
+    assert "lighthouse" not in r.stdout, r.stdout

@@ -151,12 +151,13 @@ def _main(argv: Sequence[str] | None) -> int:
             help="over TCP, the sidecar's TLS certificate (its --tls-cert-file), the only one "
             "trusted (default $TRAINPROBE_TLS_CERT_FILE)",
         )
-        which = "optional when one job runs, finished ones aside"
+        which = {
+            "diagnose": "optional when one job runs, finished ones aside",
+            # One page is of one job: with several known it asks for --job.
+            "report": "optional when the sidecar, or else the incident log, knows one job",
+        }.get(name, "default: every job")
         p.add_argument(
-            "--job",
-            default="",
-            help="job id or name; id:J for the id J alone "
-            f"({which if name == 'diagnose' else 'default: every job'})",
+            "--job", default="", help=f"job id or name; id:J for the id J alone ({which})"
         )
         p.add_argument(
             "--timeout-s", type=float, default=5.0, help="RPC deadline (default: %(default)s s)"

@@ -94,10 +94,20 @@ def report_main(args: argparse.Namespace, stub: Any, metadata: tuple) -> int:
     live = [(w.status.job_id, w.status.job_name) for w in model.rows.values()]
     if job:
         # A name stands for its job, as the sidecar (status) or the log knows it.
+        known = names_of(live + list(job_names(files).items()))
         try:
-            job = resolve_job(job, names_of(live + list(job_names(files).items())))
+            job = resolve_job(job, known)
         except LookupError as err:
             print(f"trainprobe: error: {err}", file=sys.stderr)
+            return 1
+        if job not in known:  # a page of nothing, exit 0, would read as a quiet job
+            print(
+                f"trainprobe: error: no job {printable(job)!r} is known to the sidecar or "
+                f"in the incident log {printable(str(log_path))}; `trainprobe status` and "
+                "`trainprobe incidents` show each job's id and its whole name (such as "
+                "'train.py 2026-12-02 06:30:12')",
+                file=sys.stderr,
+            )
             return 1
     else:
         known_jobs = jobs or sorted(job_names(files))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ from trainprobe.proto.lighthouse import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS
 from trainprobe.sidecar.cli.run.groups import Backoff, ReplicaGroup, pump, say
 from trainprobe.sidecar.cli.run.lighthouse import LaunchError as _LaunchError
 from trainprobe.sidecar.cli.run.lighthouse import start_lighthouse
+from trainprobe.sidecar.core.text import printable
 
 __all__ = ["add_run_parser", "run_main"]
 
@@ -145,6 +147,13 @@ def run_main(args: argparse.Namespace) -> int:
     if not command or args.replicas < 1 or args.nproc_per_replica < 1:
         print("trainprobe run: error: give --replicas >= 1 and a command after --", file=sys.stderr)
         return 2
+    if shutil.which(command[0]) is None:  # else each group's start dies in a traceback
+        print(
+            f"trainprobe run: error: {printable(command[0])}: command not found "
+            "(not an executable file, nor on PATH)",
+            file=sys.stderr,
+        )
+        return 127
     stop: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
