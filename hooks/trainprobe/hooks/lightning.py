@@ -188,12 +188,13 @@ class LivenessProbeCallback(pl.Callback):
         directory), the DDP wrapper's construction (it broadcasts the module's
         state, after a checkpoint's restore) and the broadcast that Lightning
         (2.6) begins each batch of several processes with (whether rank 0 got
-        SIGTERM, ahead of ``on_train_batch_start``, after the first batch's
-        fetch). Unwatched, the peers are not seen waiting, and the rank is
-        named only at ``startup_timeout_s`` (600 s), not ``init_straggler_s``
-        after they began (rule ``startup_straggler``). Each rank calls them in
-        the same order, so their numbers agree. This trainer's strategy and
-        loop only; a method this Lightning lacks is left out.
+        SIGTERM, ahead of the batch's fetch; a rank stuck in that fetch leaves
+        its peers in the next one, or in DDP's first bucket). Unwatched, the
+        peers are not seen waiting, and the rank is named only at
+        ``startup_timeout_s`` (600 s), not ``init_straggler_s`` after they
+        began (rule ``startup_straggler``). Each rank calls them in the same
+        order, so their numbers agree. This trainer's strategy and loop only;
+        a method this Lightning lacks is left out.
         """
         if self.hook is None or self.hook.identity.world_size < 2:
             return
