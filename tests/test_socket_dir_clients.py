@@ -121,6 +121,21 @@ def test_the_cli_still_talks_to_a_sidecar_in_a_private_directory() -> None:
         assert out.returncode == 0 and "(no workers have reported)" in out.stdout, out.stderr
 
 
+def test_a_root_sidecar_asked_for_a_socket_in_a_sticky_tmp_leaves_it_as_it_was() -> None:
+    """Root's `--listen unix:///tmp/x.sock` made /tmp 1755 (its own, so
+    "tightened"), and the CLI said to chmod 700 /tmp. A sticky directory anyone
+    writes is shared: both ends use root's trainprobe-0 inside it."""
+    if os.geteuid() != 0:
+        pytest.skip("the rule for root: a non-root user already treats /tmp as shared")
+    d = short_tmpdir("tp-sticky-")
+    os.chmod(d, 0o1777)
+    with SidecarProcess(d) as sc:
+        assert os.stat(d).st_mode & 0o7777 == 0o1777
+        assert (d / "trainprobe-0" / "sidecar.sock").is_socket()
+        out = _run([*CTL, "status", "--target", sc.target])
+        assert out.returncode == 0 and "(no workers have reported)" in out.stdout, out.stderr
+
+
 def _relay(upstream: str, listen_dir: Path) -> list[str]:
     return [
         "-m",

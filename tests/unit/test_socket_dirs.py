@@ -49,6 +49,16 @@ def test_roots_own_shared_directory_is_its_own_and_tcp_is_left_alone(tmp_path: P
     assert resolve_socket(tcp) is tcp
 
 
+@needs_root
+def test_a_sticky_directory_anyone_writes_is_shared_for_root_too(tmp_path: Path) -> None:
+    """/tmp itself (1777): a root sidecar asked to listen there made it 1755,
+    and the CLI said to chmod 700 it; both ends now use root's trainprobe-0."""
+    os.chmod(tmp_path, 0o1777)
+    assert private_dir(tmp_path) == tmp_path / "trainprobe-0"
+    ep = resolve_socket(parse_endpoint(f"unix://{tmp_path}/s.sock"))
+    assert ep.path == str(tmp_path / "trainprobe-0" / "s.sock")
+
+
 @pytest.fixture
 def tmp_as_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``tmp_path`` as this process's <tmp> (what $TMPDIR sets), a fresh $HOME."""

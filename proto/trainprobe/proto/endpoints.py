@@ -102,7 +102,12 @@ def _taken(directory: Path) -> str | None:
 
 
 def _shared(directory: Path) -> bool:
-    """A directory root owns and anyone may write: ``/tmp``, a Kubernetes emptyDir (0777)."""
+    """A directory root owns and anyone may write: ``/tmp``, a Kubernetes emptyDir (0777).
+
+    For root, only a sticky one (``/tmp``, ``/var/tmp``): an emptyDir is root's
+    own, which the sidecar tightens, but tightening ``/tmp`` would take it from
+    every other user of the machine.
+    """
     try:
         st = os.lstat(directory)
     except OSError:
@@ -110,7 +115,7 @@ def _shared(directory: Path) -> bool:
     return (
         stat.S_ISDIR(st.st_mode)
         and st.st_uid == 0
-        and os.geteuid() != 0  # root's own directory: the sidecar tightens it instead
+        and (os.geteuid() != 0 or bool(st.st_mode & stat.S_ISVTX))
         and bool(st.st_mode & stat.S_IWOTH)
     )
 
