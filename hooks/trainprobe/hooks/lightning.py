@@ -196,7 +196,8 @@ class LivenessProbeCallback(pl.Callback):
         order, so their numbers agree. This trainer's strategy and loop only;
         a method this Lightning lacks is left out.
         """
-        if self.hook is None or self.hook.identity.world_size < 2:
+        # The trainer's own process group: a replica group's, under ReplicatedCallback.
+        if self.hook is None or trainer.world_size < 2:
             return
         strategy = getattr(trainer, "strategy", None)
         self._patch(strategy, "barrier", lambda h: h.collective("barrier"))
