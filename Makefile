@@ -52,17 +52,19 @@ $(PROTOGEN)/.installed:
 
 # The replicated story (trainprobe run, 2 replica groups, CPU/gloo): a rank
 # hangs, its replica is evicted, the other goes on in seconds without a
-# restart, the evicted one rejoins from its live peer (about a minute).
-demo: $(VENV)/.demo-installed ## the replicated story (trainprobe run, an eviction, the rejoin)
+# restart, the evicted one rejoins from its live peer. From a fresh clone
+# 96 to 114 s in all on 2 cores (the install, then about 60 s of demo).
+demo: $(VENV)/.demo-installed ## the replicated story (trainprobe run, an eviction, the rejoin; ~1 min, ~2 with the install)
 	$(VPY) examples/replicated_demo.py
 
 # The restart story on an embedded local Ray: a rank hangs, trainprobe kills
-# it through Ray, Ray Train resumes from the checkpoint (about 1.5 min).
-demo-restart: $(VENV)/.installed ## the restart story on a local Ray (adds the test extras)
+# it through Ray, Ray Train resumes from the checkpoint: 65 to 110 s on 2 loaded
+# cores, after 85 to 155 s the first time to install the test extras.
+demo-restart: $(VENV)/.installed ## the restart story on a local Ray (~1-2 min; the first adds the test extras, 1.5-2.5 min more)
 	$(VPY) examples/ray_demo.py
 
 # The same hang with plain torch.distributed (gloo) processes and signals.
-demo-gloo: $(VENV)/.demo-installed ## the same hang with plain gloo processes and signals
+demo-gloo: $(VENV)/.demo-installed ## the same hang with plain gloo processes and signals (~25 s)
 	$(VPY) examples/demo.py
 
 # tests/test_grafana_dashboard.py runs a real Prometheus (Debian's package),
