@@ -153,6 +153,8 @@ def test_no_command_writes_a_raw_control_character(
         (["diagnose", "--job", f"gone{OSC}", *t], {1}),
         (["top", "--once", *t], {0}),
         (["top", "--once", "--job", JOB_B, *t], {0}),
+        (["top", "--once", "--job", f"gone{OSC}", *t], {1}),
+        (["report", "--job", f"gone{OSC}", *t, *rep], {1}),  # no such job: one line
         (["report", *t, *rep], {1}),  # several jobs, no --job: the ids in the error line
         (["report", "--job", JOB_A, *t, *rep], {0}),
         (["report", "--job", JOB_A, *nowhere, *rep], {0}),

@@ -215,7 +215,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
             fetch = fetcher(stub, metadata, args.job, args.timeout_s)
             with styled_stdout():
-                return run(fetch, max(0.1, args.interval_s), args.by, once=args.once)
+                return run(fetch, max(0.1, args.interval_s), args.by, args.once, args.job)
         if args.command == "report":
             return report_main(args, stub, metadata)
         if args.command == "status":

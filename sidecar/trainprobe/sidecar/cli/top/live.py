@@ -22,6 +22,7 @@ from rich.live import Live
 from trainprobe.proto import probe_pb2
 from trainprobe.sidecar.cli.top.model import TopModel
 from trainprobe.sidecar.cli.top.view import render
+from trainprobe.sidecar.core.text import printable
 
 __all__ = ["Fetch", "fetcher", "run"]
 
@@ -75,13 +76,22 @@ def _keys() -> Iterator[Callable[[float], str]]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def run(fetch: Fetch, interval_s: float, by: str, once: bool = False) -> int:
+def run(fetch: Fetch, interval_s: float, by: str, once: bool = False, job: str = "") -> int:
     """Refresh every ``interval_s`` until ``q`` (or one frame with ``once``)."""
     model = TopModel()
     console = Console()
     if once:
         model.update(*fetch(), time.monotonic())
         console.print(render(model, by, width=console.width))
+        if job and not model.rows:
+            # As status does: a script asking for one job must not read an empty
+            # frame as that job being healthy (the live view waits for it instead).
+            print(
+                f"trainprobe: no worker of job {printable(job)} is known to this sidecar "
+                "(trainprobe status, without --job, lists the jobs it has)",
+                file=sys.stderr,
+            )
+            return 1
         return 0
     with _keys() as key, Live(console=console, auto_refresh=False, screen=False) as live:
         while True:
