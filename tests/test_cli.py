@@ -356,3 +356,21 @@ def test_run_of_a_command_that_does_not_exist_is_one_line_before_anything_starts
     line = one_line(r.stderr)
     assert "nosuchcommand-trainprobe-test" in line and "not found" in line, line
     assert "lighthouse" not in r.stdout, r.stdout
+
+
+def test_ray_per_node_with_a_ray_address_nothing_answers_is_one_line_at_once() -> None:
+    """It retried in Ray's own C++ warnings for minutes (ray.init's), where the
+    stand-alone sidecar's --ray-address is probed first; no Ray is started."""
+    from tests.ray_support import ray_environment
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with ray_environment():
+        try:
+            r = sidecar_cli("--ray-per-node", "--ray-address", closed)
+        except subprocess.TimeoutExpired:
+            pytest.fail("trainprobe-sidecar --ray-per-node waited on an unreachable Ray")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    line = one_line(r.stderr)
+    assert line.startswith("trainprobe-sidecar: error:") and closed in line, line
+    assert "not reachable" in line, line

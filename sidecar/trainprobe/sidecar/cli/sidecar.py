@@ -138,8 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     if settings.ray_per_node:
         from trainprobe.sidecar.ray import start_sidecars
+        from trainprobe.sidecar.ray.link import RayUnavailable
 
-        placed = start_sidecars(settings)
+        try:
+            placed = start_sidecars(settings)
+        except (RayUnavailable, ConnectionError) as err:  # no cluster there: say so, once
+            print(f"trainprobe-sidecar: error: --ray-per-node: {err}", file=sys.stderr)
+            return 1
         for p in placed:
             what = p.error or f"{'started' if p.created else 'already running'} on {p.socket}"
             print(f"Ray node {p.node_id}: {what}")

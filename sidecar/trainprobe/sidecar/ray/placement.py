@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainprobe.sidecar.config.settings import Settings, load_settings
+from trainprobe.sidecar.ray.link import probe_address
 from trainprobe.sidecar.ray.naming import RAY_NAMESPACE, is_node_actor_name, ray_node_actor_name
 
 log = logging.getLogger("trainprobe.sidecar")
@@ -45,6 +46,7 @@ def _ray(settings: Settings | None) -> Any:
 
     if not ray.is_initialized():
         address = (settings.ray_address if settings else None) or "auto"
+        probe_address(address)  # RayUnavailable now, not ray.init's minutes of retries
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False)
     return ray
 
