@@ -20,7 +20,7 @@ measured on it.
 from __future__ import annotations
 
 import gc
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -122,7 +122,9 @@ class CoordinatorState:
         self.vouched_s = vouched_s
         self.store = RankStore(instance)
         #: Each sidecar's last sync, the least recent first.
-        self._seen: dict[str, float] = {}
+        #: (An OrderedDict: a plain dict's first item, after a pop and insert per
+        #: sync, is found past every deleted slot: 8 us a sync at 12,500 nodes.)
+        self._seen: OrderedDict[str, float] = OrderedDict()
         self.episode: EpisodeNote | None = None
         #: Closed notes of episodes never held open here, the newest last
         #: (the upstream's telemetry takes them).
@@ -158,8 +160,8 @@ class CoordinatorState:
         sidecar's heartbeat limit. ``bounded``: past MAX_SENT other ranks,
         the job's verdict and the ranks it names instead (the module docstring)."""
         self.last_sync_at = now
-        self._seen.pop(sidecar_id, None)
         self._seen[sidecar_id] = now
+        self._seen.move_to_end(sidecar_id)
         while self._seen:  # least recent first: stop at a fresh one (no pass over all)
             sid, t = next(iter(self._seen.items()))
             if now - t <= self.stale_after_s:
