@@ -46,7 +46,7 @@ definitive, <= 12 s ambiguous, same pid, one group replaced.
     python bench/bench_torchft.py --sections ray --ray-faults stop --ray-groups 4 \
         --trials 3 --out bench/results/torchft_ray_4groups.json
     python bench/bench_torchft.py --sections restart --restart-stacks ray_train \
-        --restart-hangs stop,sleep --trials 3 --out bench/results/ray_restart.json
+        --restart-hangs stop,sleep --trials 10 --out bench/results/ray_restart.json
 
 Results: bench/results/torchft.json (medians per case, every trial, the
 machine's load average before and after, and each trial's own).

@@ -13,6 +13,7 @@ from .sections.restart import (
     HANGS,
     SHORT,
     ray_restart,
+    ray_sleep,
     restart_goal,
     stack_results,
 )
@@ -31,8 +32,9 @@ def _bars(res: Results, hang: str) -> list[Any]:
             x = g["summary"]
             out.append((f"{SHORT[k]}\n{where}", x["killed_s_median"],
                         x["stepping_again_s_median"], restart_goal(run, hang)))  # fmt: skip
-    if r is not None and hang == "sleep" and (ray := ray_restart(ft)):
-        out.append(("plain\nRay Train", None, ray["all_stepping_s"], restart_goal(r, hang)))
+    if r is not None and hang == "sleep" and (ray := ray_sleep(ft, res.get("ray_restart"))[0]):
+        out.append(("plain\nRay Train", ray.get("killed_s"), ray["all_stepping_s"],
+                    restart_goal(r, hang)))  # fmt: skip
     if hang == "stop" and (ray := ray_restart(res.get("ray_restart"), hang)):
         out.append(("plain\nRay Train", ray["killed_s"], ray["all_stepping_s"],
                     DEFINITIVE_GOAL_S["ray_train"]))  # fmt: skip

@@ -193,3 +193,27 @@ def test_ray_train_sigstop_restart_row_follows_its_result(tmp_path: Path) -> Non
     (results / "ray_restart.json").unlink()
     assert not any(r.startswith(start) for r in rows())
     assert "Ray Train's restart after a SIGSTOP (goal ≤ 20 s) has no result yet." in rows()
+
+
+def test_ray_train_sleep_restart_row_follows_ray_restart_json(tmp_path: Path) -> None:
+    # Its sleep trials where ray_restart.json has them; torchft.json's restart section else.
+    results = tmp_path / "results"
+    shutil.copytree(render.RESULTS, results)
+    start = "| plain loop, Ray Train | sleep |"
+
+    def rows() -> list[str]:
+        return render.markdown(results).splitlines()
+
+    ray = json.loads((results / "ray_restart.json").read_text())
+    ray["summary"]["restart"]["ray_train"] |= {"all_stepping_s": 99.5, "trials": 7}
+    (results / "ray_restart.json").write_text(json.dumps(ray))
+    row = next(r for r in rows() if r.startswith(start))
+    assert "every rank **99.50 s**" in row and "| 0 of 7 |" in row
+    headline = next(r for r in rows() if r.startswith("| [every rank steps again after a sle"))
+    assert "Ray Train 99.50 s" in headline
+    assert any("ray_restart.json  # Ray Train's rows" in r for r in rows())
+    del ray["summary"]["restart"]["ray_train"]
+    (results / "ray_restart.json").write_text(json.dumps(ray))
+    ft = json.loads((results / "torchft.json").read_text())["summary"]["restart"]["ray_train"]
+    row = next(r for r in rows() if r.startswith(start))
+    assert f"every rank **{ft['all_stepping_s']:.2f} s**" in row

@@ -11,6 +11,7 @@ __all__ = [
     "RESTART_ANCHOR",
     "SHORT",
     "ray_restart",
+    "ray_sleep",
     "restart_goal",
     "restart_goals",
     "restart_section",
@@ -39,6 +40,15 @@ def ray_restart(ft: Result | None, hang: str = "sleep") -> Result | None:
     section): a sleeping one in torchft.json, a SIGSTOPped one in ray_restart.json."""
     key = "ray_train" if hang == "sleep" else f"ray_train/{hang}"
     return ((ft or {}).get("summary") or {}).get("restart", {}).get(key)
+
+
+def ray_sleep(ft: Result | None, ray: Result | None) -> tuple[Result | None, Result | None]:
+    """Ray Train's restart after a sleeping rank and the result file it comes from:
+    ray_restart.json's sleep trials where it has them, else torchft.json's."""
+    for src in (ray, ft):
+        if x := ray_restart(src):
+            return x, src
+    return None, None
 
 
 def _le(x: float | None, goal: float) -> bool:
@@ -92,7 +102,7 @@ def restart_goals(
             meds = [g["summary"]["stepping_again_s_median"] for _, g in gs]
             got = f"medians {_slash(gs, 'stepping_again_s_median')} s ({names})"
             ok = all(_le(m, restart_goal(r, hang)) for m in meds)
-            if hang == "sleep" and (rs := ray_restart(ft)):
+            if hang == "sleep" and (rs := ray_sleep(ft, ray)[0]):
                 got += f"; Ray Train {s(rs['all_stepping_s'])}"
                 ok = ok and _le(rs["all_stepping_s"], restart_goal(r, hang))
             if hang == "stop" and (rs := ray_restart(ray, hang)):
@@ -209,11 +219,19 @@ def restart_section(
             f"{len(x['errors'])} of {x['trials']}", f"≤ {goal:g} s",
             yes(_le(x["all_stepping_s"], goal)),
         ))  # fmt: skip
-    if r is not None and (rs := ray_restart(ft)):
-        goal = restart_goal(r, "sleep")
+    sleep_rs, sleep_src = ray_sleep(ft, ray)
+    if r is not None and (rs := sleep_rs):
+        goal, most, redone = (
+            restart_goal(r, "sleep"),
+            rs.get("all_stepping_max_s"),
+            rs.get("steps_redone"),
+        )
         out.append(row(
-            "plain loop, Ray Train", "sleep", f"every rank **{s(rs['all_stepping_s'])}**", "–",
-            "the steps since the checkpoint",
+            "plain loop, Ray Train", "sleep",
+            f"every rank **{s(rs['all_stepping_s'])}**" + (f" ({s(most)})" if most else ""),
+            s(rs["killed_s"]) if rs.get("killed_s") else "–",
+            f"{_n(redone)} steps, every rank" if redone is not None
+            else "the steps since the checkpoint",
             f"{len(rs['errors'])} of {rs['trials']}", f"≤ {goal:g} s",
             yes(_le(rs["all_stepping_s"], goal)),
         ))  # fmt: skip
@@ -255,16 +273,17 @@ def restart_section(
     if r is not None and not ray_restart(ray, "stop"):
         goal = DEFINITIVE_GOAL_S["ray_train"]
         out += ["", f"Ray Train's restart after a SIGSTOP (goal ≤ {goal:g} s) has no result yet."]
+    ray_rows = "rows" if r is not None and sleep_rs and sleep_src is ray else "SIGSTOP row"
     cmds = [
         *([command(r, "restart")] if r is not None else []),
         *([command(rep, "replicated")] if rep is not None else []),
         *(["# the quiet rows: " + command(quiet, "restart_quiet").split(" (")[0]] if quiet else []),
         *(
             [command(ft, "torchft") + "  # Ray Train's row"]
-            if r is not None and ray_restart(ft)
+            if r is not None and sleep_src is ft and sleep_rs
             else []
         ),
-        *([command(ray, "ray_restart") + "  # Ray Train's SIGSTOP row"] if ray else []),
+        *([command(ray, "ray_restart") + f"  # Ray Train's {ray_rows}"] if ray else []),
     ]
     where = "; ".join(
         w for w in (_where(r, "the restarts"), _where(rep, "the replicated loop")) if w
