@@ -172,3 +172,30 @@ def test_a_large_job_is_analysed_at_most_as_often_as_one_core_affords() -> None:
     assert analyse_every_s(100_000) == 100_000 / ANALYZED_RANKS_PER_S == 2.0
     # 2 s between passes still names a culprit within 5 s of its upload.
     assert analyse_every_s(100_000) + 0.25 < 5.0
+
+
+def test_a_large_jobs_alarm_carries_its_verdict_so_no_node_has_to_ask() -> None:
+    """At 12,500 nodes, each node asking after the alarm put 12,500 asks in the
+    upstream's queue, and the culprit reached a node only when its ask came
+    round. The alarm now carries the job's verdict to every node of a large
+    job; the ask each then sends is not answered again."""
+    from tests.unit.test_jobsync_delta import rank
+
+    hub = SummaryHub("t")
+    for n in range(WORLD // 8):
+        hub.join(f"n{n}")
+        ranks = tuple(rank(r, WORLD) for r in range(n * 8, n * 8 + 8))
+        hub.apply(f"n{n}", [Upload("j", ranks, full=True)], 3.0, 0.0)
+    hub.tick(0.5)  # the first digests, held back at the start
+    _, pushes = hub.apply("n0", [Upload("j", (stopped(0),))], 3.0, 1.0)
+    assert sorted(n for n, _, _ in pushes) == sorted(f"n{n}" for n in range(1, WORLD // 8))
+    verdicts = [r.verdict for _, _, r in pushes]
+    assert all(v is not None and v.culprits == (0,) for v in verdicts)
+    assert len({id(r) for _, _, r in pushes}) == 1  # one reply object, encoded once
+    replies, _ = hub.apply("n5", [Upload("j", detail=True, bounded=True)], 3.0, 1.3)
+    assert replies == []
+    # Each holds the verdict: the next analysis that says something new reaches it.
+    moved = tuple(stopped(r) for r in range(8, 16))
+    hub.apply("n1", [Upload("j", moved, detail=True, bounded=True)], 3.0, 1.0 + SETTLED_EVERY_S)
+    later = hub.tick(1.0 + SETTLED_EVERY_S + ANALYZE_EVERY_S)
+    assert {n for n, _, _ in later} >= {f"n{n}" for n in range(2, WORLD // 8)}
