@@ -111,8 +111,10 @@ def summary_sync_section(
         "makes nodes ask, and a node polling for details gets a large job's verdict once per "
         "analysis, its summaries encoded once for every node. "
         + (
-            "During a large job's incident a node that holds the upstream's verdict no longer "
-            "asks each sync: it sends what changed (once rank 0 stops, the others block in the "
+            "During a large job's incident the alarm that tells every node a rank turned "
+            "suspect carries the job's verdict, so no node has to ask for it, and a node that "
+            "holds the verdict no longer asks each sync: it sends what changed (once rank 0 "
+            "stops, the others block in the "
             "allreduce and change nothing), the upstream analyses the job at most once a "
             "second, or every ranks / 50,000 s for a larger job (every 5 s once a culprit is "
             "named and no rank does anything new), and pushes an analysis when what a node acts "
