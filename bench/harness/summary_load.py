@@ -129,7 +129,7 @@ async def node(
             mine = [_summary(r, world, now - t0, stopped if r == ranks[0] else None, onset)
                     for r in ranks]  # fmt: skip
             detail, since = view.ask(JOB, mine, False, now)
-            pushed = [JOB] if view.verdict(JOB) is not None else []
+            pushed = [JOB] if view.judged_upstream(JOB, len(mine)) else []  # as sync/link.py
             ups = uplink.uploads({JOB: (mine, None, detail, since)}, now, view.bounded, pushed)
             if ups:
                 await call.write(

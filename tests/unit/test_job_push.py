@@ -199,3 +199,34 @@ def test_a_large_jobs_alarm_carries_its_verdict_so_no_node_has_to_ask() -> None:
     hub.apply("n1", [Upload("j", moved, detail=True, bounded=True)], 3.0, 1.0 + SETTLED_EVERY_S)
     later = hub.tick(1.0 + SETTLED_EVERY_S + ANALYZE_EVERY_S)
     assert {n for n, _, _ in later} >= {f"n{n}" for n in range(2, WORLD // 8)}
+
+
+def test_a_node_of_a_large_job_waits_for_the_push_instead_of_polling_for_the_verdict() -> None:
+    """At 12,500 nodes on the 16-core machine the upstream fell behind in an
+    incident; nodes that did not hold its verdict yet resent every reporting
+    rank each refresh (3 s) and asked again every ASK_AGAIN_S: 6,000 messages
+    a second, which kept it behind. A node whose job the upstream judges itself
+    (more than MAX_SENT other ranks, by the digest) sends its flip to details
+    once, then only changes and heartbeats, verdict or not."""
+    from trainprobe.sidecar.core.job.digest import JobDigest
+    from trainprobe.sidecar.core.job.view import JobView, SyncReply
+
+    def told(ranks: int) -> JobView:
+        view = JobView()
+        digest = JobDigest(1, ranks, ranks, ranks, 50, 50, 1, (0,))
+        view.update("j", SyncReply((), None, digest, detail=False, full=False), 0.0)
+        return view
+
+    assert told(WORLD).judged_upstream("j", 8)  # 88 other ranks
+    assert not told(72).judged_upstream("j", 8)  # 64: sent whole, judged by each node
+    assert not JobView().judged_upstream("j", 8)
+    view, up = told(WORLD), Uplink(refresh_s=3.0)
+    mine = [waiting(8, t=0.0), waiting(9, t=0.0)]
+    up.uploads({"j": (mine, None, False, None)}, 0.0, True)
+    sent = []
+    for i in range(1, 20):  # 9.5 s of syncs, every 0.5 s, no answer
+        t = i * 0.5
+        mine = [waiting(8, t=t), waiting(9, t=t)]
+        pushed = ["j"] if view.judged_upstream("j", len(mine)) else []
+        sent += up.uploads({"j": (mine, None, True, None)}, t, True, pushed)
+    assert len(sent) == 1 and sent[0].detail  # the flip, then nothing until the heartbeat

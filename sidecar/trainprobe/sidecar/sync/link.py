@@ -117,7 +117,7 @@ class StreamTransport:
             return []
         view = self.view
         bounded = view.bounded if view is not None else False
-        pushed = [j for j in payload if view is not None and view.verdict(j) is not None]
+        pushed = [j for j, r in payload.items() if view and view.judged_upstream(j, len(r[0]))]
         ups = self.uplink.uploads(payload, self._clock(), bounded, pushed)
         if ups:
             msg = probe_pb2.JobSyncUp(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.job.digest import DETAIL_LINGER_S, JobDigest, needs_detail
 from trainprobe.sidecar.core.job.sync import CoordinatorState, EpisodeNote, SyncReply
-from trainprobe.sidecar.core.job.verdict import JobVerdict, aged, healthy_diagnosis
+from trainprobe.sidecar.core.job.verdict import MAX_SENT, JobVerdict, aged, healthy_diagnosis
 from trainprobe.sidecar.core.judge.culprit import Diagnosis, RankSummary, analyze
 from trainprobe.sidecar.core.judge.replicas import apply_replicas
 
@@ -188,6 +188,21 @@ class JobView:
         held (a job too large to send whole): the job's analysis is that one."""
         heard = self._jobs.get(job_id)
         return heard.analysis if heard is not None else None
+
+    def judged_upstream(self, job_id: str, own: int) -> bool:
+        """Whether the upstream judges the job itself and pushes each new analysis
+        (:class:`~.uplink.Uplink`'s ``pushed``): its verdict is held, or a bounded
+        ask of it gets one (more than MAX_SENT other ranks, by the digest). A node
+        of such a job need not resend a reporting rank each refresh nor ask again
+        before the verdict comes: at 12,500 nodes whose verdict was late, that was
+        6,000 messages a second, which only made it later."""
+        heard = self._jobs.get(job_id)
+        if heard is None:
+            return False
+        if heard.analysis is not None:
+            return True
+        d = heard.digest
+        return self.bounded and d is not None and d.ranks - own > MAX_SENT
 
     def digest(self, job_id: str) -> JobDigest | None:
         heard = self._jobs.get(job_id)
