@@ -112,8 +112,8 @@ def summary_sync_section(
         "analysis, its summaries encoded once for every node. "
         + (
             "During a large job's incident the alarm that tells every node a rank turned "
-            "suspect carries the job's verdict, so no node has to ask for it, and a node that "
-            "holds the verdict no longer asks each sync: it sends what changed (once rank 0 "
+            "suspect carries the job's verdict, so no node has to ask for it, and no node of "
+            "such a job, verdict held or not, asks each sync: it sends what changed (once rank 0 "
             "stops, the others block in the "
             "allreduce and change nothing), the upstream analyses the job at most once a "
             "second, or every ranks / 50,000 s for a larger job (every 5 s once a culprit is "
