@@ -11,7 +11,9 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -174,15 +176,18 @@ def test_the_cli_check_says_current_or_stale(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "stale" in bad.stdout, bad.stdout + bad.stderr
 
 
-def test_ray_train_sigstop_restart_row_follows_its_result(tmp_path: Path) -> None:
+def _ray_restart_copy(tmp_path: Path) -> tuple[Path, Callable[[], list[str]], dict[str, Any]]:
+    """A copy of the results to edit, the page's lines as they render it, and
+    the copy's ray_restart.json."""
     results = tmp_path / "results"
     shutil.copytree(render.RESULTS, results)
-    start = "| plain loop, Ray Train | SIGSTOP |"
-
-    def rows() -> list[str]:
-        return render.markdown(results).splitlines()
-
     ray = json.loads((results / "ray_restart.json").read_text())
+    return results, lambda: render.markdown(results).splitlines(), ray
+
+
+def test_ray_train_sigstop_restart_row_follows_its_result(tmp_path: Path) -> None:
+    results, rows, ray = _ray_restart_copy(tmp_path)
+    start = "| plain loop, Ray Train | SIGSTOP |"
     ray["summary"]["restart"]["ray_train/stop"] |= {"all_stepping_s": 25.0, "errors": ["x"]}
     (results / "ray_restart.json").write_text(json.dumps(ray))
     row = next(r for r in rows() if r.startswith(start))
@@ -197,14 +202,8 @@ def test_ray_train_sigstop_restart_row_follows_its_result(tmp_path: Path) -> Non
 
 def test_ray_train_sleep_restart_row_follows_ray_restart_json(tmp_path: Path) -> None:
     # Its sleep trials where ray_restart.json has them; torchft.json's restart section else.
-    results = tmp_path / "results"
-    shutil.copytree(render.RESULTS, results)
+    results, rows, ray = _ray_restart_copy(tmp_path)
     start = "| plain loop, Ray Train | sleep |"
-
-    def rows() -> list[str]:
-        return render.markdown(results).splitlines()
-
-    ray = json.loads((results / "ray_restart.json").read_text())
     ray["summary"]["restart"]["ray_train"] |= {"all_stepping_s": 99.5, "trials": 7}
     (results / "ray_restart.json").write_text(json.dumps(ray))
     row = next(r for r in rows() if r.startswith(start))

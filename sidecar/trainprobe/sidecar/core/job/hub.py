@@ -326,31 +326,28 @@ class SummaryHub:
         digest_only = SyncReply((), reply.episode, reply.digest, detail=False, full=False)
         state = self.jobs.get(job)
         watchers = self._watchers.setdefault(job, {})
+        if state is not None and key[2] and len(state.store) > MAX_SENT:
+            # A large job's alarm carries its verdict: every node would ask for it
+            # at once (12,500 asks queued at the upstream), and a node learnt the
+            # culprit only when its own ask came round. Each holds it now, as if
+            # it had asked (one that asks already is answered at its next upload).
+            for other in self._members.get(job, {}):
+                node = self._nodes.get(other)
+                if other == sender or node is None or node.detail.get(job):
+                    continue
+                if len(state.store) - len(node.jobs.get(job, {})) > MAX_SENT:
+                    watchers[other] = None
+            state.reanalyse(now)
         out = [
             p
             for p in (self._to_watchers(job, state, now, True) if state and watchers else [])
             if p[0] != sender
         ]
-        # A large job's alarm carries its verdict: every node would ask for it at
-        # once (12,500 asks queued at the upstream), and a node learnt the culprit
-        # only when its own ask came round. Each holds it now, as if it had asked.
-        large = state is not None and key[2] and len(state.store) > MAX_SENT
-        a = None
-        replies: dict[int, SyncReply] = {}
         for other in self._members.get(job, {}):
             node = self._nodes.get(other)
             if other == sender or node is None or node.detail.get(job) or other in watchers:
                 continue  # one that asks for details is answered at its next upload
-            mine = node.jobs.get(job, {}).keys()
-            if large and state is not None and len(state.store) - len(mine) > MAX_SENT:
-                a = a or state.reanalyse(now) or state.analysis
-            if a is not None and state is not None and len(state.store) - len(mine) > MAX_SENT:
-                held = state.pushed(a, mine, now)
-                held = replies.setdefault(id(held.verdict), held)
-                watchers[other] = None
-                node.told[job], node.verdict_of[job] = _key(held), state.analyses
-                out.append((other, job, held))
-            elif node.told.get(job) != key:
+            if node.told.get(job) != key:
                 node.told[job] = key
                 out.append((other, job, digest_only))
         return out
