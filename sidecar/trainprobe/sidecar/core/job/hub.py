@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from trainprobe.sidecar.core import limits
 from trainprobe.sidecar.core.job.checks import note_problem, problem, text_problem
 from trainprobe.sidecar.core.job.uplink import HEARTBEAT_S, Upload
-from trainprobe.sidecar.core.job.verdict import MAX_SENT
+from trainprobe.sidecar.core.job.verdict import too_large_to_send
 from trainprobe.sidecar.core.job.view import CoordinatorState, EpisodeNote, SyncReply
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 from trainprobe.sidecar.core.text import printable
@@ -326,7 +326,7 @@ class SummaryHub:
         digest_only = SyncReply((), reply.episode, reply.digest, detail=False, full=False)
         state = self.jobs.get(job)
         watchers = self._watchers.setdefault(job, {})
-        if state is not None and key[2] and len(state.store) > MAX_SENT:
+        if state is not None and key[2] and too_large_to_send(len(state.store), 0):
             # A large job's alarm carries its verdict: every node would ask for it
             # at once (12,500 asks queued at the upstream), and a node learnt the
             # culprit only when its own ask came round. Each holds it now, as if
@@ -335,7 +335,7 @@ class SummaryHub:
                 node = self._nodes.get(other)
                 if other == sender or node is None or node.detail.get(job):
                     continue
-                if len(state.store) - len(node.jobs.get(job, {})) > MAX_SENT:
+                if too_large_to_send(len(state.store), len(node.jobs.get(job, {}))):
                     watchers[other] = None
             state.reanalyse(now)
         out = [

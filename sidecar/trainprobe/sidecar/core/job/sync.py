@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from trainprobe.sidecar.core.job.digest import REPORTING_REFRESH_S, JobDigest
 from trainprobe.sidecar.core.job.store import RankStore
 from trainprobe.sidecar.core.job.verdict import (
-    MAX_SENT,
     SETTLED_EVERY_S,
     JobAnalysis,
     JobVerdict,
     aged,
     analyse_every_s,
     judge_job,
+    too_large_to_send,
 )
 from trainprobe.sidecar.core.judge.diagnosis import RankSummary
 from trainprobe.sidecar.core.limits import MAX_NOTE_RANKS
@@ -178,7 +178,7 @@ class CoordinatorState:
         if not detail:
             return SyncReply((), ep, digest, detail=False, full=False)
         mine = store.owned(sidecar_id)
-        if bounded and len(store) - len(mine) > MAX_SENT:
+        if bounded and too_large_to_send(len(store), len(mine)):
             self.refresh = refresh
             return self.pushed(self._analyse(now, refresh), mine, now)
         if since is None or since[0] != store.instance or since[1] > store.version:

@@ -48,6 +48,7 @@ __all__ = [
     "exemplars",
     "healthy_diagnosis",
     "judge_job",
+    "too_large_to_send",
 ]
 
 #: A job whose other ranks are at most this many is sent whole; past it a
@@ -76,6 +77,12 @@ _WAITING_SAMPLE = 8
 
 #: Verdicts that make a job worth diagnosing.
 _TROUBLE = frozenset({"HUNG", "UNRESPONSIVE"})
+
+
+def too_large_to_send(ranks: int, own: int) -> bool:
+    """Whether a job of ``ranks`` ranks, ``own`` of them a sidecar's, is too large
+    to send that sidecar whole: a bounded ask of it gets the coordinator's verdict."""
+    return ranks - own > MAX_SENT
 
 
 def analyse_every_s(ranks: int) -> float:

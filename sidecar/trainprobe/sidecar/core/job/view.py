@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 
 from trainprobe.sidecar.core.job.digest import DETAIL_LINGER_S, JobDigest, needs_detail
 from trainprobe.sidecar.core.job.sync import CoordinatorState, EpisodeNote, SyncReply
-from trainprobe.sidecar.core.job.verdict import MAX_SENT, JobVerdict, aged, healthy_diagnosis
+from trainprobe.sidecar.core.job.verdict import (
+    JobVerdict,
+    aged,
+    healthy_diagnosis,
+    too_large_to_send,
+)
 from trainprobe.sidecar.core.judge.culprit import Diagnosis, RankSummary, analyze
 from trainprobe.sidecar.core.judge.replicas import apply_replicas
 
@@ -202,7 +207,7 @@ class JobView:
         if heard.analysis is not None:
             return True
         d = heard.digest
-        return self.bounded and d is not None and d.ranks - own > MAX_SENT
+        return self.bounded and d is not None and too_large_to_send(d.ranks, own)
 
     def digest(self, job_id: str) -> JobDigest | None:
         heard = self._jobs.get(job_id)
