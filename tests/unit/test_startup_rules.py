@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tests.core_builders import connected, hello, phase, report
 from trainprobe.sidecar.core.judge import RuleConfig, analyze, evaluate
 from trainprobe.sidecar.core.judge.culprit import ALL_IN_FLIGHT, STRAGGLER
@@ -166,14 +168,17 @@ def test_an_unverified_session_does_not_complete_the_world_for_a_verified_rank()
     assert culprits(real, T0 + 7) == (1, 2)
 
 
-def past_the_group(waiting: dict[int, float], world: int = 3, verified: bool = True) -> Registry:
+def past_the_group(
+    waiting: dict[int, float], world: int = 3, verified: bool = True, watch: bool = False
+) -> Registry:
     """Ranks past init_process_group (under Ray Train it was made before any hook,
     so no start-up phase), connected at T0 and before their first step; those in
     ``waiting`` wait in their first allreduce since the time given, the others in
-    no collective. Reports at T0 + 30."""
+    no collective. Reports at T0 + 30. ``watch``: each is a start-up hook's
+    session (``Hello.startup_watch``)."""
     reg = Registry()
     for rank in range(world):
-        h = hello(rank=rank, world=world)
+        h = dataclasses.replace(hello(rank=rank, world=world), startup_watch=watch)
         w = reg.open(h, T0, VerifiedProcess(h.pid, 1000, 1) if verified else None)
         since = waiting.get(rank)
         groups = (
@@ -220,3 +225,28 @@ def test_past_the_group_no_straggler_is_named_while_a_rank_of_the_world_is_missi
     groups = (GroupSeqData("0", 1, 0, int((T0 + 2) * 1e9), "allreduce", 1),)
     liar.apply(w, report(T0 + 30, sync=SyncData(groups=groups)), T0 + 30)
     assert 0 not in found(liar, T0 + 100)
+
+
+def test_a_start_up_watch_is_judged_on_evidence_alone() -> None:
+    # Importing a framework callback keeps a start-up hook past the process
+    # group; a script that then never uses the callback never steps, and no
+    # timeout without evidence may call it hung (it would kill a healthy job).
+    assert found(past_the_group({}, watch=True), T0 + 5000) == {}
+    assert found(past_the_group({}), T0 + 601) == {0: "startup", 1: "startup", 2: "startup"}
+    # Peers seen waiting in their first collective are evidence: named in seconds.
+    reg = past_the_group({0: T0 + 10, 2: T0 + 12}, watch=True)
+    (hung,) = evaluate(reg, CFG, T0 + 17.5)
+    assert (hung.key.rank, hung.rule, hung.verdict) == (1, "startup_straggler", Verdict.HUNG)
+    # Before the group it is judged as a plain hook made first thing is.
+    reg = Registry()
+    for rank, arrived in {0: T0 + 1, 1: None, 2: T0 + 1}.items():
+        h = dataclasses.replace(hello(rank=rank, world=3), startup_watch=True)
+        w = reg.open(h, T0)
+        phases = (phase("init", T0),) + (() if arrived is None else (phase("rendezvous", arrived),))
+        reg.apply(w, report(T0 + 30, phases=phases), T0 + 30)
+    assert found(reg, T0 + 7) == {1: "init_straggler"}
+    # A watch whose process died is dead like any session.
+    reg = past_the_group({}, world=2, watch=True)
+    w0 = next(w for w in reg if w.hello.rank == 0)
+    assert reg.close(w0, w0.generation, "vanished", T0 + 31, pid_alive=False)
+    assert found(reg, T0 + 32) == {0: "exit"}

@@ -44,7 +44,7 @@ class RayIdentity(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., trial_or_run_name: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret", "job_name", "replica")
+    __slots__ = ("protocol_version", "hook_version", "job_id", "rank", "local_rank", "world_size", "host", "pid", "interval_ms", "ray", "gpu_uuid", "cuda_device", "labels", "stack_signal", "stack_file", "thread_id", "thread_native_id", "identity_ticket", "session_secret", "job_name", "replica", "startup_watch")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class Hello(_message.Message):
     SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_WATCH_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     hook_version: str
     job_id: str
@@ -94,7 +95,8 @@ class Hello(_message.Message):
     session_secret: bytes
     job_name: str
     replica: ReplicaIdentity
-    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ..., job_name: _Optional[str] = ..., replica: _Optional[_Union[ReplicaIdentity, _Mapping]] = ...) -> None: ...
+    startup_watch: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., hook_version: _Optional[str] = ..., job_id: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., interval_ms: _Optional[int] = ..., ray: _Optional[_Union[RayIdentity, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., cuda_device: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., stack_signal: _Optional[int] = ..., stack_file: _Optional[str] = ..., thread_id: _Optional[int] = ..., thread_native_id: _Optional[int] = ..., identity_ticket: _Optional[bytes] = ..., session_secret: _Optional[bytes] = ..., job_name: _Optional[str] = ..., replica: _Optional[_Union[ReplicaIdentity, _Mapping]] = ..., startup_watch: bool = ...) -> None: ...
 
 class ReplicaIdentity(_message.Message):
     __slots__ = ("replica_id", "group_rank", "group_world_size")

@@ -57,6 +57,7 @@ def hello_from_pb(m: probe_pb2.Hello) -> HelloData:
             else None
         ),
         job_name=m.job_name,
+        startup_watch=m.startup_watch,
     )
 
 

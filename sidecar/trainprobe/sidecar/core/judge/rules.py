@@ -13,6 +13,7 @@
 | straggler     |              | the last peer began waiting in its first one (a first        |
 |               |              | allreduce, a barrier); every rank of the world connected     |
 | startup       | HUNG         | no first step within startup_timeout_s, outside any phase    |
+|               |              | (not for a start-up hook past its process group)             |
 | stall         | HUNG         | reports arrive but the step has not advanced for the stall   |
 |               |              | threshold, outside any phase                                 |
 | sync_inflight | HUNG         | the oldest in-flight collective is older than sync_timeout_s |

@@ -102,7 +102,11 @@ def progress(w: WorkerState, cfg: RuleConfig, job: JobContext, now: float) -> Fi
         straggler = _first_step_straggler(w, cfg, job, now, elapsed)
         if straggler is not None:
             return straggler
-        if elapsed > cfg.stall.startup_timeout_s:
+        # A start-up hook kept past the process group (Hello.startup_watch) may
+        # belong to a script that never uses the callback, so never steps: no
+        # timeout without evidence judges it; its peers' waiting still does.
+        spared = w.hello.startup_watch and not w.active_phases
+        if elapsed > cfg.stall.startup_timeout_s and not spared:
             return finding(
                 w,
                 "startup",

@@ -64,6 +64,9 @@ class HelloData:
     replica: ReplicaIdentityData | None = None
     #: The job's human name (empty from older hooks); job_id stays the key.
     job_name: str = ""
+    #: A start-up hook's session, kept until a framework callback's hook takes
+    #: over: it may never step, so rule ``startup`` (no evidence) spares it.
+    startup_watch: bool = False
     #: (job_id, rank), built once: the report path asks for it on every report.
     key: WorkerKey = field(init=False, repr=False, compare=False)
 
