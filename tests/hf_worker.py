@@ -9,7 +9,9 @@ Faults, on torchrun's first attempt only (``TORCHELASTIC_RESTART_COUNT=0``):
 after S optimizer steps (before its backward: the peer waits in the
 allreduce), or, with ``--hang-how stop``, SIGSTOPs itself there.
 ``--init-sleep ATTEMPT:RANK:S`` makes that rank of that attempt sleep S
-seconds before ``TrainingArguments`` (which creates the process group).
+seconds before ``TrainingArguments`` (which creates the process group);
+``--setup-sleep ATTEMPT:RANK:S`` right after it, before the ``Trainer`` and
+its callback exist (its peer goes on into its first step and waits).
 ``--eval-batch-s`` and ``--save-s`` make evaluation batches and rank 0's
 checkpoint writes slow. ``--resume`` resumes from the last checkpoint in
 ``--output-dir`` (what a restarted attempt does). Each rank appends JSON
@@ -107,6 +109,7 @@ def main() -> None:
     p.add_argument("--hang-at", type=int, default=-1)
     p.add_argument("--hang-how", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS")
+    p.add_argument("--setup-sleep", default="", help="ATTEMPT:RANK:SECONDS")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-batches", type=int, default=2)
@@ -147,6 +150,11 @@ def main() -> None:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    if ARGS.setup_sleep:
+        attempt, rank, seconds = ARGS.setup_sleep.split(":")
+        if (int(attempt), int(rank)) == (ATTEMPT, RANK):
+            emit("setup_sleep", pid=os.getpid())
+            time.sleep(float(seconds))
     cls = with_faults(Seq2SeqTrainer if seq2seq else Trainer)
     trainer = cls(
         model=GPT2LMHeadModel(config),

@@ -13,7 +13,8 @@ SIGSTOPs itself there. ``--init-sleep ATTEMPT:RANK:S`` makes that rank of
 that attempt sleep S seconds before ``fit`` (which creates the process
 group); ``--start-sleep HOOK:RANK:S`` makes that rank sleep S seconds in the
 module's ``setup`` or ``on_fit_start`` (after the process group and the
-callback's hook, before the first batch). ``--resume`` fits from
+callback's hook, before the first batch), or in ``prepare_data`` (rank 0;
+before the callback's hook). ``--resume`` fits from
 ``last.ckpt`` when one exists (what a restarted attempt does).
 
 Each rank appends JSON lines to ``--progress``: its steps and how long
@@ -67,6 +68,10 @@ class Tiny(pl.LightningModule):
             torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
         )
         self.val_started = 0.0
+
+    def prepare_data(self) -> None:
+        # Local rank 0 alone; its peers wait in the strategy's pre_setup barrier.
+        start_sleep("prepare_data", self.trainer.global_rank)
 
     def setup(self, stage: str) -> None:
         start_sleep("setup", self.global_rank)
@@ -128,7 +133,9 @@ def main() -> None:
     p.add_argument("--hang-how", choices=["sleep", "stop"], default="sleep")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--init-sleep", default="", help="ATTEMPT:RANK:SECONDS before fit")
-    p.add_argument("--start-sleep", default="", help="HOOK:RANK:SECONDS in setup|on_fit_start")
+    p.add_argument(
+        "--start-sleep", default="", help="HOOK:RANK:SECONDS in setup|on_fit_start|prepare_data"
+    )
     p.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")
     p.add_argument("--val-batches", type=int, default=2)
     p.add_argument("--val-batch-s", type=float, default=0.0)

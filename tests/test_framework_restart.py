@@ -111,3 +111,49 @@ def test_a_restarted_attempt_hung_in_its_start_up_is_killed_and_comes_back(stack
         ]
         assert acted["outcomes"]["1"]["pid"] == sleeper["pid"]
         assert acted["outcomes"]["1"]["exited"]
+
+
+#: Attempt 0's start-up hang between the process group and the callback's hook:
+#: HF, rank 1 before the Trainer (rank 0 goes on and waits in its first step's
+#: gather); Lightning, rank 0 in prepare_data (rank 1 waits at the pre_setup barrier).
+SET_UP_HANG = {
+    "hf": (1, ["--setup-sleep", "0:1:3600"]),
+    "lightning": (0, ["--start-sleep", "prepare_data:0:3600"]),
+}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stack", ["hf", "lightning"])
+def test_a_rank_hung_in_the_frameworks_own_set_up_is_named_in_seconds_and_comes_back(
+    stack: str,
+) -> None:
+    """The window the start-up hook now keeps: the process group exists, the
+    callback's hook does not yet (a restarted attempt's checkpoint load sits
+    there). The hung rank is named by ``startup_straggler`` about
+    ``init_straggler_s`` (5 s) after its peer began waiting, and it alone is
+    killed once the start-up patience from its connect is spent
+    (``--startup-timeout-s 20`` here, so that the test costs seconds); torchrun
+    restarts and both ranks finish. Before, its start-up hook had said Goodbye
+    at the process group: nothing but rule ``startup`` could judge, at
+    ``startup_timeout_s``, and the rank it named was the waiting peer."""
+    culprit, hang = SET_UP_HANG[stack]
+    work = short_tmpdir()
+    progress = work / "progress.jsonl"
+    with sidecar("--startup-timeout-s", "20", "--hang-patience-s", "5") as sc:
+        run = torchrun(sc.target, [*stack_args(stack, work, progress), *hang])
+        assert run.returncode == 0, run.stderr[-4000:]
+        events = read_jsonl(progress)
+        (sleeper,) = [e for e in events if e["event"] in ("setup_sleep", "start_sleep")]
+        assert (sleeper["attempt"], sleeper["rank"]) == (0, culprit)
+        inc = sc.wait_incident(lambda r: r["action"] == "kill", timeout_s=10)
+        assert inc["rule"] == "startup_straggler", inc
+        assert inc["diagnosis"]["culprits"] == [culprit] and inc["targets"] == [culprit], inc
+        assert inc["pids"] == [sleeper["pid"]]
+        named = inc["time"] - sleeper["t"]
+        print(f"\n{stack}: set-up hang -> named {named:.1f} s")
+        assert named < 20, named
+        (acted,) = [a for a in sc.incidents("action") if "outcomes" in a]
+        assert acted["incident_id"] == inc["id"] and list(acted["outcomes"]) == [str(culprit)]
+        assert acted["outcomes"][str(culprit)]["exited"]
+        done = sorted((e["rank"], e["attempt"], e["step"]) for e in events if e["event"] == "done")
+        assert done == [(0, 1, STEPS), (1, 1, STEPS)]

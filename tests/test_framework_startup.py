@@ -27,8 +27,9 @@ def test_importing_the_callback_module_gets_restarts_through_init_process_group(
 ) -> None:
     """Three torchrun restarts, each through a plain init_process_group on
     torchrun's one shared store (before the fix: "Gloo connectFullMesh failed"
-    or a hang there); on every attempt the start-up hook reported the phases
-    and ended with a Goodbye once the process group existed."""
+    or a hang there); on every attempt the start-up hook reported the phases,
+    was still there past the process group, and ended with a Goodbye at the
+    callback's hand-over."""
     work = short_tmpdir()
     progress = work / "progress.jsonl"
     cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -47,6 +48,8 @@ def test_importing_the_callback_module_gets_restarts_through_init_process_group(
         assert inits == [(a, r) for a in range(4) for r in range(2)]
         made = [e["watch"] for e in events if e["event"] == "start"]
         assert made == [True] * 8, made
+        kept = [e["kept"] for e in events if e["event"] == "watch_kept"]
+        assert kept == [True] * 8, kept
         ended = [e for e in events if e["event"] == "watch_ended"]
         assert len(ended) == 8 and all(e["ended"] for e in ended), ended
         rows = list(sc.status().workers)
@@ -56,6 +59,67 @@ def test_importing_the_callback_module_gets_restarts_through_init_process_group(
         # A rank slower to import than its peer may be named (a verdict is
         # cheap), but nothing is killed.
         assert not [a for a in sc.incidents("action") if a.get("outcomes")], sc.incidents()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_script_that_imports_the_callback_module_and_never_steps_is_never_killed() -> None:
+    """The start-up hook is kept past the process group, and a script need
+    not use the callback: its ranks wait 12 s without a step, past a 5 s
+    ``startup_timeout_s``. The hook's Hello says ``startup_watch``: no rule
+    without evidence judges it (before, rule ``startup`` named both ranks
+    HUNG here, and killed them after the patience), and it ends with a
+    Goodbye at the exit."""
+    work = short_tmpdir()
+    progress = work / "progress.jsonl"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [str(WORKER), str(progress), "0", "--framework", "lightning", "--idle", "12"]
+    with sidecar("--startup-timeout-s", "5", "--hang-patience-s", "1") as sc:
+        run = subprocess.run(
+            cmd,
+            env=child_env(TRAINPROBE_TARGET=sc.target, PG_TIMEOUT_S="60"),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        events = read_jsonl(progress)
+        kept = sorted(e["rank"] for e in events if e["event"] == "watch_kept" and e["kept"])
+        assert kept == [0, 1], events
+        assert sorted(e["rank"] for e in events if e["event"] == "done") == [0, 1]
+        assert sc.incidents() == [] and sc.incidents("action") == [], sc.incidents()
+        pids = {e["pid"] for e in events if e["event"] == "start"}
+        rows = list(sc.status().workers)
+        assert {(w.pid, w.state) for w in rows if w.pid in pids} == {(p, "goodbye") for p in pids}
+
+
+HANDS_OVER = """
+import torch.distributed as dist
+import trainprobe.hooks.lightning
+from trainprobe.hooks import LivenessProbeHook
+from trainprobe.hooks.framework import startup as fs
+
+watch, patched = fs._watch, dist.barrier is not dist.distributed_c10d.barrier
+hook = LivenessProbeHook(rank=0, world_size=2)
+print(watch is not None, watch.startup_watch, patched, watch._closed, fs._watch is None,
+      dist.barrier is dist.distributed_c10d.barrier, hook.startup_watch)
+hook.close()
+"""
+
+
+def test_a_plain_hook_made_in_the_process_ends_the_start_up_hook_first() -> None:
+    """A script that imports the callback's module (for the restart fix) but
+    makes its own LivenessProbeHook: one hook a process, the start-up hook
+    ends and its collectives' patches are undone."""
+    work = short_tmpdir()
+    env = child_env(TORCHELASTIC_RUN_ID="handover", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0")
+    env["TRAINPROBE_TARGET"] = f"unix://{work}/none.sock"
+    out = subprocess.run(
+        [PYTHON, "-c", HANDS_OVER], env=env, capture_output=True, text=True, timeout=150
+    )
+    assert out.stdout.split("\n")[0] == "True True True True True True False", (
+        out.stdout + out.stderr
+    )
 
 
 @pytest.mark.parametrize("framework", ["transformers", "lightning"])

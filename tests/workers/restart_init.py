@@ -1,7 +1,7 @@
 """A torchrun worker with a plain ``dist.init_process_group("gloo")``.
 
 Usage: restart_init.py PROGRESS_FILE FAIL_ATTEMPTS [--no-hook] [--init-sleep RANK:S]
-                       [--framework MODULE]
+                       [--framework MODULE [--idle S]]
 
 Each attempt: (the hook, unless --no-hook), init_process_group, one
 allreduce, then rank 1 exits 1 while the attempt number is below
@@ -9,8 +9,12 @@ FAIL_ATTEMPTS, so that torchrun restarts the group. With --init-sleep
 RANK:S that rank sleeps S seconds before init_process_group on attempt 0
 (its peers wait for it in the rendezvous). With --framework MODULE
 (``lightning``, ``transformers``) no hook is made: the script imports
-``trainprobe.hooks.MODULE``, as a framework's script does, and records
-whether its start-up hook ended by itself once the process group existed.
+``trainprobe.hooks.MODULE``, as a framework's script does, records whether
+its start-up hook is still there once the process group exists, and ends it
+as the framework's callback would before its own hook; with --idle S it
+never does (a script that imports the module and uses no callback): it
+waits S seconds, in no collective and without a step, and the hook ends at
+the process's exit.
 Writes one JSON line per event.
 """
 
@@ -62,10 +66,13 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=timeout)
     event("init_done", init_s=time.monotonic() - t0)
     if framework:  # before the allreduce: no rank exits before every rank is here
-        deadline = time.monotonic() + 10
-        while framework_startup._watch is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        event("watch_ended", ended=framework_startup._watch is None)
+        time.sleep(0.5)  # a reporter poll: the start-up phases end
+        event("watch_kept", kept=framework_startup._watch is not None)
+        if "--idle" in sys.argv:
+            time.sleep(float(sys.argv[sys.argv.index("--idle") + 1]))
+        else:
+            framework_startup.end_startup_watch()  # the callback's hand-over
+            event("watch_ended", ended=framework_startup._watch is None)
     t = torch.ones(1)
     dist.all_reduce(t)
     assert int(t.item()) == dist.get_world_size()

@@ -16,7 +16,9 @@ from the callback's ``setup`` on (the strategy's barriers and broadcasts, the
 DDP wrapper's construction, the broadcast each batch begins with), where the
 peers of a rank that hangs before its first batch wait: in the module's or a
 later callback's ``setup``, a checkpoint's restore, ``on_fit_start``, the
-first batch's fetch.
+first batch's fetch. Before the callback's ``setup`` (``prepare_data`` and
+the ``pre_setup`` barrier, under torchrun) the start-up hook watches them
+(:mod:`trainprobe.hooks.framework.startup`).
 
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.
@@ -41,7 +43,7 @@ from typing import Any
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
 from trainprobe.hooks.framework.phases import OpenPhases, within
-from trainprobe.hooks.framework.startup import end_startup_watch, prepare
+from trainprobe.hooks.framework.startup import callback_made, end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
@@ -81,6 +83,7 @@ class LivenessProbeCallback(pl.Callback):
         #: (owner, attribute, wrapper) of each method patched on one instance.
         self._patched: list[tuple[Any, str, Any]] = []
         self._warned = False
+        callback_made()  # the start-up hook watches the framework's collectives from now
 
     # -- lifecycle ---------------------------------------------------------------
 

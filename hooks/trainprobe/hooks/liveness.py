@@ -18,6 +18,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from trainprobe.hooks.replica.watch import ReplicaMethods
@@ -40,6 +41,12 @@ log = logging.getLogger("trainprobe.hooks")
 PROMPT_MIN_NS = 1_000_000_000
 
 _live_hooks: weakref.WeakSet[LivenessProbeHook] = weakref.WeakSet()
+
+#: What a new hook ends first: the start-up hook that importing a framework
+#: callback keeps until a hook of the script's own takes over (one hook a
+#: process). A slot, set by :mod:`trainprobe.hooks.framework.startup`, which
+#: imports this module and so cannot be imported here.
+_before_new_hook: list[Callable[[], None]] = []
 
 
 def _after_fork_in_child() -> None:
@@ -107,6 +114,10 @@ class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
     daemon thread; nothing the sidecar does can block or raise into training.
     """
 
+    #: Whether this is the start-up hook a framework callback's import makes
+    #: (``Hello.startup_watch``): it may never see a step, and says so.
+    startup_watch = False
+
     def __init__(
         self,
         target: str | None = None,
@@ -123,6 +134,9 @@ class LivenessProbeHook(CollectiveMethods, ReplicaMethods, MessageMethods):
     ) -> None:
         if not isinstance(interval_ms, int) or not 10 <= interval_ms <= 60_000:
             raise ValueError(f"interval_ms must be an integer in 10..60000, got {interval_ms!r}")
+        if not self.startup_watch:
+            for end in list(_before_new_hook):
+                end()
         self._ring = StepRing()
         self._phases = PhaseTracker()
         self._reader = StepWindowReader(self._ring)

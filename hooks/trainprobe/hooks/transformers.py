@@ -42,7 +42,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
 from trainprobe.hooks.framework.phases import OpenPhases, within
-from trainprobe.hooks.framework.startup import end_startup_watch, prepare
+from trainprobe.hooks.framework.startup import callback_made, end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 log = logging.getLogger("trainprobe.hooks")
@@ -87,6 +87,7 @@ class LivenessProbeCallback(TrainerCallback):
         self._phases = OpenPhases()
         self._gather: tuple[Any, Any] | None = None
         self._warned = False
+        callback_made()  # the start-up hook watches the framework's collectives from now
 
     # -- lifecycle ---------------------------------------------------------------
 

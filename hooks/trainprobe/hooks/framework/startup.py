@@ -20,11 +20,21 @@ before the Trainer is built: :func:`prepare`, called there, does both.
   (``TRAINPROBE_TARGET``, ``TRAINPROBE_JOB_ID``, ``TRAINPROBE_TOKEN``) whose
   phases ``init`` and ``rendezvous`` the sidecar judges as for a hook made
   first thing in a plain script, on every attempt, so a restarted attempt
-  that hangs in its start-up is named and killed like any other hang. Once
-  the process group exists it ends with a clean Goodbye, at once (the
-  framework's own set-up after that is not judged, as before); the
-  callback's hook, made later with the callback's arguments, ends it first
-  if it is still there. ``TRAINPROBE_STARTUP_WATCH=0`` turns it off.
+  that hangs in its start-up is named and killed like any other hang.
+- It keeps that hook past the process group, until the callback's hook takes
+  over (the callback's or any other ``LivenessProbeHook`` made in the process
+  ends it first: one hook a process). That window is the framework's own
+  set-up: Lightning's ``prepare_data`` and its ``pre_setup`` barrier, the
+  Hugging Face Trainer's construction and, after a restart, the checkpoint's
+  load. Once one of our callbacks exists, the hook watches the collectives the
+  framework calls there (``torch.distributed.barrier``, ``broadcast`` and
+  ``broadcast_object_list``), as the callback watches its own later, so a rank
+  that hangs in that window while its peers wait in one is named in seconds
+  (rule ``startup_straggler``), and the rank named is the hung one. Its Hello
+  says ``startup_watch``: the script need not use the callback, so the
+  session may never step, and the sidecar does not judge it by the
+  no-first-step timeout (rule ``startup``), only on evidence.
+  ``TRAINPROBE_STARTUP_WATCH=0`` turns it off.
 
 Outside torchrun (a plain launch, Lightning's own launcher, Ray Train, whose
 process group exists before the training function runs) both do nothing.
@@ -33,17 +43,20 @@ Nothing here raises.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
-from trainprobe.hooks.liveness import Collector, LivenessProbeHook
+from trainprobe.hooks.framework.phases import within
+from trainprobe.hooks.liveness import LivenessProbeHook, _before_new_hook
 from trainprobe.hooks.startup.phases import process_group_ready
 from trainprobe.hooks.startup.restart_store import install_restart_prefix
-from trainprobe.proto import probe_pb2
 
-__all__ = ["WATCH_ENV", "end_startup_watch", "prepare"]
+__all__ = ["WATCH_ENV", "callback_made", "end_startup_watch", "prepare"]
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -68,6 +81,31 @@ def _under_torchrun() -> bool:
     return ranks and not child and multiprocessing.current_process().name == "MainProcess"
 
 
+class _StartupHook(LivenessProbeHook):
+    startup_watch = True
+
+
+class _Watching:
+    """What the patched collectives report to: the start-up hook, once a
+    callback of ours exists (a script that only imports the module is watched
+    for hangs, but its own collectives are no one's evidence), else None."""
+
+    hook: LivenessProbeHook | None = None
+
+
+_watching = _Watching()
+#: (name, original, wrapper) of each torch.distributed function patched.
+_patched: list[tuple[str, Any, Any]] = []
+
+#: The collectives Lightning's strategies and accelerate call in the framework's
+#: set-up, by torch.distributed's name, and as the sidecar sees them.
+_COLLECTIVES = (
+    ("barrier", "barrier"),
+    ("broadcast", "broadcast"),
+    ("broadcast_object_list", "broadcast"),
+)
+
+
 def prepare() -> None:
     """The store prefix and the start-up hook; called once, at the callback module's import."""
     global _watch
@@ -85,40 +123,73 @@ def prepare() -> None:
         with _lock:
             if _watch is not None:
                 return
-            hook = LivenessProbeHook()
+            hook = _StartupHook()
             if hook.startup is None:  # a world of one after all: nothing to watch
                 hook.close()
                 return
-            hook.add_collector(_end_when_ready(hook))
             _watch = hook
+            _before_new_hook.append(end_startup_watch)
+            _patch_collectives()
     except Exception:
         log.warning("trainprobe: no start-up watch before the process group", exc_info=True)
 
 
-def _end_when_ready(hook: LivenessProbeHook) -> Collector:
-    ended = threading.Event()
+def _patch_collectives() -> None:
+    """Watch torch.distributed's collectives while the start-up hook lives.
 
-    def collect(report: probe_pb2.Report) -> None:
-        # Runs in the reporter thread right after the start-up poll; the
-        # Goodbye waits for that thread, so another one sends it.
-        startup = hook.startup
-        if startup is not None and not startup.open and not ended.is_set():
-            ended.set()
-            threading.Thread(
-                target=end_startup_watch, name="trainprobe-startup-end", daemon=True
-            ).start()
+    The framework's own objects (Lightning's strategy, accelerate's state) do
+    not exist yet at import, and patching their classes would miss every
+    subclass that overrides a method; their collectives all go through these
+    functions of ``torch.distributed`` (looked up at each call), so patching
+    them there covers every strategy, and is undone at the hand-over, where
+    the callback watches the framework's methods instead. ``torch.distributed``'s
+    own calls between them (``broadcast_object_list`` calls ``broadcast``)
+    go through its internal module, so none is counted twice.
+    """
+    import torch.distributed as dist
 
-    return collect
+    for name, as_name in _COLLECTIVES:
+        original = getattr(dist, name, None)
+        if callable(original):
+            wrapped = within(_watching, original, _collective(as_name))
+            setattr(dist, name, wrapped)
+            _patched.append((name, original, wrapped))
+
+
+def _collective(name: str) -> Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]:
+    return lambda hook: hook.collective(name)
+
+
+def callback_made() -> None:
+    """A callback of ours exists: the start-up hook watches the collectives from now on."""
+    with _lock:
+        _watching.hook = _watch
 
 
 def end_startup_watch() -> None:
-    """End the start-up hook with a clean Goodbye, if there is one (callbacks call it
-    before making their own hook: one hook a process). Never raises."""
+    """End the start-up hook with a clean Goodbye, if there is one, and undo its
+    patches (callbacks call it before making their own hook, and so does any
+    new :class:`~trainprobe.hooks.LivenessProbeHook`: one hook a process).
+    Never raises."""
     global _watch
     try:
         with _lock:
             hook, _watch = _watch, None
-            if hook is not None:
-                hook.close()
+            _watching.hook = None
+            if hook is None:
+                return
+            with contextlib.suppress(ValueError):
+                _before_new_hook.remove(end_startup_watch)
+            _unpatch_collectives()
+            hook.close()
     except Exception:
         log.debug("trainprobe: ending the start-up watch failed", exc_info=True)
+
+
+def _unpatch_collectives() -> None:
+    import torch.distributed as dist
+
+    for name, original, wrapped in _patched:
+        if getattr(dist, name, None) is wrapped:  # not if someone patched it after us
+            setattr(dist, name, original)
+    _patched.clear()

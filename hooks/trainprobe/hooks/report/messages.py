@@ -53,6 +53,7 @@ class MessageMethods:
     interval_ms: int
     stack_signal: StackSignal
     startup: StartupPhases | None
+    startup_watch: bool
 
     def _make_hello(self) -> probe_pb2.Hello:
         self._reader.rewind()  # a new session: resend the recent step times
@@ -81,6 +82,7 @@ class MessageMethods:
             thread_id=self._thread_ids[0],
             thread_native_id=self._thread_ids[1],
             replica=self._replica.identity_pb() if self._replica is not None else None,
+            startup_watch=self.startup_watch,
             ray=probe_pb2.RayIdentity(
                 job_id=ident.ray.job_id,
                 node_id=ident.ray.node_id,
