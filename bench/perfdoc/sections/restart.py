@@ -291,6 +291,11 @@ def restart_section(
     if quiet is not None:
         m = quiet.get("machine") or {}
         where += f"; the quiet rows on {m.get('cpus')} CPUs{_where(quiet, '')}"
+    ray_loads = [
+        t["load"] for t in ((ray or {}).get("trials") or {}).get("restart", []) if "load" in t
+    ]
+    if ray_loads:
+        where += f"; Ray Train's trials at load average {min(ray_loads):g} to {max(ray_loads):g}"
     return [
         *out, "", plot_ref("restart", "training steps again"), "",
         "```bash", *cmds, "```", "", f"<sub>Measured on 2 CPUs: {where}.</sub>", "",
