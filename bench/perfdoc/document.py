@@ -21,6 +21,7 @@ from .sections.scale import job_scale_section, scale_section
 from .sections.sessions import sessions_section
 from .sections.summary_sync import AFTER as SUMMARY_SYNC_AFTER
 from .sections.summary_sync import BEFORE as SUMMARY_SYNC_BEFORE
+from .sections.summary_sync import HOST2 as SUMMARY_SYNC_HOST2
 from .sections.summary_sync import summary_sync_section
 
 NAMES = (
@@ -63,6 +64,7 @@ NAMES = (
     "summary_sync",
     *SUMMARY_SYNC_BEFORE,
     SUMMARY_SYNC_AFTER,
+    SUMMARY_SYNC_HOST2,
     *(f"job_scale_{t}_r{i}" for t in ("on", "off") for i in range(1, 5)),
 )
 
@@ -120,6 +122,7 @@ def markdown(results: Path = RESULTS) -> str:
             res["summary_sync"],
             [res[n] for n in SUMMARY_SYNC_BEFORE],
             res[SUMMARY_SYNC_AFTER],
+            res[SUMMARY_SYNC_HOST2],
         ),
         *sessions_section(
             res["session_cost"],

@@ -38,8 +38,9 @@ def test_the_page_is_a_short_reference() -> None:
     # what a sidecar receives under Ray (section 30, 2 headlines), +27 for summary mode's
     # upstream (section 27: this machine's rows, the 16-core machine's before the fix), +23
     # for four replica groups and the start-up hang under Ray Train (section 23), +4 for
-    # summary mode at 100,000 ranks after the fix (3 headlines, the merged runs' note)
-    assert text.count("\n") <= 612
+    # summary mode at 100,000 ranks after the fix (3 headlines, the merged runs' note), +6
+    # for the same runs on a second 16-core host (2 headlines, 3 rows, its note)
+    assert text.count("\n") <= 618
     assert not re.search(r"\b[Ii]ssues? \d", text), "no issue numbers in user docs"
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "no dates: a footnote gives the machine"
 

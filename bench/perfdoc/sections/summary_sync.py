@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from ..core import Lines, Result, command, head, missing, reproduce, row
 
-__all__ = ["AFTER", "BEFORE", "SUMMARY_SYNC_ANCHOR", "summary_sync_goals", "summary_sync_section"]
+__all__ = [
+    "AFTER",
+    "BEFORE",
+    "HOST2",
+    "SUMMARY_SYNC_ANCHOR",
+    "summary_sync_goals",
+    "summary_sync_section",
+]
 
 SUMMARY_SYNC_ANCHOR = "summary-mode-one-upstream-for-the-largest-jobs"
 #: The 16-core machine's runs before the fix (bench/results/<name>.json).
 BEFORE = tuple(f"summary_sync_gpu_before_{n}" for n in (2500, 6250, 12500))
 #: The 16-core machine's run after it, where there is one.
 AFTER = "summary_sync_gpu"
+#: The same run on another 16-core host of the device pool (a slower CPU:
+#: the same steady work costs it more), where there is one.
+HOST2 = "summary_sync_gpu_host2"
 #: Cores measured of an upstream pinned to one CPU that mean it had no more to give.
 SATURATED = 0.99
 
@@ -34,8 +44,11 @@ def _row(x: Result, when: str) -> str:
     )
 
 
-def summary_sync_goals(after: Result | None) -> list[tuple[str, str, str, str, bool]]:
-    """Headline rows from the 16-core machine's run: (figure, goal, measured, anchor, met)."""
+def summary_sync_goals(
+    after: Result | None, where: str = ""
+) -> list[tuple[str, str, str, str, bool]]:
+    """Headline rows from a 16-core host's run: (figure, goal, measured, anchor, met);
+    ``where`` names the host in the figure's name."""
     rows = {x["ranks"]: x for x in (after or {}).get("rows", [])}
     out: list[tuple[str, str, str, str, bool]] = []
     if big := rows.get(100_000):
@@ -45,28 +58,32 @@ def summary_sync_goals(after: Result | None) -> list[tuple[str, str, str, str, b
         # The upstream is pinned to one CPU: a full core measured is demand past it.
         hang = "saturated (1.00)" if inc >= SATURATED else f"{inc:.2f} cores"
         out.append((
-            "one upstream, 100,000 ranks", "≤ 1 core, ≤ 1 GB; during a hang too",
+            f"one upstream, 100,000 ranks{where}", "≤ 1 core, ≤ 1 GB; during a hang too",
             f"{cores:.2f} cores, {mb:.0f} MB peak; hang: {hang}",
             "relay mode: one upstream serves about 5,000 ranks",
             cores < SATURATED and inc < SATURATED and mb <= 1000,
         ))  # fmt: skip
         out.append((
-            "one upstream, 100,000 ranks: culprit named", "≤ 5 s after onset, 0 false culprits",
+            f"one upstream, 100,000 ranks{where}: culprit named",
+            "≤ 5 s after onset, 0 false culprits",
             ("never" if named is None else f"{named:.1f} s") + f", {big['false_culprits']} false",
             "NCCL watchdog 10 min",
             named is not None and named <= 5 and big["false_culprits"] == 0,
         ))  # fmt: skip
-    if ten := rows.get(10_000):
+    if (ten := rows.get(10_000)) and not where:
         mb = ten["upstream_peak_rss_mb"]
         out.append((
-            "10,000 ranks, summary mode", "upstream RSS ≤ 150 MB", f"peak {mb:.0f} MB",
+            f"10,000 ranks, summary mode{where}", "upstream RSS ≤ 150 MB", f"peak {mb:.0f} MB",
             "relayed sessions: see below", mb <= 150,
         ))  # fmt: skip
     return out
 
 
 def summary_sync_section(
-    r: Result | None, before: list[Result | None], after: Result | None = None
+    r: Result | None,
+    before: list[Result | None],
+    after: Result | None = None,
+    host2: Result | None = None,
 ) -> Lines:
     out = ["## Summary mode: one upstream for the largest jobs", ""]
     if r is None:
@@ -98,6 +115,8 @@ def summary_sync_section(
         out.append(_row(x, f"{r['machine']['cpus']} CPUs, after"))
     for x in after["rows"] if after else ():
         out.append(_row(x, f"{after['machine']['cpus']} CPUs, after"))
+    for x in host2["rows"] if host2 else ():
+        out.append(_row(x, f"{host2['machine']['cpus']} CPUs, another host"))
     for b in before:
         for x in b["rows"] if b else ():
             out.append(_row(x, f"{b['machine']['cpus']} CPUs, **before**"))
@@ -131,6 +150,7 @@ def summary_sync_section(
             if after
             else []
         ),
+        *(_host2(after, host2) if host2 else []),
         "Before, on the 16-core machine (each size one run, `--json` per size; the runs "
         "after likewise, merged into one file):",
         "",
@@ -140,3 +160,23 @@ def summary_sync_section(
         "",
     ]
     return out
+
+
+def _host2(after: Result | None, host2: Result) -> Lines:
+    """The second host's run: same command, another file; why its figures differ."""
+    steady = {x["ranks"]: x["upstream_cores"] for x in (after or {}).get("rows", [])}
+    big = next((x for x in host2["rows"] if x["ranks"] == 100_000), None)
+    ratio = (
+        f" (the steady state at 100,000 ranks cost it {big['upstream_cores']:.2f} cores "
+        f"against {steady[100_000]:.2f}: a slower core)"
+        if big and steady.get(100_000)
+        else ""
+    )
+    return [
+        "Another 16-core host of the same pool, the same code"
+        + ratio
+        + ": there one core is not enough for a 100,000-rank job's incident, and the culprit "
+        "is named late. One run per size on each host; load average "
+        f"{host2['machine']['loadavg_at_start'][0]} at the start: `{command(host2, HOST2)}`",
+        "",
+    ]
