@@ -152,8 +152,12 @@ def test_a_rank_hung_in_the_frameworks_own_set_up_is_named_in_seconds_and_comes_
         named = inc["time"] - sleeper["t"]
         print(f"\n{stack}: set-up hang -> named {named:.1f} s")
         assert named < 20, named
-        (acted,) = [a for a in sc.incidents("action") if "outcomes" in a]
-        assert acted["incident_id"] == inc["id"] and list(acted["outcomes"]) == [str(culprit)]
-        assert acted["outcomes"][str(culprit)]["exited"]
+        (acted,) = [
+            a for a in sc.incidents("action") if a["incident_id"] == inc["id"] and "outcomes" in a
+        ]
+        assert list(acted["outcomes"]) == [str(culprit)], acted
+        assert acted["outcomes"][str(culprit)]["exited"], acted
+        killed = {o["pid"] for a in sc.incidents("action") for o in a.get("outcomes", {}).values()}
+        assert killed == {sleeper["pid"]}, sc.incidents("action")
         done = sorted((e["rank"], e["attempt"], e["step"]) for e in events if e["event"] == "done")
         assert done == [(0, 1, STEPS), (1, 1, STEPS)]

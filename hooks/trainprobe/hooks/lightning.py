@@ -54,8 +54,19 @@ else:
     except ImportError:
         import pytorch_lightning as pl
 
+
+def _set_up_collectives() -> tuple[tuple[Any, str, str], ...]:
+    """Lightning's own collective of its set-up, for the start-up hook: the
+    barrier around ``prepare_data`` (2.x: ``_InfiniteBarrier``, its own gloo
+    group's ``monitored_barrier``, no function of torch.distributed), where
+    the other ranks wait while local rank 0 prepares."""
+    connector = sys.modules.get(f"{pl.__name__}.trainer.connectors.data_connector")
+    barrier = getattr(connector, "_InfiniteBarrier", None)
+    return ((barrier, "__exit__", "barrier"),) if isinstance(barrier, type) else ()
+
+
 # The earliest place we run: Lightning's init_process_group comes later, in fit.
-prepare()
+prepare(_set_up_collectives())
 
 
 #: Never let trainprobe raise into Lightning's loop.

@@ -28,7 +28,8 @@ before the Trainer is built: :func:`prepare`, called there, does both.
   Hugging Face Trainer's construction and, after a restart, the checkpoint's
   load. Once one of our callbacks exists, the hook watches the collectives the
   framework calls there (``torch.distributed.barrier``, ``broadcast`` and
-  ``broadcast_object_list``), as the callback watches its own later, so a rank
+  ``broadcast_object_list``, and DDP's construction, which the HF Trainer
+  runs before ``on_train_begin``), as the callback watches its own later, so a rank
   that hangs in that window while its peers wait in one is named in seconds
   (rule ``startup_straggler``), and the rank named is the hung one. Its Hello
   says ``startup_watch``: the script need not use the callback, so the
@@ -94,8 +95,8 @@ class _Watching:
 
 
 _watching = _Watching()
-#: (name, original, wrapper) of each torch.distributed function patched.
-_patched: list[tuple[str, Any, Any]] = []
+#: (owner, name, original, wrapper) of each function patched.
+_patched: list[tuple[Any, str, Any, Any]] = []
 
 #: The collectives Lightning's strategies and accelerate call in the framework's
 #: set-up, by torch.distributed's name, and as the sidecar sees them.
@@ -106,8 +107,13 @@ _COLLECTIVES = (
 )
 
 
-def prepare() -> None:
-    """The store prefix and the start-up hook; called once, at the callback module's import."""
+#: A framework's own collective: (class or module, attribute, what the sidecar sees).
+Patch = tuple[Any, str, str]
+
+
+def prepare(framework_collectives: tuple[Patch, ...] = ()) -> None:
+    """The store prefix and the start-up hook; called once, at the callback module's
+    import, with the framework's own collectives of its set-up to watch as well."""
     global _watch
     try:
         import torch.distributed  # noqa: F401  (the framework needs it anyway)
@@ -129,13 +135,14 @@ def prepare() -> None:
                 return
             _watch = hook
             _before_new_hook.append(end_startup_watch)
-            _patch_collectives()
+            _patch_collectives(framework_collectives)
     except Exception:
         log.warning("trainprobe: no start-up watch before the process group", exc_info=True)
 
 
-def _patch_collectives() -> None:
-    """Watch torch.distributed's collectives while the start-up hook lives.
+def _patch_collectives(framework_collectives: tuple[Patch, ...]) -> None:
+    """Watch torch.distributed's collectives and DDP's construction while the
+    start-up hook lives.
 
     The framework's own objects (Lightning's strategy, accelerate's state) do
     not exist yet at import, and patching their classes would miss every
@@ -147,13 +154,20 @@ def _patch_collectives() -> None:
     go through its internal module, so none is counted twice.
     """
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
-    for name, as_name in _COLLECTIVES:
-        original = getattr(dist, name, None)
+    patches: list[Patch] = [(dist, name, as_name) for name, as_name in _COLLECTIVES]
+    # DDP's constructor checks the parameters' shapes and broadcasts rank 0's
+    # state: the HF Trainer wraps the model before on_train_begin, so a peer of
+    # a rank hung before its wrap waits there.
+    patches.append((DistributedDataParallel, "__init__", "broadcast"))
+    patches += framework_collectives
+    for owner, name, as_name in patches:
+        original = vars(owner).get(name)
         if callable(original):
             wrapped = within(_watching, original, _collective(as_name))
-            setattr(dist, name, wrapped)
-            _patched.append((name, original, wrapped))
+            setattr(owner, name, wrapped)
+            _patched.append((owner, name, original, wrapped))
 
 
 def _collective(name: str) -> Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]:
@@ -187,9 +201,7 @@ def end_startup_watch() -> None:
 
 
 def _unpatch_collectives() -> None:
-    import torch.distributed as dist
-
-    for name, original, wrapped in _patched:
-        if getattr(dist, name, None) is wrapped:  # not if someone patched it after us
-            setattr(dist, name, original)
+    for owner, name, original, wrapped in _patched:
+        if vars(owner).get(name) is wrapped:  # not if someone patched it after us
+            setattr(owner, name, original)
     _patched.clear()
