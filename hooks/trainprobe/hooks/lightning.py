@@ -16,9 +16,9 @@ from the callback's ``setup`` on (the strategy's barriers and broadcasts, the
 DDP wrapper's construction, the broadcast each batch begins with), where the
 peers of a rank that hangs before its first batch wait: in the module's or a
 later callback's ``setup``, a checkpoint's restore, ``on_fit_start``, the
-first batch's fetch. Before the callback's ``setup`` (``prepare_data`` and
-the ``pre_setup`` barrier, under torchrun) the start-up hook watches them
-(:mod:`trainprobe.hooks.framework.startup`).
+first batch's fetch. Before the callback's ``setup`` (under torchrun: the
+barrier around ``prepare_data``, the ``pre_setup`` one) the start-up hook
+watches them (:mod:`trainprobe.hooks.framework.startup`).
 
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.

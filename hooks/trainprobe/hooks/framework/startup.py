@@ -24,12 +24,13 @@ before the Trainer is built: :func:`prepare`, called there, does both.
 - It keeps that hook past the process group, until the callback's hook takes
   over (the callback's or any other ``LivenessProbeHook`` made in the process
   ends it first: one hook a process). That window is the framework's own
-  set-up: Lightning's ``prepare_data`` and its ``pre_setup`` barrier, the
+  set-up: Lightning's ``prepare_data`` and the barriers around it, the
   Hugging Face Trainer's construction and, after a restart, the checkpoint's
   load. Once one of our callbacks exists, the hook watches the collectives the
   framework calls there (``torch.distributed.barrier``, ``broadcast`` and
-  ``broadcast_object_list``, and DDP's construction, which the HF Trainer
-  runs before ``on_train_begin``), as the callback watches its own later, so a rank
+  ``broadcast_object_list``, DDP's construction, which the HF Trainer runs
+  before ``on_train_begin``, and what the callback's module adds: Lightning's
+  barrier around ``prepare_data``), as the callback watches its own later, so a rank
   that hangs in that window while its peers wait in one is named in seconds
   (rule ``startup_straggler``), and the rank named is the hung one. Its Hello
   says ``startup_watch``: the script need not use the callback, so the
