@@ -102,11 +102,11 @@ from trainprobe.hooks.framework import startup as fs
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 init = DDP.__init__
-watch, patched = fs._watch, dist.barrier is not dist.distributed_c10d.barrier
+watch, patched = fs._watch, hasattr(init, "__wrapped__")
+barrier = dist.barrier is dist.distributed_c10d.barrier  # a barrier is never watched
 hook = LivenessProbeHook(rank=0, world_size=2)
 print(watch is not None, watch.startup_watch, patched, watch._closed, fs._watch is None,
-      dist.barrier is dist.distributed_c10d.barrier, DDP.__init__ is init.__wrapped__,
-      hook.startup_watch)
+      barrier, DDP.__init__ is init.__wrapped__, hook.startup_watch)
 hook.close()
 """
 

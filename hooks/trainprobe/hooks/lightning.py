@@ -16,9 +16,9 @@ from the callback's ``setup`` on (the strategy's barriers and broadcasts, the
 DDP wrapper's construction, the broadcast each batch begins with), where the
 peers of a rank that hangs before its first batch wait: in the module's or a
 later callback's ``setup``, a checkpoint's restore, ``on_fit_start``, the
-first batch's fetch. Before the callback's ``setup`` (under torchrun: the
-barrier around ``prepare_data``, the ``pre_setup`` one) the start-up hook
-watches them (:mod:`trainprobe.hooks.framework.startup`).
+first batch's fetch. Before the callback's ``setup``, under torchrun, the
+start-up hook reports for the rank, and holds ``prepare_data`` as a phase
+(:mod:`trainprobe.hooks.framework.startup`).
 
 ``trainer.validate/test/predict`` alone run without a hook: with no training
 steps there is nothing for the stall rule to judge.
@@ -55,14 +55,16 @@ else:
         import pytorch_lightning as pl
 
 
-def _set_up_collectives() -> tuple[tuple[Any, str, str], ...]:
-    """Lightning's own collective of its set-up, for the start-up hook: the
-    barrier around ``prepare_data`` (2.x: ``_InfiniteBarrier``, its own gloo
-    group's ``monitored_barrier``, no function of torch.distributed), where
-    the other ranks wait while local rank 0 prepares."""
+def _set_up_collectives() -> tuple[tuple[Any, str, Any], ...]:
+    """Lightning's own call of its set-up, for the start-up hook: ``prepare_data``
+    (local rank 0 downloads while the others wait in the barrier around it,
+    for as long as it takes) is a phase, judged by ``phase_timeout_s`` as
+    validation is, so a slow download is no straggler to kill."""
     connector = sys.modules.get(f"{pl.__name__}.trainer.connectors.data_connector")
-    barrier = getattr(connector, "_InfiniteBarrier", None)
-    return ((barrier, "__exit__", "barrier"),) if isinstance(barrier, type) else ()
+    owner = getattr(connector, "_DataConnector", None)
+    if not isinstance(owner, type):
+        return ()
+    return ((owner, "prepare_data", lambda hook: hook.phase("prepare_data")),)
 
 
 # The earliest place we run: Lightning's init_process_group comes later, in fit.

@@ -24,15 +24,16 @@ before the Trainer is built: :func:`prepare`, called there, does both.
 - It keeps that hook past the process group, until the callback's hook takes
   over (the callback's or any other ``LivenessProbeHook`` made in the process
   ends it first: one hook a process). That window is the framework's own
-  set-up: Lightning's ``prepare_data`` and the barriers around it, the
-  Hugging Face Trainer's construction and, after a restart, the checkpoint's
-  load. Once one of our callbacks exists, the hook watches the collectives the
-  framework calls there (``torch.distributed.barrier``, ``broadcast`` and
-  ``broadcast_object_list``, DDP's construction, which the HF Trainer runs
-  before ``on_train_begin``, and what the callback's module adds: Lightning's
-  barrier around ``prepare_data``), as the callback watches its own later, so a rank
-  that hangs in that window while its peers wait in one is named in seconds
-  (rule ``startup_straggler``), and the rank named is the hung one. Its Hello
+  set-up: Lightning's ``prepare_data``, the Hugging Face Trainer's
+  construction and, after a restart, the checkpoint's load. Once one of our
+  callbacks exists, the hook watches DDP's construction (which the HF Trainer
+  runs before ``on_train_begin``, once every rank's set-up is done), as the
+  callback watches the framework's collectives later, so a rank that hangs in
+  that window while its peers wait there is named in seconds
+  (rule ``startup_straggler``), and the rank named is the hung one. A barrier
+  there is no evidence (rank 0 downloads or tokenizes first while the others
+  wait, as long as that takes), and Lightning's ``prepare_data`` is a phase of
+  the hook, judged by ``phase_timeout_s``. Its Hello
   says ``startup_watch``: the script need not use the callback, so the
   session may never step, and the sidecar does not judge it by the
   no-first-step timeout (rule ``startup``), only on evidence.
@@ -99,17 +100,11 @@ _watching = _Watching()
 #: (owner, name, original, wrapper) of each function patched.
 _patched: list[tuple[Any, str, Any, Any]] = []
 
-#: The collectives Lightning's strategies and accelerate call in the framework's
-#: set-up, by torch.distributed's name, and as the sidecar sees them.
-_COLLECTIVES = (
-    ("barrier", "barrier"),
-    ("broadcast", "broadcast"),
-    ("broadcast_object_list", "broadcast"),
-)
-
-
-#: A framework's own collective: (class or module, attribute, what the sidecar sees).
-Patch = tuple[Any, str, str]
+#: What a patched function runs within while the start-up hook watches: a
+#: collective or a phase of that hook.
+Scope = Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]
+#: A framework's own call of its set-up: (class or module, attribute, scope).
+Patch = tuple[Any, str, Scope]
 
 
 def prepare(framework_collectives: tuple[Patch, ...] = ()) -> None:
@@ -142,36 +137,31 @@ def prepare(framework_collectives: tuple[Patch, ...] = ()) -> None:
 
 
 def _patch_collectives(framework_collectives: tuple[Patch, ...]) -> None:
-    """Watch torch.distributed's collectives and DDP's construction while the
-    start-up hook lives.
+    """Watch DDP's construction, and the framework's own calls it names, while
+    the start-up hook lives.
 
-    The framework's own objects (Lightning's strategy, accelerate's state) do
-    not exist yet at import, and patching their classes would miss every
-    subclass that overrides a method; their collectives all go through these
-    functions of ``torch.distributed`` (looked up at each call), so patching
-    them there covers every strategy, and is undone at the hand-over, where
-    the callback watches the framework's methods instead. ``torch.distributed``'s
-    own calls between them (``broadcast_object_list`` calls ``broadcast``)
-    go through its internal module, so none is counted twice.
+    DDP's constructor checks the parameters' shapes and broadcasts rank 0's
+    state, and every rank reaches it only once its set-up is done (the HF
+    Trainer wraps the model before ``on_train_begin``, after a checkpoint's
+    load): a peer waiting there is evidence against a rank that never comes.
+    torch.distributed's barriers and broadcasts are not watched: a framework's
+    "main process first" (rank 0 downloads or tokenizes, for as long as it
+    takes, while the others wait in a barrier) looks the same as a hang there,
+    and would make a healthy slow start a straggler to kill.
     """
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    patches: list[Patch] = [(dist, name, as_name) for name, as_name in _COLLECTIVES]
-    # DDP's constructor checks the parameters' shapes and broadcasts rank 0's
-    # state: the HF Trainer wraps the model before on_train_begin, so a peer of
-    # a rank hung before its wrap waits there.
-    patches.append((DistributedDataParallel, "__init__", "broadcast"))
+    patches: list[Patch] = [(DistributedDataParallel, "__init__", _collective("broadcast"))]
     patches += framework_collectives
-    for owner, name, as_name in patches:
+    for owner, name, scope in patches:
         original = vars(owner).get(name)
         if callable(original):
-            wrapped = within(_watching, original, _collective(as_name))
+            wrapped = within(_watching, original, scope)
             setattr(owner, name, wrapped)
             _patched.append((owner, name, original, wrapped))
 
 
-def _collective(name: str) -> Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]:
+def _collective(name: str) -> Scope:
     return lambda hook: hook.collective(name)
 
 
