@@ -19,6 +19,18 @@ from tests.support import PYTHON, REPO, child_env, read_jsonl, short_tmpdir, sid
 WORKER = REPO / "tests" / "workers" / "restart_init.py"
 
 
+def run_worker(target: str, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Two ranks of :data:`WORKER` under torchrun, reporting to ``target``."""
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    return subprocess.run(
+        [*cmd, *args],
+        env=child_env(TRAINPROBE_TARGET=target, PG_TIMEOUT_S="60"),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("framework", ["transformers", "lightning"])
@@ -32,16 +44,9 @@ def test_importing_the_callback_module_gets_restarts_through_init_process_group(
     callback's hand-over."""
     work = short_tmpdir()
     progress = work / "progress.jsonl"
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    cmd += ["--max-restarts", "3", str(WORKER), str(progress), "3", "--framework", framework]
+    args = ["--max-restarts", "3", str(WORKER), str(progress), "3", "--framework", framework]
     with sidecar() as sc:
-        run = subprocess.run(
-            cmd,
-            env=child_env(TRAINPROBE_TARGET=sc.target, PG_TIMEOUT_S="60"),
-            capture_output=True,
-            text=True,
-            timeout=280,
-        )
+        run = run_worker(sc.target, args, timeout_s=280)
         assert run.returncode == 0, run.stderr[-4000:]
         events = read_jsonl(progress)
         inits = sorted((e["attempt"], e["rank"]) for e in events if e["event"] == "init_done")
@@ -72,16 +77,9 @@ def test_a_script_that_imports_the_callback_module_and_never_steps_is_never_kill
     Goodbye at the exit."""
     work = short_tmpdir()
     progress = work / "progress.jsonl"
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    cmd += [str(WORKER), str(progress), "0", "--framework", "lightning", "--idle", "12"]
+    args = [str(WORKER), str(progress), "0", "--framework", "lightning", "--idle", "12"]
     with sidecar("--startup-timeout-s", "5", "--hang-patience-s", "1") as sc:
-        run = subprocess.run(
-            cmd,
-            env=child_env(TRAINPROBE_TARGET=sc.target, PG_TIMEOUT_S="60"),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        run = run_worker(sc.target, args, timeout_s=180)
         assert run.returncode == 0, run.stderr[-4000:]
         events = read_jsonl(progress)
         kept = sorted(e["rank"] for e in events if e["event"] == "watch_kept" and e["kept"])

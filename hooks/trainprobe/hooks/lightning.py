@@ -36,14 +36,12 @@ boundary, which a hung rank never reaches; the sidecar sees the handler
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from trainprobe.hooks.framework.guard import guarded, report_failure
-from trainprobe.hooks.framework.phases import OpenPhases, within
-from trainprobe.hooks.framework.startup import callback_made, end_startup_watch, prepare
+from trainprobe.hooks.framework.phases import OpenPhases, Scope, within
+from trainprobe.hooks.framework.startup import Patch, callback_made, end_startup_watch, prepare
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
@@ -55,7 +53,7 @@ else:
         import pytorch_lightning as pl
 
 
-def _set_up_collectives() -> tuple[tuple[Any, str, Any], ...]:
+def _set_up_calls() -> tuple[Patch, ...]:
     """Lightning's own call of its set-up, for the start-up hook: ``prepare_data``
     (local rank 0 downloads while the others wait in the barrier around it,
     for as long as it takes) is a phase, judged by ``phase_timeout_s`` as
@@ -68,14 +66,11 @@ def _set_up_collectives() -> tuple[tuple[Any, str, Any], ...]:
 
 
 # The earliest place we run: Lightning's init_process_group comes later, in fit.
-prepare(_set_up_collectives())
+prepare(_set_up_calls())
 
 
 #: Never let trainprobe raise into Lightning's loop.
 _guarded = guarded(keep_result=True)
-
-#: What a patched method runs within: a phase or a collective of the hook.
-Scope = Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]
 
 
 class LivenessProbeCallback(pl.Callback):

@@ -17,6 +17,8 @@ from typing import Any, Protocol, TypeVar
 from trainprobe.hooks.liveness import LivenessProbeHook
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: What a wrapped call runs within: a phase or a collective of the hook.
+Scope = Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]
 
 
 class _HasHook(Protocol):
@@ -26,7 +28,7 @@ class _HasHook(Protocol):
 def within(
     callback: _HasHook,
     original: F,
-    scope: Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]],
+    scope: Scope,
 ) -> F:
     """``original``, run inside ``scope(hook)`` (a phase, a collective) while
     ``callback`` has a hook, and as it is once the callback closed it."""

@@ -51,15 +51,14 @@ import logging
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from trainprobe.hooks.framework.phases import within
+from trainprobe.hooks.framework.phases import Scope, within
 from trainprobe.hooks.liveness import LivenessProbeHook, _before_new_hook
 from trainprobe.hooks.startup.phases import process_group_ready
 from trainprobe.hooks.startup.restart_store import install_restart_prefix
 
-__all__ = ["WATCH_ENV", "callback_made", "end_startup_watch", "prepare"]
+__all__ = ["WATCH_ENV", "Patch", "callback_made", "end_startup_watch", "prepare"]
 
 log = logging.getLogger("trainprobe.hooks")
 
@@ -100,16 +99,13 @@ _watching = _Watching()
 #: (owner, name, original, wrapper) of each function patched.
 _patched: list[tuple[Any, str, Any, Any]] = []
 
-#: What a patched function runs within while the start-up hook watches: a
-#: collective or a phase of that hook.
-Scope = Callable[[LivenessProbeHook], contextlib.AbstractContextManager[Any]]
 #: A framework's own call of its set-up: (class or module, attribute, scope).
 Patch = tuple[Any, str, Scope]
 
 
-def prepare(framework_collectives: tuple[Patch, ...] = ()) -> None:
+def prepare(framework_calls: tuple[Patch, ...] = ()) -> None:
     """The store prefix and the start-up hook; called once, at the callback module's
-    import, with the framework's own collectives of its set-up to watch as well."""
+    import, with the framework's own calls of its set-up to watch as well."""
     global _watch
     try:
         import torch.distributed  # noqa: F401  (the framework needs it anyway)
@@ -131,12 +127,12 @@ def prepare(framework_collectives: tuple[Patch, ...] = ()) -> None:
                 return
             _watch = hook
             _before_new_hook.append(end_startup_watch)
-            _patch_collectives(framework_collectives)
+            _patch_set_up(framework_calls)
     except Exception:
         log.warning("trainprobe: no start-up watch before the process group", exc_info=True)
 
 
-def _patch_collectives(framework_collectives: tuple[Patch, ...]) -> None:
+def _patch_set_up(framework_calls: tuple[Patch, ...]) -> None:
     """Watch DDP's construction, and the framework's own calls it names, while
     the start-up hook lives.
 
@@ -152,7 +148,7 @@ def _patch_collectives(framework_collectives: tuple[Patch, ...]) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     patches: list[Patch] = [(DistributedDataParallel, "__init__", _collective("broadcast"))]
-    patches += framework_collectives
+    patches += framework_calls
     for owner, name, scope in patches:
         original = vars(owner).get(name)
         if callable(original):
