@@ -15,8 +15,9 @@ from pathlib import Path
 from tests.raw_client import connect
 from tests.support import SidecarProcess, short_tmpdir, wait_for
 from trainprobe.proto import PROTOCOL_VERSION, probe_pb2
-from trainprobe.sidecar.act.incident_log import IncidentLog, log_set, read_incident_log, rotated
+from trainprobe.sidecar.act.incident_log import IncidentLog, log_set, rotated
 from trainprobe.sidecar.cli import ctl
+from trainprobe.sidecar.cli.incidents.log_stream import log_files, read_records
 
 
 def record(n: int) -> dict[str, object]:
@@ -110,6 +111,36 @@ def _silent_client(target: str, job: str, stop: threading.Event) -> None:
     connect(target, messages())
 
 
+def test_incidents_read_while_the_log_rotates_see_a_whole_run_of_it(tmp_path: Path) -> None:
+    """A reader racing the writer's rotation (a file of the set renamed between the
+    listing and the reading) sees each record once and no gap, and never fails."""
+    path = tmp_path / "incidents.jsonl"
+    log = IncidentLog(path, max_bytes=600, rotated_files=40)
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            log.write(record(n)).result(10)
+            n += 1
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(log_set(path)) > 10, 10, what="a rotated set")
+        for _ in range(60):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = ctl.main(["incidents", "--json", "--log", str(path)])
+            assert (code, err.getvalue()) == (0, "")
+            seen = [int(s["id"][4:]) for s in json.loads(out.getvalue())]
+            assert seen == list(range(seen[0], seen[0] + len(seen))), seen
+    finally:
+        stop.set()
+        thread.join(10)
+        log.close()
+
+
 def test_a_sidecar_rotates_its_log_as_its_settings_say() -> None:
     work = short_tmpdir()
     stop = threading.Event()
@@ -141,4 +172,10 @@ def test_a_sidecar_rotates_its_log_as_its_settings_say() -> None:
 
 
 def read_set(path: Path) -> list[dict[str, object]]:
-    return [r for f in log_set(path) for r in read_incident_log(f) if r.get("type") == "incident"]
+    """The incidents in the set, read as `trainprobe incidents` does (the sidecar may
+    rotate meanwhile)."""
+    try:
+        files = log_files(path)
+    except FileNotFoundError:
+        return []
+    return [r for r, _ in read_records(files, lambda _: None) if r["type"] == "incident"]

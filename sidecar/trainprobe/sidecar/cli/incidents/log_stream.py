@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import stat
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,13 +25,14 @@ from typing import Any
 
 from trainprobe.sidecar.cli.incidents.record_shape import shape_problem
 from trainprobe.sidecar.cli.incidents.story import KINDS, IncidentStory
-from trainprobe.sidecar.core.log_rotation import in_read_order
+from trainprobe.sidecar.core.log_rotation import in_read_order, rotated_name
 
 __all__ = [
     "MAX_LATER",
     "MAX_LINE_BYTES",
     "OPEN_BYTES",
     "OPEN_STORIES",
+    "LogFile",
     "Warn",
     "job_names",
     "json_array",
@@ -54,32 +56,83 @@ MAX_LATER = 1000
 #: Jobs whose names are gathered from a log at most (a log could name millions).
 MAX_JOBS = 100_000
 _CHUNK = 1024 * 1024
+#: Times the set is opened while the sidecar rotates it (each takes well under 1 ms).
+_SET_TRIES = 100
 
 
-def log_files(path: Path) -> list[Path]:
-    """The log and its rotated files, oldest first (FileNotFoundError if none is there)."""
+class LogFile:
+    """One file of the log's set, opened when the set was listed: read from the
+    descriptor, it is the same file even if the writer has since renamed it."""
+
+    def __init__(self, path: Path, fd: int, regular: bool, inode: tuple[int, int]) -> None:
+        self.path, self.fd, self.regular, self.inode = path, fd, regular, inode
+        weakref.finalize(self, os.close, fd)
+
+    def __repr__(self) -> str:
+        return f"LogFile({str(self.path)!r})"
+
+
+def log_files(path: Path) -> list[LogFile]:
+    """The log and its rotated files, oldest first, each opened at once (FileNotFoundError
+    if none is there).
+
+    The sidecar may rotate while this runs (the log becomes ``.1``, ``.1`` becomes
+    ``.2``...): a listing or an open mid-rotation can miss a file. The set is
+    opened again until it is whole (numbered without a gap, each name still
+    holding the file opened under it), so what is read is one run of the log, each
+    record once. Held open, the files read the same however they are renamed after."""
+    for _ in range(_SET_TRIES):
+        opened, whole = _open_set(path)
+        if whole and all(_same(f) for f in opened):
+            break
+    # else: rotating without pause, or a file of the set removed by hand: as it stands
+    if not opened:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    return opened
+
+
+def _open_set(path: Path) -> tuple[list[LogFile], bool]:
+    """The set as listed now, oldest first, and whether it looked whole."""
     try:
         names = os.listdir(path.parent)
     except OSError:  # a directory we may pass through but not list: the log alone
         names = []
-    files = [path.with_name(n) for n in in_read_order(path.name, names)]
-    if not files and path.exists():
-        files = [path]
-    if not files:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
-    return files
+    paths = [path.with_name(n) for n in in_read_order(path.name, names)] or [path]
+    numbered = [p.name for p in paths[::-1] if p != path]  # .1, .2, ... if whole
+    whole = numbered == [rotated_name(path.name, n) for n in range(1, len(numbered) + 1)]
+    opened: list[LogFile] = []
+    for p in reversed(paths):  # the newest first: a reader comes for them
+        try:
+            # Whoever can write the log's directory can put anything in its rotated
+            # set: a FIFO would block a plain open (read as "not a regular file").
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            whole = False  # renamed between the listing and now
+            continue
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE) and opened:
+                break  # the oldest files go unread (descriptors are per process)
+            raise
+        st = os.fstat(fd)
+        opened.append(LogFile(p, fd, stat.S_ISREG(st.st_mode), (st.st_dev, st.st_ino)))
+    return opened[::-1], whole
 
 
-def _lines(path: Path, warn: Warn) -> Iterator[tuple[int, bytes]]:
-    # Whoever can write the log's directory can put anything in its rotated set:
-    # a FIFO would block the open, a link to /dev/zero feed one endless line.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+def _same(file: LogFile) -> bool:
+    try:
+        st = os.stat(file.path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == file.inode
+
+
+def _lines(file: LogFile, warn: Warn) -> Iterator[tuple[int, bytes]]:
+    path = file.path
+    if not file.regular:
         warn(f"{path}: not a regular file: skipped")
         return
-    os.set_blocking(fd, True)
-    with open(fd, "rb") as f:
+    with open(os.dup(file.fd), "rb") as f:
+        f.seek(0)  # the set may be read twice (the job names, then the records)
         n = 0
         while True:
             raw = f.readline(MAX_LINE_BYTES + 1)
@@ -94,10 +147,11 @@ def _lines(path: Path, warn: Warn) -> Iterator[tuple[int, bytes]]:
             yield n, raw
 
 
-def read_records(files: Iterable[Path], warn: Warn) -> Iterator[tuple[dict[str, Any], int]]:
+def read_records(files: Iterable[LogFile], warn: Warn) -> Iterator[tuple[dict[str, Any], int]]:
     """Each well-formed record of ``files`` in order, with its size in bytes."""
-    for path in files:
-        for n, raw in _lines(path, warn):
+    for file in files:
+        path = file.path
+        for n, raw in _lines(file, warn):
             line = raw.decode("utf-8", errors="replace").strip()
             if not line:
                 continue
@@ -160,7 +214,7 @@ def _close(entry: list[Any], warn: Warn) -> IncidentStory:
     return story
 
 
-def job_names(files: Iterable[Path]) -> dict[str, str]:
+def job_names(files: Iterable[LogFile]) -> dict[str, str]:
     """id -> name of the jobs the incidents of ``files`` name (the first non-empty
     name of each, as :func:`~trainprobe.sidecar.core.jobnames.names_of` says), read
     quietly (the pass that shows the records warns). Read to the end even past

@@ -141,7 +141,7 @@ def _warn(line: str) -> None:
     print(f"trainprobe: warning: {line}", file=sys.stderr)
 
 
-def _latest_stories(files: list[Path], job: str) -> tuple[list[Any], int]:
+def _latest_stories(files: list[Any], job: str) -> tuple[list[Any], int]:
     """The job's latest incidents (streamed: the log is never held whole) that can
     be shown, and how many the log has."""
     from trainprobe.sidecar.cli.incidents.log_stream import read_records, shown, stream_stories
