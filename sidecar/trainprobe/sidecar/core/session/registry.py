@@ -116,7 +116,10 @@ class Registry:
         if verified is not None and verified.pid != hello.pid:
             raise ValueError("verified process does not match the Hello's pid")
         old = self._workers.get(hello.key)
-        if old is not None and same_process(old, hello, verified, node):
+        # After its Goodbye, the same process's Hello is a new hook (a second
+        # train()/fit(), the callback's after the start-up hook): it counts its
+        # steps from 1 and has its own start-up, so it starts a session of its own.
+        if old is not None and old.ended != "goodbye" and same_process(old, hello, verified, node):
             # The same process reconnecting (a blip, or its old stream is not yet
             # seen closed): keep its history; the old stream's close is ignored.
             old.hello, old.node = hello, node if verified is not None else None
