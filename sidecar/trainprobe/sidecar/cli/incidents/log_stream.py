@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import stat
 import weakref
 from collections import OrderedDict
@@ -58,15 +59,25 @@ MAX_JOBS = 100_000
 _CHUNK = 1024 * 1024
 #: Times the set is opened while the sidecar rotates it (each takes well under 1 ms).
 _SET_TRIES = 100
+#: Descriptors left free when the set is longer than the process may open (the
+#: reading and the command's own imports and output need some).
+_SPARE_FDS = 32
 
 
 class LogFile:
     """One file of the log's set, opened when the set was listed: read from the
-    descriptor, it is the same file even if the writer has since renamed it."""
+    descriptor, it is the same file even if the writer has since renamed it.
+    One that could not be opened has no descriptor and says why (``error``)."""
 
-    def __init__(self, path: Path, fd: int, regular: bool, inode: tuple[int, int]) -> None:
+    def __init__(
+        self, path: Path, fd: int, regular: bool, inode: tuple[int, int], error: str = ""
+    ) -> None:
         self.path, self.fd, self.regular, self.inode = path, fd, regular, inode
-        weakref.finalize(self, os.close, fd)
+        self.error = error
+        #: Closes the descriptor (at once, or when the object goes).
+        self.close: Callable[[], Any] = (
+            weakref.finalize(self, os.close, fd) if fd >= 0 else (lambda: None)
+        )
 
     def __repr__(self) -> str:
         return f"LogFile({str(self.path)!r})"
@@ -74,20 +85,27 @@ class LogFile:
 
 def log_files(path: Path) -> list[LogFile]:
     """The log and its rotated files, oldest first, each opened at once (FileNotFoundError
-    if none is there).
+    if none is there, the first one's OSError if none can be opened). One that cannot
+    be opened (a link loop, a socket, no permission), or past the descriptors this
+    process may hold (the oldest), is named in one warning line when it is read.
 
     The sidecar may rotate while this runs (the log becomes ``.1``, ``.1`` becomes
     ``.2``...): a listing or an open mid-rotation can miss a file. The set is
     opened again until it is whole (numbered without a gap, each name still
     holding the file opened under it), so what is read is one run of the log, each
     record once. Held open, the files read the same however they are renamed after."""
+    opened: list[LogFile] = []
     for _ in range(_SET_TRIES):
+        for f in opened:  # the last try's, before this one opens them again
+            f.close()
         opened, whole = _open_set(path)
         if whole and all(_same(f) for f in opened):
             break
     # else: rotating without pause, or a file of the set removed by hand: as it stands
     if not opened:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    if all(f.fd < 0 for f in opened):  # nothing of it can be read: the log's own error
+        raise next(f.raised for f in opened if isinstance(f, _Unread))
     return opened
 
 
@@ -101,7 +119,8 @@ def _open_set(path: Path) -> tuple[list[LogFile], bool]:
     numbered = [p.name for p in paths[::-1] if p != path]  # .1, .2, ... if whole
     whole = numbered == [rotated_name(path.name, n) for n in range(1, len(numbered) + 1)]
     opened: list[LogFile] = []
-    for p in reversed(paths):  # the newest first: a reader comes for them
+    newest_first = paths[::-1]  # a reader comes for them
+    for i, p in enumerate(newest_first):
         try:
             # Whoever can write the log's directory can put anything in its rotated
             # set: a FIFO would block a plain open (read as "not a regular file").
@@ -110,16 +129,57 @@ def _open_set(path: Path) -> tuple[list[LogFile], bool]:
             whole = False  # renamed between the listing and now
             continue
         except OSError as err:
-            if err.errno in (errno.EMFILE, errno.ENFILE) and opened:
-                break  # the oldest files go unread (descriptors are per process)
-            raise
+            if err.errno in (errno.EMFILE, errno.ENFILE) and any(f.fd >= 0 for f in opened):
+                # Descriptors are per process: the oldest files go unread, and
+                # enough are given back for the reading itself.
+                kept = [f for f in opened if f.fd >= 0]
+                spare = kept[max(1, len(kept) - _SPARE_FDS) :]
+                for f in spare:
+                    f.close()
+                opened = [f for f in opened if f not in spare]
+                left = [f.path for f in spare] + newest_first[i:]
+                opened.append(_too_many(left, err))
+                break
+            # A link loop, a socket, a file we may not read: named on reading.
+            opened.append(_Unread(p, err))
+            continue
         st = os.fstat(fd)
         opened.append(LogFile(p, fd, stat.S_ISREG(st.st_mode), (st.st_dev, st.st_ino)))
     return opened[::-1], whole
 
 
+class _Unread(LogFile):
+    """A file of the set that could not be opened: named when its turn comes."""
+
+    def __init__(self, path: Path, err: OSError, error: str = "") -> None:
+        super().__init__(path, -1, False, (0, 0), error or f"cannot read ({err.strerror}): skipped")
+        self.raised = err
+
+
+def _too_many(left: list[Path], err: OSError) -> LogFile:
+    """The oldest files, past the descriptors this process may hold, as one line."""
+    oldest, newest = left[-1].name, left[0].name
+    span = oldest if len(left) == 1 else f"{oldest} to {newest}"
+    return _Unread(
+        left[-1],
+        err,
+        f"the {len(left)} oldest files of the set ({span}) not read: {err.strerror} "
+        f"(ulimit -n {_fd_limit()}): skipped",
+    )
+
+
+def _fd_limit() -> str:
+    try:
+        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (OSError, ValueError):
+        return "?"
+
+
 def _same(file: LogFile) -> bool:
     try:
+        if file.fd < 0:  # not opened: the name is still there
+            os.lstat(file.path)
+            return True
         st = os.stat(file.path)
     except OSError:
         return False
@@ -128,14 +188,22 @@ def _same(file: LogFile) -> bool:
 
 def _lines(file: LogFile, warn: Warn) -> Iterator[tuple[int, bytes]]:
     path = file.path
+    if file.error:
+        warn(f"{path}: {file.error}")
+        return
     if not file.regular:
         warn(f"{path}: not a regular file: skipped")
         return
-    with open(os.dup(file.fd), "rb") as f:
+    # Through the descriptor itself: a dup could find none left (a long set).
+    with open(file.fd, "rb", closefd=False) as f:
         f.seek(0)  # the set may be read twice (the job names, then the records)
         n = 0
         while True:
-            raw = f.readline(MAX_LINE_BYTES + 1)
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as err:  # a member that fails as it is read (EIO)
+                warn(f"{path}:{n + 1}: cannot read ({err.strerror}): the rest skipped")
+                return
             if not raw:
                 return
             n += 1
