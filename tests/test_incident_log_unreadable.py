@@ -84,3 +84,15 @@ def test_a_set_longer_than_the_descriptor_limit_reads_its_newest_files(tmp_path:
         capture_output=True, text=True, timeout=60, preexec_fn=_few_descriptors,
     )  # fmt: skip
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_log_path_with_no_name_is_no_traceback(tmp_path: Path) -> None:
+    """``--log .`` (a directory, no file name): a file named ``.1`` beside it is
+    no rotated file of it (before: ``ValueError: PosixPath('.') has an empty name``)."""
+    (tmp_path / ".1").write_text(json.dumps(record(1)) + "\n")
+    r = subprocess.run(
+        [PYTHON, "-m", "trainprobe.sidecar.cli.ctl", "incidents", "--log", "."],
+        env=child_env(), capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert ".: not a regular file: skipped" in r.stderr, r.stderr

@@ -112,7 +112,8 @@ def log_files(path: Path) -> list[LogFile]:
 def _open_set(path: Path) -> tuple[list[LogFile], bool]:
     """The set as listed now, oldest first, and whether it looked whole."""
     try:
-        names = os.listdir(path.parent)
+        # A path with no name ('.', '/'): no file is its rotated one.
+        names = os.listdir(path.parent) if path.name else []
     except OSError:  # a directory we may pass through but not list: the log alone
         names = []
     paths = [path.with_name(n) for n in in_read_order(path.name, names)] or [path]
