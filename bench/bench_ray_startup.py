@@ -9,7 +9,7 @@ after making its hook, before its first step, while rank 0 waits in that
 step's allreduce. Measured on this machine's wall clock from that hang: the
 incident naming rank 1 (rule ``startup_straggler``, ``init_straggler_s`` 5 s
 after rank 0 began waiting; goal <= 10 s), its process gone (killed through
-Ray after the start-up patience, ``startup_timeout_s`` from its connect: 10 s
+Ray after the start-up patience, ``startup_timeout_s`` from rank 0's wait: 10 s
 here, 600 s shipped; polled every 50 ms), and every
 rank stepping again after Ray Train's second restart. A trial whose hang was
 not named by ``startup_straggler``, or not it alone, is a failed one.

@@ -128,7 +128,7 @@ def test_a_rank_hung_in_the_frameworks_own_set_up_is_named_in_seconds_and_comes_
     callback's hook does not yet (a restarted attempt's checkpoint load sits
     there). The hung rank is named by ``startup_straggler`` about
     ``init_straggler_s`` (5 s) after its peer began waiting, and it alone is
-    killed once the start-up patience from its connect is spent
+    killed once the start-up patience from its peer's wait is spent
     (``--startup-timeout-s 20`` here, so that the test costs seconds); torchrun
     restarts and both ranks finish. Before, its start-up hook had said Goodbye
     at the process group: nothing but rule ``startup`` could judge, at

@@ -111,8 +111,8 @@ def test_with_watch_ddp_only_the_culprit_is_killed_and_a_start_up_hang_after_the
     1 sleeps after making its hook, before its first step, while rank 0 waits
     in that step's allreduce. It is named in seconds (rule ``startup_straggler``,
     ``init_straggler_s`` after rank 0 began waiting), killed through Ray, rank 1
-    alone, after the start-up patience (``startup_timeout_s``, counted from its
-    connect), and Ray Train's second restart finishes the run."""
+    alone, after the start-up patience (``startup_timeout_s``, counted from rank
+    0's wait), and Ray Train's second restart finishes the run."""
     job, workdir = ray_node.job, ray_node.workdir
     progress = workdir / "culprit.jsonl"
     trainer = start_up_hang_trainer(

@@ -8,10 +8,11 @@ own findings and hand-made evidence rounds, and reads the effects it returns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tests.core_builders import connected, report
+from tests.core_builders import connected, hello, report
 from tests.unit.test_engine import seq
 from trainprobe.sidecar.core.hang import CulpritPolicy, HangConfig, HangState, PatienceBook, step
 from trainprobe.sidecar.core.hang.effects import (
@@ -330,7 +331,7 @@ def test_a_start_up_straggler_is_named_in_seconds_and_killed_after_the_start_up_
     reg.apply(w1, report(T0 + 8), T0 + 8)
     (watch,) = [e for e in tick(state, reg, T0 + 8) if isinstance(e, Watch)]
     assert (watch.incident.rule, watch.incident.ranks) == ("startup_straggler", [1])
-    assert watch.incident.onset_at == T0  # its connect
+    assert watch.incident.onset_at == T0 + 2  # rank 0 began waiting for it
     _, effects = step(
         state, reg.workers(), None, (first_round(state, reg, watch, *STRAGGLING),), T0 + 9
     )
@@ -338,20 +339,51 @@ def test_a_start_up_straggler_is_named_in_seconds_and_killed_after_the_start_up_
     assert published.diagnosis is not None and published.decision is not None
     assert published.diagnosis["culprits"] == [1] and published.diagnosis["waiting"] == [0]
     assert published.diagnosis["where"] == {"1": "train.py:12"}
-    # ...but a start-up straggler's waits the start-up patience from its connect.
+    # ...but a start-up straggler's waits the start-up patience from that wait.
     assert published.decision["act"] is False and published.decision["patience_s"] == 600
     assert "startup_timeout_s" in str(published.decision["patience_basis"])
     assert not any(isinstance(e, (ExecuteAction, KillDecided, MarkKill)) for e in effects)
-    for n, now in enumerate((T0 + 599, T0 + 601), start=2):
+    for n, now in enumerate((T0 + 601, T0 + 603), start=2):
         reg.apply(w0, report(now, seq=n, sync=first_allreduce(T0 + 2)), now)
         reg.apply(w1, report(now, seq=n), now)
         (nxt,) = [e for e in effects if isinstance(e, Watch)]
         rnd = first_round(state, reg, nxt, *STRAGGLING)
         _, effects = step(state, reg.workers(), None, (rnd,), now)
-        if now < T0 + 600:
+        if now < T0 + 602:
             assert not any(isinstance(e, ExecuteAction) for e in effects)
     (execute,) = [e for e in effects if isinstance(e, ExecuteAction)]
     assert execute.incident.targets == [1] and decision(effects)["rule"] == "patience"  # type: ignore[index]
+
+
+def test_a_start_up_stragglers_patience_counts_from_its_peers_wait_not_its_connect() -> None:
+    # A start-up hook connects at the process group; the set-up takes 700 s
+    # (weights from a slow disk) and rank 1 reaches DDP's construction 8 s after
+    # rank 0. Named in seconds, but killed only once rank 0 waited the start-up
+    # patience for it: counted from the connect, it was spent before the wait began.
+    state = machine(patience_s=0.0)
+    reg = Registry()
+    w0, w1 = (
+        reg.open(dataclasses.replace(hello(rank=r, world=2), startup_watch=True), T0)
+        for r in (0, 1)
+    )
+    wait = T0 + 700
+    reg.apply(w0, report(wait + 6, sync=first_allreduce(wait)), wait + 6)
+    reg.apply(w1, report(wait + 6), wait + 6)
+    (watch,) = [e for e in tick(state, reg, wait + 6) if isinstance(e, Watch)]
+    assert (watch.incident.rule, watch.incident.ranks) == ("startup_straggler", [1])
+    assert watch.incident.onset_at == wait  # rank 0 began waiting for it
+    effects: Sequence[Effect] = [watch]
+    for n, now in enumerate((wait + 7, wait + 599, wait + 601), start=2):
+        reg.apply(w0, report(now, seq=n, sync=first_allreduce(wait)), now)
+        reg.apply(w1, report(now, seq=n), now)
+        (nxt,) = [e for e in effects if isinstance(e, Watch)]
+        _, effects = step(
+            state, reg.workers(), None, (first_round(state, reg, nxt, *STRAGGLING),), now
+        )
+        if now < wait + 600:
+            assert not any(isinstance(e, (ExecuteAction, KillDecided, MarkKill)) for e in effects)
+    (execute,) = [e for e in effects if isinstance(e, ExecuteAction)]
+    assert execute.incident.targets == [1]
 
 
 def test_a_start_up_wait_that_ends_by_itself_leaves_the_patience_as_it_was() -> None:

@@ -199,8 +199,9 @@ def test_past_the_group_the_rank_in_no_collective_is_named_straggler_s_after_its
     (hung,) = evaluate(reg, CFG, T0 + 17.5)
     assert (hung.key.rank, hung.rule, hung.verdict) == (1, "startup_straggler", Verdict.HUNG)
     assert hung.evidence["waiting"] == [0, 2] and hung.evidence["waited_s"] == 5.5
-    # The onset is its connect (elapsed_s): the kill counts the start-up patience from there.
-    assert hung.evidence["elapsed_s"] == 17.5
+    # The onset is when the last peer began waiting (waited_s), not its connect
+    # (connected_s): the kill counts the start-up patience from there.
+    assert hung.evidence["connected_s"] == 17.5 and "elapsed_s" not in hung.evidence
     diag = analyze([summarize(w, T0 + 17.5, 1e6) for w in reg])
     assert diag.kind == STRAGGLER and diag.culprits == (1,) and diag.waiting == (0, 2)
     # Nobody waits in a collective: each rank is in its own start-up (600 s).

@@ -175,7 +175,7 @@ _CORE: tuple[Option, ...] = (
         "after the last of its peers arrived there (needs the hook made before it); past "
         "the process group, HUNG (rule startup_straggler) if a rank before its first step "
         "is in no collective this long after the last of its peers began waiting in their "
-        "first one (its kill waits startup_timeout_s from its connect).",
+        "first one (its kill waits startup_timeout_s from when they began waiting).",
         _R,
     ),
     Option(

@@ -165,7 +165,8 @@ def patience_for(
     """The job's patience: a replicated job's (short, backed off per place) or
     today's; a start-up hang's (``rule``) never less than ``startup_timeout_s``,
     since a healthy start waits that long (one rank downloads, its peers sit in
-    a barrier), and it counts from the rank's connect."""
+    a barrier). It counts from the incident's onset: the rank's connect for rule
+    ``startup``, its peers' wait for ``startup_straggler``."""
     rep = replica_evidence(diag.evidence)
     if rep is None or not rep.culprits:
         patience_s, basis = state.patience.patience_s(job_id)

@@ -163,9 +163,10 @@ def _first_step_straggler(
     here (one not connected may be the one they wait for). Under Ray Train the
     group is made before any hook exists, so this is the only start-up verdict
     that names a culprit in seconds. A healthy start looks the same (rank 0
-    downloads while the others wait at a barrier), so its kill keeps the
-    start-up patience: counted from this rank's connect (``elapsed_s``, the
-    onset), at least ``startup_timeout_s`` (core/hang/rounds.py).
+    loads or downloads while the others wait), so its kill keeps the start-up
+    patience, at least ``startup_timeout_s`` (core/hang/rounds.py), counted from
+    when the last of its peers began waiting (``waited_s``, the onset): from its
+    connect, a set-up longer than the patience would leave none for the wait.
     """
     if not job.first_waiting or w.inflight_since or job.connected < job.world_size:
         return None
@@ -176,7 +177,7 @@ def _first_step_straggler(
         w,
         "startup_straggler",
         Verdict.HUNG,
-        elapsed_s=round(elapsed, 3),
+        connected_s=round(elapsed, 3),
         waiting=list(job.first_waiting),
         waited_s=round(waited, 3),
         timeout_s=cfg.init_straggler_s,
