@@ -67,7 +67,8 @@ def test_the_first_hang_opens_and_later_ones_update() -> None:
     # What the rule found, in the incident's own words (Incident.finding), in the
     # order the log's readers see it.
     assert list(record) == [
-        *("type", "incident_id", "job_id", "rule", "verdict", "ranks", "culprits", "waiting"),
+        *("type", "incident_id", "time", "job_id", "rule", "verdict", "ranks", "culprits"),
+        "waiting",
         *("pids", "expected", "evidence"),
     ]
     assert {k: record[k] for k in later.updates[0][1].finding()} == later.updates[0][1].finding()

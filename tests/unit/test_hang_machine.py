@@ -31,7 +31,12 @@ from trainprobe.sidecar.core.hang.effects import (
     Sweep,
     Watch,
 )
-from trainprobe.sidecar.core.hang.records import ActDecision, PauseDecision, StallEnded
+from trainprobe.sidecar.core.hang.records import (
+    ActDecision,
+    IncidentUpdate,
+    PauseDecision,
+    StallEnded,
+)
 from trainprobe.sidecar.core.hang.state import ROUND_S, plan_round
 from trainprobe.sidecar.core.hang.state import note as note_for_coordinator
 from trainprobe.sidecar.core.incident import ActionPolicy
@@ -133,6 +138,29 @@ def test_definitive_evidence_publishes_decides_and_acts_in_order() -> None:
     # Acted: no further round.
     assert plan_round(state, watch.episode, reg.workers(), 1) is None
     assert w.killed_rule == ""  # the registry's writer sets it, not the machine
+
+
+def test_an_update_folded_in_before_the_incident_is_published_is_written_after_it() -> None:
+    # Rank 1 of the stalled job exits before the first evidence round: its DEAD
+    # incident is an update of the episode, and the log reads it after the
+    # incident it updates (a reader drops an update of an incident not yet read).
+    state = machine(policy=ActionPolicy(on_hung="observe"), patience_s=None)
+    reg, (_, w1) = stalled(world=2)
+    watch = opened_watch(state, reg)
+    assert reg.close(w1, w1.generation, "vanished", T0 + 4.6, pid_alive=False)
+    folded = tick(state, reg, T0 + 4.7)
+    assert not any(isinstance(e, (Record, Publish)) for e in folded), kinds(folded)
+    rnd = first_round(state, reg, watch, RankEvidence(0, state="sleeping", samples=2))
+    _, effects = step(state, reg.workers(), None, (rnd,), T0 + 5.0)
+    written = [e for e in effects if isinstance(e, (Record, Publish))]
+    assert isinstance(written[0], Publish) and written[0].incident.id == watch.incident.id
+    update = next(e.record for e in written if isinstance(e, Record))
+    assert isinstance(update, IncidentUpdate) and update.episode_id == watch.incident.id
+    assert update.to_record()["time"] == update.incident.time
+    # Once published, a later update is written at once.
+    assert reg.close(reg.workers()[0], reg.workers()[0].generation, "vanished", T0 + 6, False)
+    later = [e for e in tick(state, reg, T0 + 6.1) if isinstance(e, Record)]
+    assert [type(e.record) for e in later] == [IncidentUpdate], later
 
 
 def test_ambiguous_evidence_publishes_the_verdict_and_watches_on() -> None:

@@ -12,11 +12,15 @@ coordinator's episode, and when the job was seen paused and resumed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trainprobe.sidecar.core.incident.actions import Action
 from trainprobe.sidecar.core.incident.incidents import Incident
 from trainprobe.sidecar.core.judge.culprit import Diagnosis
 from trainprobe.sidecar.core.session.model import Verdict
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.core.hang.records import IncidentUpdate
 
 __all__ = ["HANG_VERDICTS", "INCONCLUSIVE_CHOICES", "CulpritPolicy", "Episode", "Routing"]
 
@@ -73,6 +77,9 @@ class Episode:
     #: job's clocks restart at the resume (Registry.resume_job).
     paused_at: float | None = None
     resumed_at: float | None = None
+    #: Updates folded in before its incident was published: written right after
+    #: it, so that the log reads each update after the incident it updates.
+    held: list[IncidentUpdate] = field(default_factory=list)
 
     @property
     def leader(self) -> bool:

@@ -95,9 +95,6 @@ def _tick(
         states = {w.key: w for w in workers}
         incidents = group_incidents(fresh, states, now, wall)
     routing = state.episodes.route(incidents)
-    for episode_id, incident, expected in routing.updates:
-        out.append(Record(IncidentUpdate(episode_id, incident, expected)))
-        _late_stalled(state, incident, states, out)
     for incident in routing.plain:
         decide(incident, cfg.policy, state.budget, now)
         _dispatch(state, incident, out)
@@ -107,6 +104,14 @@ def _tick(
         ep = _open(state, incident, workers, now, verdict_of)
         out.append(Watch(ep, incident, 0, 0.0, signals_for(cfg, incident)))
         out.append(Opened(incident))
+    for episode_id, incident, expected in routing.updates:  # after openers: theirs too
+        update = IncidentUpdate(episode_id, incident, expected)
+        into = state.episodes.get(incident.job_id)
+        if into is not None and into.id == episode_id and into.leader and not into.published:
+            into.held.append(update)  # written once its incident is (core/hang/rounds.py)
+        else:
+            out.append(Record(update))
+        _late_stalled(state, incident, states, out)
     for incident, inspect, ep in follow(state, workers, findings, now, wall, verdict_of, out):
         _dispatch(state, incident, out, inspect, ep)
         out.append(Opened(incident))

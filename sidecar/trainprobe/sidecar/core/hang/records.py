@@ -38,6 +38,7 @@ class IncidentUpdate:
         return {
             "type": "incident_update",
             "incident_id": self.episode_id,
+            "time": inc.time,
             "job_id": inc.job_id,
             **inc.finding(),
             "expected": self.expected,

@@ -85,8 +85,7 @@ def judge_round(
             why = "the job stepped again before the first evidence round ended"
             j = Judgement(False, "resumed", why, False, patience_s, basis, ep.onset_at, now)
             _fill(state, incident, ep.diagnosis, j, rnd)
-            ep.published = True
-            out.append(Publish.of(incident))
+            out += _publish(ep, incident)
         return out
     view = state.job_view
     if view is not None and view.awaiting(ep.job_id) and now - ep.opened_at < DETAIL_WAIT_S:
@@ -108,8 +107,7 @@ def judge_round(
             _fill(state, incident, ep.diagnosis, paused, rnd)
             incident.targets, incident.action = [], Action.OBSERVE
             incident.action_reason = f"paused: {paused.why}"
-            ep.published = True
-            out.append(Publish.of(incident))
+            out += _publish(ep, incident)
         if ep.resumed_at is None:
             out.append(_next(cfg, rnd))
         return out
@@ -141,15 +139,21 @@ def judge_round(
     if not published or j.act:
         _fill(state, incident, diag, j, rnd)
     if not published:
-        ep.published = True
         if not j.act:
             out.append(Log.warning("incident %s: %s", incident.id, ep.suspect))
-        out.append(Publish.of(incident))
+        out += _publish(ep, incident)
     if j.act:
         out += _act(state, incident, ep, j, now, stuck_sweep_s(diag, j, ranks, now))
     else:
         out.append(_next(cfg, rnd, j.onset_at + j.patience_s - now))
     return out
+
+
+def _publish(ep: Episode, incident: Incident) -> list[Effect]:
+    """The episode's incident, then the updates folded in before it."""
+    ep.published = True
+    held, ep.held = ep.held, []
+    return [Publish.of(incident), *(Record(u) for u in held)]
 
 
 def _next(cfg: HangConfig, rnd: EvidenceRound, patience_left_s: float = 0.0) -> Watch:
