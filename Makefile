@@ -33,7 +33,8 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
-# What the demos need and no more (torch, torchft, the package): a fraction of
+# What the demos need and no more (torch, torchft, the package, and numpy, without
+# which every torch process warns "Failed to initialize NumPy"): a fraction of
 # the test extras' install (Ray, Lightning, transformers, the linters). A venv
 # that `make test` already filled has it all.
 $(VENV)/.demo-installed: pyproject.toml
@@ -42,7 +43,7 @@ $(VENV)/.demo-installed: pyproject.toml
 	[ -x $(VPY) ] || $(PY) -m venv $(VENV); \
 	$(VPY) -m pip install -q --upgrade pip; \
 	$(VPY) -m pip install -q $(TORCH_PIN); \
-	$(VPY) -m pip install -q -e '.[torchft]'; \
+	$(VPY) -m pip install -q -e '.[torchft]' numpy; \
 	touch $@
 
 $(PROTOGEN)/.installed:

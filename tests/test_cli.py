@@ -310,6 +310,7 @@ def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> Non
         PYTHON, "-m", "trainprobe.sidecar", "--hang-patiense-s", "5"
     ]  # fmt: skip
     runs["trainprobe", "status"] = [*base, "stauts"]
+    runs["trainprobe", "sidecar"] = [*base, "sidecar", "--help"]  # a command of its own
     runs["trainprobe-sidecar", ""] = [PYTHON, "-m", "trainprobe.sidecar", "--zzz"]
     # All at once: each is a fresh interpreter importing the CLI.
     procs = {
@@ -325,6 +326,9 @@ def test_a_mistyped_flag_is_one_line_with_a_suggestion_in_every_command() -> Non
         assert line.startswith(f"{prog}: error: "), line
         if right == "status":
             assert "invalid choice: 'stauts'" in line and line.endswith("(did you mean status?)")
+        elif right == "sidecar":
+            assert "invalid choice: 'sidecar'" in line, line
+            assert line.endswith("(the sidecar is a command of its own: trainprobe-sidecar)"), line
         elif right:
             typo = "--hang-patiense-s" if prog == "trainprobe-sidecar" else mistyped(right)
             assert line == f"{prog}: error: unknown flag {typo} (did you mean {right}?)", line

@@ -130,6 +130,7 @@ def _main(argv: Sequence[str] | None) -> int:
         description=__doc__.split("\n\n")[0],
         epilog="The sidecar's settings: trainprobe-sidecar --list-settings",
     )
+    parser.elsewhere = {"sidecar": " (the sidecar is a command of its own: trainprobe-sidecar)"}
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("status", "one row per worker: rank, pid, step, steps/s, report age, phase, verdict"),

@@ -24,6 +24,9 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, an unknown flag's with a
     suggestion."""
 
+    #: Words a user may try as a choice that name something else: the hint for each.
+    elsewhere: dict[str, str] = {}
+
     def error(self, message: str) -> NoReturn:
         # The message quotes argv, which a script may have filled with anything.
         self.exit(2, f"{self.prog}: error: {printable_lines(message)}\n")
@@ -43,7 +46,9 @@ class Parser(argparse.ArgumentParser):
             # (Python 3.14's suggest_on_error may have added its own hint.)
             if action.choices is None or not isinstance(value, str) or "meant" in err.message:
                 raise
-            hint = did_you_mean(value, (str(c) for c in action.choices))
+            hint = self.elsewhere.get(value) or did_you_mean(
+                value, (str(c) for c in action.choices)
+            )
             raise argparse.ArgumentError(action, f"{err.message}{hint}") from None
 
     def _chosen(self, ns: argparse.Namespace) -> Parser:
