@@ -80,6 +80,13 @@ def test_a_hung_replica_is_evicted_the_survivor_goes_on_and_the_group_rejoins(
     assert done[0]["pid"] == survivor and done[1]["pid"] != hang["pid"]
     assert done[0]["params"] == pytest.approx(done[1]["params"], abs=1e-6)
     print(f"{how}: survivor committed again {resumed['t'] - hang['t']:.1f} s after onset")
+    # The restarted group heals in its first quorum: its first step is numbered
+    # as the survivors' (what its hook reports, and the recovery record says), not 1.
+    rejoined = [r["step"] for r in run.rows("step", 1) if r["pid"] != hang["pid"]]
+    assert rejoined[0] > hang["step"] and rejoined == sorted(rejoined), rejoined[:5]
+    recovered = sidecar.incidents("recovery")
+    assert all(r["first_step"] == rejoined[0] for r in recovered), (recovered, rejoined[:5])
+    assert recovered or how == "kill9", recovered  # no action of ours, no recovery of it
     actions = destructive(sidecar)
     pids = [o.get("pid") for a in actions for o in (a.get("outcomes") or {}).values()]
     assert set(pids) <= {hang["pid"]}, actions  # the waiting replica was never signalled

@@ -128,6 +128,13 @@ class _Wrapper:
     def steps(self, total: int) -> Iterator[int]:
         """The step being trained, 1-based, until ``total`` steps are committed."""
         self._s.total = total
+        if self._s.first and self.manager is not None:
+            # A group that (re)joins heals in its first quorum: its count becomes the
+            # survivors'. Waited for once, here, so its first step is numbered as
+            # theirs (the hook reports it) and not 1; later quorums overlap the forward.
+            self.start_step()
+            if self._s.pending:
+                self.manager.wait_quorum()
         while (done := self.committed()) < total:
             yield done + 1
 
