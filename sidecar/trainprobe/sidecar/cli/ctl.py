@@ -223,13 +223,14 @@ def _main(argv: Sequence[str] | None) -> int:
             reply = stub.GetStatus(
                 probe_pb2.StatusRequest(job_id=args.job), timeout=args.timeout_s, metadata=metadata
             )
+            unknown = bool(args.job) and not reply.workers and not reply.omitted
             if args.json:
                 # Zeros included: "completed": 0 is a sequence number, not an absence.
                 as_dict = json_format.MessageToDict(
                     reply, always_print_fields_with_no_presence=True
                 )
                 print(json.dumps(as_dict, indent=2))
-            else:
+            elif not unknown:  # said below, on stderr: others' workers may have reported
                 # Who is at fault and who waits: asked only for jobs in trouble.
                 diagnoses = {}
                 for job in troubled_jobs(reply):
@@ -243,7 +244,7 @@ def _main(argv: Sequence[str] | None) -> int:
                         if isinstance(found, dict):
                             diagnoses[job] = found
                 print(format_status(reply, wide=args.wide, diagnoses=diagnoses))
-            if args.job and not reply.workers and not reply.omitted:
+            if unknown:
                 # As diagnose does (NOT_FOUND): a script asking for one job learns
                 # it is not here, rather than reading an empty table as healthy.
                 print(
