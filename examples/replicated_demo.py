@@ -141,15 +141,15 @@ class Story:
                 f"on ({same} {survivor['pid']}, never restarted)",
             )
         back = [r for r in after if r["rank"] == 1 and r["pid"] != hang["pid"]]
-        # Its first step heals; the next one is numbered as the survivor's: a
-        # replica that came back after the survivor had finished healed from
-        # nobody, and the story says so by never telling this line.
-        if len(back) >= 2 and back[1]["step"] > hang["step"]:
+        # Its first step heals, numbered as the survivor's: a replica that came
+        # back after the survivor had finished healed from nobody (its first
+        # step is 1), and the story says so by never telling this line.
+        if back and back[0]["step"] > hang["step"]:
             self.say(
                 "rejoin",
                 f"-> {self.at(back[0]['t'])}  replica 1, restarted by the launcher (pid "
                 f"{back[0]['pid']}), fetched parameters and optimizer state from replica 0 "
-                f"and trains on with it at step {back[1]['step']}",
+                f"and trains on with it at step {back[0]['step']}",
             )
 
     def end(self, code: int | None, work: Path) -> int:

@@ -75,4 +75,7 @@ def test_make_demo_tells_the_replicated_story() -> None:
     assert re.search(named, out), out
     assert "same pid" in out and "never restarted" in out, out
     assert "fetched parameters and optimizer state from replica 0" in out, out
+    hung = re.search(r"hangs in step (\d+)", out)
+    rejoined = re.search(r"trains on with it at step (\d+)", out)
+    assert hung and rejoined and int(rejoined[1]) > int(hung[1]), out
     assert "with equal parameters" in out, out
