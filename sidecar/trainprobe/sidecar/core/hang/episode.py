@@ -79,7 +79,7 @@ class Episode:
     resumed_at: float | None = None
     #: Updates folded in before its incident was published: written right after
     #: it, so that the log reads each update after the incident it updates.
-    held: list[IncidentUpdate] = field(default_factory=list)
+    held_updates: list[IncidentUpdate] = field(default_factory=list)
 
     @property
     def leader(self) -> bool:

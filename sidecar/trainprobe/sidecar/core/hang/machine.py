@@ -108,7 +108,7 @@ def _tick(
         update = IncidentUpdate(episode_id, incident, expected)
         into = state.episodes.get(incident.job_id)
         if into is not None and into.id == episode_id and into.leader and not into.published:
-            into.held.append(update)  # written once its incident is (core/hang/rounds.py)
+            into.held_updates.append(update)  # written once its incident is (core/hang/rounds.py)
         else:
             out.append(Record(update))
         _late_stalled(state, incident, states, out)

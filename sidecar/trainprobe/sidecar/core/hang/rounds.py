@@ -152,7 +152,7 @@ def judge_round(
 def _publish(ep: Episode, incident: Incident) -> list[Effect]:
     """The episode's incident, then the updates folded in before it."""
     ep.published = True
-    held, ep.held = ep.held, []
+    held, ep.held_updates = ep.held_updates, []
     return [Publish.of(incident), *(Record(u) for u in held)]
 
 
