@@ -43,7 +43,7 @@ from trainprobe.sidecar.core.incident import ActionPolicy
 from trainprobe.sidecar.core.job import EpisodeNote, JobView, SyncReply
 from trainprobe.sidecar.core.judge import RuleConfig, evaluate, summarize
 from trainprobe.sidecar.core.judge.evidence import RankEvidence
-from trainprobe.sidecar.core.judge.summary import previous_attempt
+from trainprobe.sidecar.core.judge.summary import previous_attempt, session_times
 from trainprobe.sidecar.core.session import GroupSeqData, Registry, StallPolicy, SyncData, Verdict
 from trainprobe.sidecar.core.session.model import WorkerKey, WorkerState
 
@@ -475,6 +475,25 @@ def test_only_a_session_last_heard_before_every_live_peer_began_is_of_a_previous
     assert previous_attempt([(0, 140.0, 700.0, True), (1, 100.0, 125.0, True)]) == set()
     # No live peer to compare with: nothing is superseded.
     assert previous_attempt([(0, 100.0, 120.0, False), (1, 100.0, 125.0, False)]) == set()
+
+
+def test_a_rank_killed_before_its_first_report_is_of_the_attempt_its_stream_overlapped() -> None:
+    # Rank 1 connects 1 ms before rank 0 and is SIGKILLed before its first report
+    # (every second): its stream ended while rank 0 ran, so it is of the same
+    # attempt, and its death is definitive. Judged by its Hello alone, it was
+    # "a process of an earlier attempt", and the kill waited 90 s.
+    reg = Registry()
+    w1 = connected(reg, 1, T0, world=2)
+    w0 = connected(reg, 0, T0 + 0.001, world=2)
+    assert reg.close(w1, w1.generation, "vanished", T0 + 1.0, pid_alive=False)
+    reg.apply(w0, report(T0 + 2.0, step=40, step_t_s=T0 + 1.0), T0 + 2.0)
+    assert previous_attempt(session_times(reg.workers())) == set()
+    # A torchrun restart: the old attempt's stream ended before the new one connected.
+    reg = Registry()
+    old = connected(reg, 1, T0, world=2)
+    assert reg.close(old, old.generation, "vanished", T0 + 1.0, pid_alive=False)
+    connected(reg, 0, T0 + 5.0, world=2, pid=2000)
+    assert previous_attempt(session_times(reg.workers())) == {1}
 
 
 def test_an_episode_decided_here_leaves_its_note_closed_once_it_is_over() -> None:

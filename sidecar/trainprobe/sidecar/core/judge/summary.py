@@ -105,6 +105,11 @@ def previous_attempt(sessions: Iterable[tuple[int, float, float, bool]]) -> set[
 
 
 def session_times(sessions: Iterable[WorkerState]) -> Iterator[tuple[int, float, float, bool]]:
-    """(rank, first seen, last heard, live) of each session, for :func:`previous_attempt`."""
+    """(rank, first seen, last heard, live) of each session, for :func:`previous_attempt`.
+
+    An ended stream was heard until it ended: a rank killed before its first
+    report (a report a second) has only its Hello, which may come a moment
+    before its peers' Hellos, yet its stream was open while they ran."""
     for w in sessions:
-        yield w.hello.rank, w.first_seen_at, w.last_report_at, w.connected and not w.ended
+        heard = max(w.last_report_at, w.ended_at) if w.ended else w.last_report_at
+        yield w.hello.rank, w.first_seen_at, heard, w.connected and not w.ended
