@@ -7,11 +7,14 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from trainprobe.sidecar.core.text import printable
+
+if TYPE_CHECKING:
+    from trainprobe.sidecar.cli.incidents.log_stream import LogFile
 
 __all__ = ["MAX_REPORT_INCIDENTS", "add_report_args", "report_main"]
 
@@ -141,7 +144,7 @@ def _warn(line: str) -> None:
     print(f"trainprobe: warning: {line}", file=sys.stderr)
 
 
-def _latest_stories(files: list[Any], job: str) -> tuple[list[Any], int]:
+def _latest_stories(files: list[LogFile], job: str) -> tuple[list[Any], int]:
     """The job's latest incidents (streamed: the log is never held whole) that can
     be shown, and how many the log has."""
     from trainprobe.sidecar.cli.incidents.log_stream import read_records, shown, stream_stories

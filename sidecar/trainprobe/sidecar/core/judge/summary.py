@@ -111,5 +111,5 @@ def session_times(sessions: Iterable[WorkerState]) -> Iterator[tuple[int, float,
     report (a report a second) has only its Hello, which may come a moment
     before its peers' Hellos, yet its stream was open while they ran."""
     for w in sessions:
-        heard = max(w.last_report_at, w.ended_at) if w.ended else w.last_report_at
-        yield w.hello.rank, w.first_seen_at, heard, w.connected and not w.ended
+        live = w.connected and not w.ended
+        yield w.hello.rank, w.first_seen_at, max(w.last_report_at, w.ended_at), live
